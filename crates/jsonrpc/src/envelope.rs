@@ -1,0 +1,339 @@
+//! Peeking at the routing fields of a message without parsing its payload.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+/// What a message is, judged by which envelope fields it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `method` and `id`.
+    Request,
+    /// `method` without `id`.
+    Notification,
+    /// `result` or `error` with `id`, no `method`.
+    Response,
+}
+
+/// The routing fields of one JSON-RPC message, borrowed from its line.
+#[derive(Debug)]
+pub struct Envelope<'a> {
+    pub kind: Kind,
+    /// The id exactly as written (it may be `null` on an error response).
+    pub id: Option<&'a RawValue>,
+    pub method: Option<Cow<'a, str>>,
+    /// `params.requestId` (cancellation and acknowledgement notifications).
+    pub request_id: Option<&'a RawValue>,
+    /// `params.progressToken` (progress notifications) or
+    /// `params._meta.progressToken` (requests).
+    pub progress_token: Option<&'a RawValue>,
+}
+
+/// Why a line is not a routable message.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("a JSON-RPC batch (array); batches were removed from MCP in 2025-06-18")]
+    Batch,
+    #[error("not a JSON-RPC message: {0}")]
+    Invalid(&'static str),
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    params: Option<ParamsPeek<'a>>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+/// The `params` members that route a message, read in the same pass as the
+/// envelope. Params that are not an object (an array, say) peek as empty.
+#[derive(Default)]
+struct ParamsPeek<'a> {
+    request_id: Option<&'a RawValue>,
+    progress_token: Option<&'a RawValue>,
+    meta: Option<MetaPeek<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ParamsPeek<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = ParamsPeek<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("params")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut peek = ParamsPeek::default();
+                while let Some(key) = map.next_key::<Cow<'_, str>>()? {
+                    match key.as_ref() {
+                        "requestId" => peek.request_id = Some(map.next_value()?),
+                        "progressToken" => peek.progress_token = Some(map.next_value()?),
+                        "_meta" => peek.meta = map.next_value::<Option<MetaPeek<'a>>>()?,
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(peek)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(ParamsPeek::default())
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(ParamsPeek::default())
+            }
+        }
+        d.deserialize_any(Visit(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize)]
+struct MetaPeek<'a> {
+    #[serde(default, borrow, rename = "progressToken")]
+    progress_token: Option<&'a RawValue>,
+}
+
+/// Keeps an explicit `null` as `Some("null")` instead of folding it into `None`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+fn is_null(raw: &RawValue) -> bool {
+    raw.get() == "null"
+}
+
+impl<'a> Envelope<'a> {
+    /// Reads the envelope of `line`. Payload members are skipped, not built.
+    pub fn peek(line: &'a [u8]) -> Result<Self, EnvelopeError> {
+        let first = line.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'[') {
+            // Still insist on valid JSON so garbage gets a parse error.
+            serde_json::from_slice::<&RawValue>(line)?;
+            return Err(EnvelopeError::Batch);
+        }
+        if first != Some(&b'{') {
+            serde_json::from_slice::<&RawValue>(line)?;
+            return Err(EnvelopeError::Invalid("not an object"));
+        }
+        let wire: Wire<'a> = serde_json::from_slice(line)?;
+        let kind = match (&wire.method, wire.id) {
+            (Some(_), Some(id)) if is_null(id) => {
+                return Err(EnvelopeError::Invalid("request id is null"));
+            }
+            (Some(_), Some(_)) => Kind::Request,
+            (Some(_), None) => Kind::Notification,
+            (None, Some(_)) if wire.result.is_some() || wire.error.is_some() => Kind::Response,
+            (None, _) => return Err(EnvelopeError::Invalid("no method, result or error")),
+        };
+        let params = wire.params.unwrap_or_default();
+        let progress_token = match kind {
+            Kind::Request => params.meta.and_then(|m| m.progress_token),
+            _ => params.progress_token,
+        };
+        Ok(Envelope {
+            kind,
+            id: wire.id,
+            method: wire.method,
+            request_id: params.request_id,
+            progress_token,
+        })
+    }
+
+    /// The method name, or `""` for a response.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+}
+
+/// The whole `params` member of a message, as written. This is a second pass
+/// over the line, for the rare messages whose params mcpvisor keeps.
+pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(default, borrow)]
+        params: Option<&'a RawValue>,
+    }
+    serde_json::from_slice::<Params<'_>>(line).ok()?.params
+}
+
+/// Finds the top-level `"id"` of a message that may be cut short, as the head
+/// of an oversize line is. Returns the id's text when it is complete.
+pub fn scan_id(head: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(head).unwrap_or_else(|e| {
+        // The head may end inside a multi-byte character.
+        std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+    });
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                let start = i;
+                i = skip_string(bytes, i)?;
+                if depth == 1 && &text[start..i] == "\"id\"" {
+                    let rest = &text[i..];
+                    let after_colon = rest.trim_start().strip_prefix(':')?.trim_start();
+                    let offset = text.len() - after_colon.len();
+                    let end = value_end(bytes, offset)?;
+                    return Some(&text[offset..end]);
+                }
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Index just past the string starting at `i`.
+fn skip_string(bytes: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// End of a scalar id value (string or number) starting at `i`.
+fn value_end(bytes: &[u8], i: usize) -> Option<usize> {
+    match bytes.get(i)? {
+        b'"' => skip_string(bytes, i),
+        b'-' | b'0'..=b'9' => {
+            let len = bytes[i..]
+                .iter()
+                .take_while(|b| matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+                .count();
+            // A number at the very end of the head may be cut short.
+            (i + len < bytes.len()).then_some(i + len)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peek(s: &str) -> Envelope<'_> {
+        Envelope::peek(s.as_bytes()).expect("valid envelope")
+    }
+
+    #[test]
+    fn request_with_progress_token() {
+        let env = peek(
+            r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"t1"},"arguments":{"progressToken":9}}}"#,
+        );
+        assert_eq!(env.kind, Kind::Request);
+        assert_eq!(env.id.map(RawValue::get), Some("18446744073709551616"));
+        assert_eq!(env.method(), "tools/call");
+        assert_eq!(env.progress_token.map(RawValue::get), Some("\"t1\""));
+    }
+
+    #[test]
+    fn ids_keep_their_spelling() {
+        for id in ["1", "1.0", "\"1\"", "-0", "1e3", "\"a\\u0062\""] {
+            let line = format!(r#"{{"method":"m","id":{id}}}"#);
+            assert_eq!(peek(&line).id.map(RawValue::get), Some(id));
+        }
+    }
+
+    #[test]
+    fn response_in_any_key_order() {
+        let env = peek(r#"{"result":{"a":[1,2]},"jsonrpc":"2.0","id":3}"#);
+        assert_eq!(env.kind, Kind::Response);
+        assert_eq!(env.id.map(RawValue::get), Some("3"));
+        let env = peek(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#);
+        assert_eq!(env.kind, Kind::Response);
+        assert_eq!(env.id.map(RawValue::get), Some("null"));
+    }
+
+    #[test]
+    fn notifications_and_params_peeks() {
+        let env = peek(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"abc","reason":"x"}}"#,
+        );
+        assert_eq!(env.kind, Kind::Notification);
+        assert_eq!(env.request_id.map(RawValue::get), Some("\"abc\""));
+        let env = peek(
+            r#"{"method":"notifications/progress","params":{"progressToken":5,"progress":1}}"#,
+        );
+        assert_eq!(env.progress_token.map(RawValue::get), Some("5"));
+        let env = peek(r#"{"method":"notifications/m\u0065ssage","params":[1]}"#);
+        assert_eq!(env.method(), "notifications/message");
+    }
+
+    #[test]
+    fn rejects_what_cannot_be_routed() {
+        assert!(matches!(
+            Envelope::peek(b"not json"),
+            Err(EnvelopeError::Json(_))
+        ));
+        assert!(matches!(
+            Envelope::peek(b"[{\"id\":1,\"method\":\"a\"}]"),
+            Err(EnvelopeError::Batch)
+        ));
+        assert!(matches!(
+            Envelope::peek(b"[1,"),
+            Err(EnvelopeError::Json(_))
+        ));
+        assert!(matches!(
+            Envelope::peek(b"42"),
+            Err(EnvelopeError::Invalid(_))
+        ));
+        assert!(matches!(
+            Envelope::peek(b"{\"id\":1}"),
+            Err(EnvelopeError::Invalid(_))
+        ));
+        assert!(matches!(
+            Envelope::peek(b"{\"id\":null,\"method\":\"a\"}"),
+            Err(EnvelopeError::Invalid(_))
+        ));
+        assert!(matches!(
+            Envelope::peek(b"{\"id\":1,\"method\":\"a\"} x"),
+            Err(EnvelopeError::Json(_))
+        ));
+    }
+
+    #[test]
+    fn scans_id_from_a_cut_head() {
+        assert_eq!(
+            scan_id(br#"{"jsonrpc":"2.0","id":42,"method":"x","params":{"id":"inner"#),
+            Some("42")
+        );
+        assert_eq!(
+            scan_id(br#"{"params":{"id":1,"a":"}"},"id":"s\"q","method"#),
+            Some("\"s\\\"q\"")
+        );
+        assert_eq!(scan_id(br#"{"params":{"id":1},"x":"aaaa"#), None);
+        assert_eq!(
+            scan_id(br#"{"method":"x","id":12"#),
+            None,
+            "number may be cut"
+        );
+    }
+}

@@ -1,0 +1,268 @@
+//! Bounded newline framing.
+//!
+//! One JSON-RPC message per line. The codec accepts `\n` and `\r\n`, skips
+//! blank lines and a UTF-8 byte-order mark at the very start of the stream,
+//! and never buffers more than `max_bytes` of a single line: past the limit it
+//! keeps only a short head of the line (enough to find its `id`) and discards
+//! the rest as it arrives, then yields one [`Frame::Oversize`].
+
+use bytes::{Bytes, BytesMut};
+use tokio_util::codec::Decoder;
+
+/// How much of an oversize line is kept, so its `id` can still be found.
+pub const OVERSIZE_HEAD: usize = 4096;
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One unit read from a line-delimited stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A complete line, without its terminator.
+    Line(Bytes),
+    /// A line longer than the limit. `len` counts every byte of the line
+    /// (without its terminator); `head` is its first bytes.
+    Oversize { len: usize, head: Bytes },
+}
+
+/// Line codec with a size bound.
+#[derive(Debug)]
+pub struct LineCodec {
+    max_bytes: usize,
+    /// Bytes of the buffer already searched for a newline.
+    scanned: usize,
+    /// Set while discarding the rest of an oversize line.
+    discarding: Option<Discard>,
+    at_start: bool,
+}
+
+#[derive(Debug)]
+struct Discard {
+    head: Bytes,
+    len: usize,
+}
+
+/// The stream failed underneath the codec.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl LineCodec {
+    /// A codec that yields lines of at most `max_bytes` bytes.
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            max_bytes: max_bytes.max(1),
+            scanned: 0,
+            discarding: None,
+            at_start: true,
+        }
+    }
+
+    fn strip_start(&mut self, buf: &mut BytesMut) -> bool {
+        if !self.at_start {
+            return true;
+        }
+        if buf.len() < BOM.len() && BOM.starts_with(buf) {
+            // Could still be a BOM: wait for more bytes.
+            return false;
+        }
+        if buf.starts_with(BOM) {
+            let _ = buf.split_to(BOM.len());
+        }
+        self.at_start = false;
+        true
+    }
+}
+
+fn trim_cr(mut line: BytesMut) -> BytesMut {
+    if line.last() == Some(&b'\r') {
+        line.truncate(line.len() - 1);
+    }
+    line
+}
+
+fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|b| b.is_ascii_whitespace())
+}
+
+impl Decoder for LineCodec {
+    type Item = Frame;
+    type Error = FrameError;
+
+    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        if !self.strip_start(buf) {
+            return Ok(None);
+        }
+        loop {
+            if let Some(discard) = &mut self.discarding {
+                match memchr::memchr(b'\n', buf) {
+                    Some(pos) => {
+                        let tail = buf.split_to(pos + 1);
+                        let mut len = discard.len + tail.len() - 1;
+                        if tail.len() >= 2 && tail[tail.len() - 2] == b'\r' {
+                            len -= 1;
+                        }
+                        let head = std::mem::take(&mut discard.head);
+                        self.discarding = None;
+                        return Ok(Some(Frame::Oversize { len, head }));
+                    }
+                    None => {
+                        discard.len += buf.len();
+                        buf.clear();
+                        return Ok(None);
+                    }
+                }
+            }
+            let from = self.scanned.min(buf.len());
+            match memchr::memchr(b'\n', &buf[from..]) {
+                Some(offset) => {
+                    let pos = from + offset;
+                    self.scanned = 0;
+                    let mut line = buf.split_to(pos + 1);
+                    line.truncate(pos);
+                    let line = trim_cr(line);
+                    if line.len() > self.max_bytes {
+                        let head = Bytes::copy_from_slice(&line[..OVERSIZE_HEAD.min(line.len())]);
+                        return Ok(Some(Frame::Oversize {
+                            len: line.len(),
+                            head,
+                        }));
+                    }
+                    if is_blank(&line) {
+                        continue;
+                    }
+                    return Ok(Some(Frame::Line(line.freeze())));
+                }
+                None if buf.len() > self.max_bytes + 1 => {
+                    // Over the limit with no end in sight: keep a head, drop the rest.
+                    let head = Bytes::copy_from_slice(&buf[..OVERSIZE_HEAD.min(buf.len())]);
+                    self.discarding = Some(Discard {
+                        head,
+                        len: buf.len(),
+                    });
+                    buf.clear();
+                    self.scanned = 0;
+                    return Ok(None);
+                }
+                None => {
+                    self.scanned = buf.len();
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, FrameError> {
+        if let Some(frame) = self.decode(buf)? {
+            return Ok(Some(frame));
+        }
+        // A last line without a terminator still counts.
+        if let Some(discard) = self.discarding.take() {
+            return Ok(Some(Frame::Oversize {
+                len: discard.len + buf.len(),
+                head: discard.head,
+            }));
+        }
+        if buf.is_empty() || is_blank(buf) {
+            buf.clear();
+            return Ok(None);
+        }
+        self.scanned = 0;
+        let line = trim_cr(buf.split());
+        Ok(Some(Frame::Line(line.freeze())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode_all(codec: &mut LineCodec, chunks: &[&[u8]]) -> Vec<Frame> {
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buf.extend_from_slice(chunk);
+            while let Some(frame) = codec.decode(&mut buf).expect("decode") {
+                out.push(frame);
+            }
+        }
+        while let Some(frame) = codec.decode_eof(&mut buf).expect("decode_eof") {
+            out.push(frame);
+        }
+        out
+    }
+
+    fn line(s: &str) -> Frame {
+        Frame::Line(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    #[test]
+    fn splits_lines_and_handles_crlf_bom_and_blanks() {
+        let mut codec = LineCodec::new(1024);
+        let frames = decode_all(
+            &mut codec,
+            &[
+                b"\xEF\xBB",
+                b"\xBF{\"a\":1}\r\n\n  \r\n{\"b\"",
+                b":2}\n{\"c\":3}",
+            ],
+        );
+        assert_eq!(
+            frames,
+            vec![line("{\"a\":1}"), line("{\"b\":2}"), line("{\"c\":3}")]
+        );
+    }
+
+    #[test]
+    fn bom_only_at_start() {
+        let mut codec = LineCodec::new(1024);
+        let frames = decode_all(&mut codec, &[b"x\n\xEF\xBB\xBFy\n"]);
+        assert_eq!(frames[1], Frame::Line(Bytes::from_static(b"\xEF\xBB\xBFy")));
+    }
+
+    #[test]
+    fn line_at_exact_limit_passes() {
+        let mut codec = LineCodec::new(8);
+        let frames = decode_all(&mut codec, &[b"12345678\n123456789\n"]);
+        assert_eq!(frames[0], line("12345678"));
+        assert!(matches!(&frames[1], Frame::Oversize { len: 9, .. }));
+    }
+
+    #[test]
+    fn oversize_line_is_discarded_in_bounded_memory() {
+        let mut codec = LineCodec::new(10_000);
+        let mut buf = BytesMut::new();
+        let mut frames = Vec::new();
+        buf.extend_from_slice(b"{\"id\":7,\"x\":\"");
+        for _ in 0..100 {
+            buf.extend_from_slice(&[b'a'; 1000]);
+            while let Some(f) = codec.decode(&mut buf).expect("decode") {
+                frames.push(f);
+            }
+            assert!(buf.len() <= 10_002, "buffer grew to {}", buf.len());
+        }
+        buf.extend_from_slice(b"\"}\r\n{\"ok\":1}\n");
+        while let Some(f) = codec.decode(&mut buf).expect("decode") {
+            frames.push(f);
+        }
+        match &frames[0] {
+            Frame::Oversize { len, head } => {
+                assert_eq!(*len, 13 + 100_000 + 2);
+                assert!(head.starts_with(b"{\"id\":7"));
+                assert_eq!(head.len(), OVERSIZE_HEAD);
+            }
+            other => panic!("expected oversize, got {other:?}"),
+        }
+        assert_eq!(frames[1], line("{\"ok\":1}"));
+    }
+
+    #[test]
+    fn unterminated_last_line_is_yielded() {
+        let mut codec = LineCodec::new(64);
+        assert_eq!(
+            decode_all(&mut codec, &[b"{}\n{\"z\":1}"]),
+            vec![line("{}"), line("{\"z\":1}")]
+        );
+    }
+}

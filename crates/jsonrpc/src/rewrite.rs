@@ -1,0 +1,57 @@
+//! Replacing one member's bytes inside a line and copying the rest.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use serde_json::value::RawValue;
+
+/// Returns `line` with the bytes of `part` (which must borrow from `line`,
+/// as every field of an [`crate::Envelope`] does) replaced by `with`.
+///
+/// # Panics
+/// If `part` does not point into `line`: that is a bug in the caller.
+pub fn splice(line: &[u8], part: &RawValue, with: &[u8]) -> Bytes {
+    let start = offset_of(line, part);
+    let end = start + part.get().len();
+    let mut out = BytesMut::with_capacity(line.len() - part.get().len() + with.len());
+    out.put_slice(&line[..start]);
+    out.put_slice(with);
+    out.put_slice(&line[end..]);
+    out.freeze()
+}
+
+fn offset_of(line: &[u8], part: &RawValue) -> usize {
+    let base = line.as_ptr() as usize;
+    let at = part.get().as_ptr() as usize;
+    assert!(
+        at >= base && at + part.get().len() <= base + line.len(),
+        "splice: the member does not borrow from the line"
+    );
+    at - base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Envelope;
+
+    #[test]
+    fn replaces_only_the_id() {
+        let line = br#"{"result":{"id":7},"jsonrpc":"2.0", "id" : 7 }"#;
+        let env = Envelope::peek(line).expect("envelope");
+        let out = splice(line, env.id.expect("id"), b"\"client-1.0\"");
+        assert_eq!(
+            &out[..],
+            br#"{"result":{"id":7},"jsonrpc":"2.0", "id" : "client-1.0" }"#
+        );
+    }
+
+    #[test]
+    fn replaces_a_params_member() {
+        let line = br#"{"method":"notifications/cancelled","params":{"requestId":18446744073709551616,"reason":"r"}}"#;
+        let env = Envelope::peek(line).expect("envelope");
+        let out = splice(line, env.request_id.expect("request id"), b"12");
+        assert_eq!(
+            &out[..],
+            br#"{"method":"notifications/cancelled","params":{"requestId":12,"reason":"r"}}"#
+        );
+    }
+}
