@@ -1,0 +1,265 @@
+//! Command-line arguments: raw (clap) and resolved.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcpvisor_process::stderr::Passthrough;
+use mcpvisor_process::{Spec, StopTimeouts};
+use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy};
+
+/// Keeps stdio MCP servers running behind one stable client connection.
+#[derive(Debug, Parser)]
+#[command(name = "mcpvisor", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
+    Run(RunArgs),
+    /// Watch mcpvisor survive a server crash, live, with the bundled example server.
+    Demo,
+    /// The bundled example MCP server (stdio).
+    #[command(hide = true)]
+    ExampleServer,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Most client requests in flight at once; more are refused with -32097.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_in_flight: u32,
+    /// Longest message in either direction, e.g. 64MiB, 512KiB, 1000000.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub max_message_bytes: usize,
+    /// A request with no answer and no progress for this long times out (the server is sent a cancel).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// No request may run longer than this, progress or not.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub request_ceiling: Duration,
+    /// After a cancel, how long the request keeps its slot waiting for the server to finish it.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub cancel_grace: Duration,
+    /// The notification a server sends when it has finished a cancelled request.
+    #[arg(long, default_value = "notifications/mcpvisor/requestFinished")]
+    pub cancel_ack_method: String,
+    /// When a cancel's grace runs out: stop servers known to send acks (auto), always stop, or always just release the slot.
+    #[arg(long, value_enum, default_value_t = CancelAck::Auto)]
+    pub cancel_ack: CancelAck,
+    /// A write to the server's stdin stalled this long stops that server.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub write_timeout: Duration,
+    /// Bound on the initialize replayed to a restarted server.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub init_timeout: Duration,
+    /// What to do with a server stdout line that is not JSON-RPC.
+    #[arg(long, value_enum, default_value_t = Garbage::Drop)]
+    pub on_worker_garbage: Garbage,
+    /// Where the server's stderr goes.
+    #[arg(long, value_enum, default_value_t = WorkerStderr::Inherit)]
+    pub worker_stderr: WorkerStderr,
+    /// How long a stopping server may take to exit after its stdin closes, before SIGTERM.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub stop_grace: Duration,
+    /// How long after SIGTERM before SIGKILL.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub term_grace: Duration,
+    /// After the client closes stdin, how long requests in flight may still finish.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_drain: Duration,
+    /// Working directory of the server.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment for the server (repeatable).
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Write logs to this file instead of stderr.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+    /// More logging (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Less logging: only warnings and errors.
+    #[arg(short, long, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CancelAck {
+    Auto,
+    Stop,
+    Release,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Garbage {
+    Drop,
+    Restart,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum WorkerStderr {
+    Inherit,
+    Discard,
+}
+
+/// Everything `run` needs, checked.
+#[derive(Debug)]
+pub struct Resolved {
+    pub config: Config,
+    pub spec: Spec,
+    pub stderr: Passthrough,
+}
+
+impl RunArgs {
+    /// Checks what clap cannot and builds the session settings.
+    pub fn resolve(&self) -> Result<Resolved, String> {
+        let program = self
+            .command
+            .first()
+            .ok_or("no server command given after `--`")?;
+        check_program(Path::new(program), self.cwd.as_deref())?;
+        if let Some(cwd) = &self.cwd {
+            if !cwd.is_dir() {
+                return Err(format!("--cwd {}: not a directory", cwd.display()));
+            }
+        }
+        if self.request_ceiling < self.request_timeout {
+            return Err("--request-ceiling must not be shorter than --request-timeout".into());
+        }
+        let stop = StopTimeouts {
+            after_close: self.stop_grace,
+            after_term: self.term_grace,
+        };
+        let config = Config {
+            max_in_flight: self.max_in_flight as usize,
+            max_message_bytes: self.max_message_bytes,
+            request_timeout: self.request_timeout,
+            request_ceiling: self.request_ceiling,
+            cancel_grace: self.cancel_grace,
+            cancel_ack_method: self.cancel_ack_method.clone(),
+            cancel_ack: match self.cancel_ack {
+                CancelAck::Auto => CancelAckPolicy::Auto,
+                CancelAck::Stop => CancelAckPolicy::Stop,
+                CancelAck::Release => CancelAckPolicy::Release,
+            },
+            write_timeout: self.write_timeout,
+            init_timeout: self.init_timeout,
+            on_garbage: match self.on_worker_garbage {
+                Garbage::Drop => GarbagePolicy::Drop,
+                Garbage::Restart => GarbagePolicy::Restart,
+            },
+            stop,
+            shutdown_drain: self.shutdown_drain,
+        };
+        let spec = Spec {
+            program: program.clone(),
+            args: self.command[1..].to_vec(),
+            env: self.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            cwd: self.cwd.clone(),
+        };
+        let stderr = match self.worker_stderr {
+            WorkerStderr::Inherit => Passthrough::Inherit,
+            WorkerStderr::Discard => Passthrough::Discard,
+        };
+        Ok(Resolved {
+            config,
+            spec,
+            stderr,
+        })
+    }
+}
+
+/// Fails early, with one clear line, for a command that cannot be started.
+fn check_program(program: &Path, cwd: Option<&Path>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = program.display();
+    let candidates: Vec<PathBuf> = if program.components().count() > 1 {
+        let base = cwd.map(Path::to_path_buf).unwrap_or_default();
+        vec![base.join(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    let mut found_not_executable = false;
+    for path in candidates {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(());
+            }
+            found_not_executable |= meta.is_file();
+        }
+    }
+    if found_not_executable {
+        Err(format!(
+            "cannot run `{shown}`: permission denied (the file is not executable)"
+        ))
+    } else if program.components().count() > 1 {
+        Err(format!("cannot run `{shown}`: no such file"))
+    } else {
+        Err(format!("cannot run `{shown}`: command not found on PATH"))
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration ({e}); use forms like 500ms, 10s, 2m, 1h"))
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size; use forms like 1000000, 512KiB, 64MiB"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1024,
+        "m" | "mb" | "mib" => 1024 * 1024,
+        "g" | "gb" | "gib" => 1024 * 1024 * 1024,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}`; use KiB, MiB or GiB")),
+    };
+    let bytes = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 1024 {
+        return Err(format!(
+            "`{s}` is too small; the limit must be at least 1KiB"
+        ));
+    }
+    Ok(bytes)
+}
+
+fn parse_env(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("expected KEY=VALUE".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("2048"), Ok(2048));
+        assert!(parse_size("12").is_err());
+        assert!(parse_size("5 parsecs").is_err());
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_env("=x").is_err());
+    }
+}

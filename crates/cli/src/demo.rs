@@ -1,0 +1,165 @@
+//! `mcpvisor demo`: a scripted client that shows a crash being survived.
+//!
+//! It runs `mcpvisor run -- mcpvisor example-server` (this same binary, twice)
+//! and talks to it as an MCP client would, narrating each step.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Client {
+    fn start() -> Result<Self, String> {
+        let me =
+            std::env::current_exe().map_err(|e| format!("cannot find the mcpvisor binary: {e}"))?;
+        let mut child = Command::new(&me)
+            .args(["run", "--"])
+            .arg(&me)
+            .arg("example-server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start mcpvisor: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        })
+    }
+
+    fn send(&mut self, msg: &Value) -> Result<(), String> {
+        writeln!(self.stdin, "{msg}").map_err(|e| format!("mcpvisor's stdin closed: {e}"))
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(20))
+                .map_err(|_| format!("no answer to {method} within 20s"))?;
+            let v: Value = serde_json::from_str(&line)
+                .map_err(|e| format!("mcpvisor wrote invalid JSON: {e}"))?;
+            if v.get("id") == Some(&json!(id)) {
+                return Ok(v);
+            }
+        }
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Result<Value, String> {
+        self.request("tools/call", json!({"name": tool, "arguments": args}))
+    }
+}
+
+fn text(resp: &Value) -> String {
+    resp.pointer("/result/content/0/text")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| resp.to_string())
+}
+
+fn step(n: u32, what: &str) {
+    println!("\n[{n}] {what}");
+    let _ = std::io::stdout().flush();
+    // Let mcpvisor's own log lines for the step land before the next one.
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+pub fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("demo failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    println!("mcpvisor demo: a client talks to the bundled example server through `mcpvisor run`.");
+    println!("Lines from mcpvisor's log and the server's stderr appear as they happen.");
+    let mut c = Client::start()?;
+    step(
+        1,
+        "initialize (the client's handshake, forwarded to generation 1)",
+    );
+    let init = c.request(
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "demo", "version": "1"}}),
+    )?;
+    println!(
+        "    server: {}",
+        init.pointer("/result/serverInfo")
+            .cloned()
+            .unwrap_or_default()
+    );
+    c.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
+    step(2, "call whoami and add");
+    println!("    whoami -> {}", text(&c.call("whoami", json!({}))?));
+    println!(
+        "    add(2, 3) -> {}",
+        text(&c.call("add", json!({"a": 2, "b": 3}))?)
+    );
+    step(3, "call crash: the server process exits mid-request");
+    let crashed = c.call("crash", json!({}))?;
+    let err = crashed.get("error").cloned().unwrap_or_default();
+    println!(
+        "    error {}: {}",
+        err["code"],
+        err["message"].as_str().unwrap_or_default()
+    );
+    step(
+        4,
+        "call whoami again: a new process, same client connection, handshake replayed",
+    );
+    println!("    whoami -> {}", text(&c.call("whoami", json!({}))?));
+    println!(
+        "    add(40, 2) -> {}",
+        text(&c.call("add", json!({"a": 40, "b": 2}))?)
+    );
+    step(5, "close stdin: mcpvisor stops the server and exits 0");
+    drop(c.stdin);
+    let status = wait_bounded(&mut c.child, Duration::from_secs(15))?;
+    println!("    mcpvisor exited: {status}");
+    println!(
+        "\nThat is all. Put `mcpvisor run --` in front of your own server command to get the same."
+    );
+    Ok(())
+}
+
+fn wait_bounded(child: &mut Child, limit: Duration) -> Result<std::process::ExitStatus, String> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return Err("mcpvisor did not exit in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,29 @@
+//! The `mcpvisor` command.
+//!
+//! A thin binary over the library crates: it parses and validates arguments
+//! (two stages: clap's raw [`cli::Cli`], then [`cli::RunArgs::resolve`]), sets
+//! up logging on stderr or a file (never stdout, which belongs to the
+//! protocol), turns signals into session controls, and runs the session.
+
+mod cli;
+mod demo;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli.command {
+        cli::Command::Run(args) => run::main(args),
+        cli::Command::Demo => demo::main(),
+        cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("example-server: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,97 @@
+//! `mcpvisor run`: logging, signals and the session.
+
+use std::process::ExitCode;
+
+use mcpvisor_session::{Control, Outcome, ProcessSpawner, Session};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::cli::RunArgs;
+
+pub fn main(args: RunArgs) -> ExitCode {
+    let resolved = match args.resolve() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = init_logging(&args) {
+        eprintln!("mcpvisor: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mcpvisor: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(async move {
+        let (control_tx, control_rx) = mpsc::channel(4);
+        let signals = tokio::spawn(forward_signals(control_tx));
+        let spawner = ProcessSpawner::new(resolved.spec, resolved.config.stop, resolved.stderr);
+        let outcome = Session::run(
+            resolved.config,
+            spawner,
+            tokio::io::stdin(),
+            tokio::io::stdout(),
+            control_rx,
+        )
+        .await;
+        signals.abort();
+        outcome
+    });
+    // Blocking stdin reads cannot be cancelled; do not wait for them.
+    runtime.shutdown_background();
+    match outcome {
+        Outcome::ClientClosed | Outcome::Shutdown => tracing::info!("mcpvisor stopped"),
+        Outcome::ClientGone => {}
+    }
+    ExitCode::SUCCESS
+}
+
+async fn forward_signals(control: mpsc::Sender<Control>) {
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    }
+    let _ = control.send(Control::Shutdown).await;
+}
+
+fn init_logging(args: &RunArgs) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let default = match (args.quiet, args.verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_ansi(false);
+    match &args.log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("--log-file {}: {e}", path.display()))?;
+            builder.with_writer(std::sync::Mutex::new(file)).init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}

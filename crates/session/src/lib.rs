@@ -1,0 +1,35 @@
+//! The supervisor session: one stable client connection over replaceable
+//! worker generations.
+//!
+//! # Theory of operation
+//!
+//! One task, [`Session::run`], owns every piece of lifecycle state: the
+//! worker generations, the table of requests in flight, the queue of traffic
+//! waiting for a ready worker, the client's handshake and all timers. Other
+//! tasks only move bytes and report events to it over bounded channels:
+//!
+//! - the client's stdin is read in the session's own `select!`, framed by
+//!   [`mcpvisor_jsonrpc::LineCodec`];
+//! - one writer task per pipe (client stdout, each worker's stdin) batches what
+//!   is queued before it flushes ([`writer`]);
+//! - each generation has its own stdout reader and exit watcher, whose events
+//!   carry the generation number, so a dead generation's output is fenced off
+//!   by a single comparison.
+//!
+//! Every client request gets a fresh integer id on the worker side, unique
+//! across generations, so responses, cancellations and acknowledgements can
+//! never be confused between generations or with mcpvisor's own requests (the
+//! replayed `initialize`). Responses get the client's original id bytes back.
+//! Server-to-client requests get fresh ids in the client's direction the same
+//! way and remember which generation asked.
+
+mod config;
+mod reply;
+mod session;
+mod spawner;
+mod table;
+pub mod writer;
+
+pub use config::{CancelAckPolicy, Config, GarbagePolicy};
+pub use session::{Control, Outcome, Session};
+pub use spawner::{ProcessSpawner, SpawnFailure, Spawner, WorkerIo};

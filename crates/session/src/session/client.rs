@@ -1,0 +1,212 @@
+//! Messages from the client.
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
+use mcpvisor_jsonrpc::rewrite::splice;
+use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind};
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+
+use super::{Phase, Session, Waiting};
+use crate::reply;
+use crate::spawner::Spawner;
+use crate::table::{ClientReq, Owner, Req, Timer};
+
+impl<S: Spawner> Session<S> {
+    pub(crate) async fn on_client_frame(&mut self, frame: Frame) {
+        let line = match frame {
+            Frame::Line(line) => line,
+            Frame::Oversize { len, head } => {
+                let id = scan_id(&head).unwrap_or("null").to_owned();
+                tracing::warn!(
+                    bytes = len,
+                    "client message over --max-message-bytes; not forwarded"
+                );
+                let detail = format!(
+                    "the message is {len} bytes, over the limit of {} bytes (--max-message-bytes); it was not forwarded",
+                    self.cfg.max_message_bytes
+                );
+                self.emit(reply::invalid(&id, &detail)).await;
+                return;
+            }
+        };
+        let env = match Envelope::peek(&line) {
+            Ok(env) => env,
+            Err(EnvelopeError::Json(e)) => {
+                tracing::debug!(bytes = line.len(), "client sent a line that is not JSON");
+                self.emit(reply::parse_error(&e.to_string())).await;
+                return;
+            }
+            Err(e @ EnvelopeError::Batch) => {
+                self.emit(reply::invalid(
+                    "null",
+                    &format!("{e}; send each message on its own line"),
+                ))
+                .await;
+                return;
+            }
+            Err(EnvelopeError::Invalid(why)) => {
+                let id = scan_id(&line).unwrap_or("null").to_owned();
+                self.emit(reply::invalid(&id, why)).await;
+                return;
+            }
+        };
+        match env.kind {
+            Kind::Request => self.on_client_request(&line, &env).await,
+            Kind::Notification => self.on_client_notification(&line, &env).await,
+            Kind::Response => self.on_client_response(&line, &env).await,
+        }
+    }
+
+    async fn on_client_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
+        if self.by_client_id.contains_key(&id) {
+            let reason = "a request with this id is still in flight";
+            self.emit(reply::not_started(&id, reason, None)).await;
+            return;
+        }
+        if self.reqs.len() >= self.cfg.max_in_flight {
+            let reason = format!(
+                "{} requests are already in flight (--max-in-flight)",
+                self.cfg.max_in_flight
+            );
+            self.emit(reply::not_started(&id, &reason, None)).await;
+            return;
+        }
+        let initialize = if env.method() == "initialize" {
+            Some(
+                raw_params(line)
+                    .map(RawValue::to_owned)
+                    .unwrap_or_else(empty_object),
+            )
+        } else {
+            None
+        };
+        let wid = self.next_worker_id();
+        let msg = splice(line, raw_id, wid.to_string().as_bytes());
+        let now = Instant::now();
+        let idle_deadline = now + self.cfg.request_timeout;
+        let ceiling = now + self.cfg.request_ceiling;
+        let timer = self
+            .timers
+            .insert_at(Timer::Request(wid), idle_deadline.min(ceiling));
+        let progress_token = env
+            .progress_token
+            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+        if let Some(t) = &progress_token {
+            self.by_token.insert(t.clone(), wid);
+        }
+        self.by_client_id.insert(id.clone(), wid);
+        self.reqs.insert(
+            wid,
+            Req {
+                owner: Owner::Client(ClientReq {
+                    id: id.clone(),
+                    cancelled: false,
+                    initialize,
+                    progress_token,
+                    unsent: None,
+                    idle_deadline,
+                    ceiling,
+                }),
+                generation: None,
+                timer: Some(timer),
+            },
+        );
+        match self.ready_generation().await {
+            Some(generation) if self.waiting.is_empty() => {
+                if let Some(req) = self.reqs.get_mut(&wid) {
+                    req.generation = Some(generation);
+                }
+                self.send_to(generation, msg).await;
+            }
+            _ if self.current.is_some() => {
+                // A generation is starting; wait in line for it.
+                if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
+                    c.unsent = Some(msg);
+                }
+                self.waiting.push_back(Waiting::Request(wid));
+            }
+            _ => {
+                self.remove_req(wid);
+                let reason = self
+                    .unavailable
+                    .clone()
+                    .unwrap_or_else(|| "the MCP server is unavailable".into());
+                let data = serde_json::json!({ "reason": reason });
+                let text = format!("cannot start the MCP server: {reason}");
+                self.emit(reply::not_started(&id, &text, Some(data))).await;
+            }
+        }
+    }
+
+    async fn on_client_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
+        match env.method() {
+            "notifications/cancelled" => {
+                let Some(target) = env.request_id else { return };
+                let key = Bytes::copy_from_slice(target.get().as_bytes());
+                if let Some(&wid) = self.by_client_id.get(&key) {
+                    self.cancel(wid, "cancelled by the client").await;
+                }
+                return;
+            }
+            "notifications/initialized" => self.handshake.initialized = true,
+            _ => {}
+        }
+        let line = line.clone();
+        match self.current {
+            Some(generation)
+                if matches!(
+                    self.gens.get(&generation).map(|g| &g.phase),
+                    Some(Phase::Ready)
+                ) =>
+            {
+                if self.waiting.is_empty() {
+                    self.send_to(generation, line).await;
+                } else {
+                    self.waiting.push_back(Waiting::Notification(line));
+                }
+            }
+            Some(_) => self.waiting.push_back(Waiting::Notification(line)),
+            None => {
+                // No worker: a fresh generation gets the replayed handshake and
+                // does not need what the old one missed.
+                tracing::debug!(
+                    method = env.method(),
+                    "notification with no worker running; dropped"
+                );
+            }
+        }
+    }
+
+    async fn on_client_response(&mut self, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        let Some(server_req) = raw_id
+            .get()
+            .parse::<u64>()
+            .ok()
+            .and_then(|cid| self.server_reqs.remove(&cid))
+        else {
+            tracing::debug!("client answered a request mcpvisor does not know; dropped");
+            return;
+        };
+        let live = self
+            .gens
+            .get(&server_req.generation)
+            .is_some_and(|g| !matches!(g.phase, Phase::Dead));
+        if !live {
+            tracing::debug!(
+                generation = server_req.generation,
+                "answer for a stopped generation; dropped"
+            );
+            return;
+        }
+        let msg = splice(line, raw_id, &server_req.worker_id);
+        self.send_to(server_req.generation, msg).await;
+    }
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".into()).unwrap_or_else(|_| unreachable!("{{}} is valid JSON"))
+}

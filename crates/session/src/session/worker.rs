@@ -1,0 +1,258 @@
+//! Messages and events from worker generations.
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::envelope::scan_id;
+use mcpvisor_jsonrpc::rewrite::splice;
+use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, build};
+use tokio::time::Instant;
+
+use super::{Phase, Session, WorkerEvent};
+use crate::config::GarbagePolicy;
+use crate::spawner::Spawner;
+use crate::table::{Owner, ServerReq};
+
+impl<S: Spawner> Session<S> {
+    pub(crate) async fn on_worker_event(&mut self, generation: u64, event: WorkerEvent) {
+        if generation == 0 {
+            // The client writer's channel: the client stopped reading.
+            self.client_gone = true;
+            return;
+        }
+        match event {
+            WorkerEvent::Frame(frame) => {
+                let live = self
+                    .gens
+                    .get(&generation)
+                    .is_some_and(|g| !matches!(g.phase, Phase::Dead));
+                if live {
+                    self.on_worker_frame(generation, frame).await;
+                }
+            }
+            WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
+            WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
+            WorkerEvent::WriteFailed(e) => {
+                self.retire(
+                    generation,
+                    format!("writing to its stdin failed: {e}"),
+                    None,
+                )
+                .await;
+            }
+        }
+    }
+
+    async fn on_worker_frame(&mut self, generation: u64, frame: Frame) {
+        let line = match frame {
+            Frame::Line(line) => line,
+            Frame::Oversize { len, head } => {
+                return self.on_worker_oversize(generation, len, &head).await;
+            }
+        };
+        let env = match Envelope::peek(&line) {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::warn!(
+                    generation,
+                    bytes = line.len(),
+                    error = %e,
+                    "server wrote a stdout line that is not a JSON-RPC message"
+                );
+                if self.cfg.on_garbage == GarbagePolicy::Restart {
+                    self.retire(
+                        generation,
+                        "it wrote a stdout line that is not JSON-RPC".into(),
+                        None,
+                    )
+                    .await;
+                }
+                return;
+            }
+        };
+        match env.kind {
+            Kind::Response => self.on_worker_response(generation, &line, &env).await,
+            Kind::Notification => self.on_worker_notification(generation, &line, &env).await,
+            Kind::Request => self.on_worker_request(generation, &line, &env).await,
+        }
+    }
+
+    async fn on_worker_response(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        let Some(wid) = raw_id.get().parse::<u64>().ok() else {
+            tracing::debug!(
+                generation,
+                "response with an id mcpvisor never sent; dropped"
+            );
+            return;
+        };
+        if self
+            .reqs
+            .get(&wid)
+            .is_none_or(|r| r.generation != Some(generation))
+        {
+            tracing::debug!(
+                generation,
+                "response for no request in flight on this generation; dropped"
+            );
+            return;
+        }
+        let Some(req) = self.remove_req(wid) else {
+            return;
+        };
+        match req.owner {
+            Owner::Replay => {
+                if !has_result(line) {
+                    self.retire(
+                        generation,
+                        "it rejected the replayed initialize".into(),
+                        None,
+                    )
+                    .await;
+                    return;
+                }
+                if self.handshake.initialized {
+                    let note = build::notification("notifications/initialized", None);
+                    self.send_to(generation, note).await;
+                }
+                tracing::info!(generation, "replayed the client's handshake");
+                self.become_ready(generation).await;
+            }
+            Owner::Client(c) => {
+                if c.cancelled {
+                    return;
+                }
+                if let Some(params) = c.initialize {
+                    if has_result(line) {
+                        self.handshake.init_params = Some(params);
+                    }
+                }
+                let msg = splice(line, raw_id, &c.id);
+                self.emit(msg).await;
+            }
+        }
+    }
+
+    async fn on_worker_notification(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+        let method = env.method();
+        if method == self.cfg.cancel_ack_method {
+            if let Some(g) = self.gens.get_mut(&generation) {
+                g.acks = true;
+            }
+            let wid = env.request_id.and_then(|r| r.get().parse::<u64>().ok());
+            if let Some(wid) = wid {
+                let done = self.reqs.get(&wid).is_some_and(|r| {
+                    r.generation == Some(generation) && r.client().is_some_and(|c| c.cancelled)
+                });
+                if done {
+                    self.remove_req(wid);
+                }
+            }
+            return;
+        }
+        match method {
+            "notifications/progress" => {
+                let Some(token) = env.progress_token else {
+                    return;
+                };
+                let wid = self.by_token.get(token.get().as_bytes()).copied();
+                let live = wid.and_then(|wid| {
+                    let req = self.reqs.get_mut(&wid)?;
+                    if req.generation != Some(generation) {
+                        return None;
+                    }
+                    let c = req.client_mut()?;
+                    if c.cancelled {
+                        return None;
+                    }
+                    c.idle_deadline = Instant::now() + self.cfg.request_timeout;
+                    Some(())
+                });
+                if live.is_none() {
+                    tracing::debug!(generation, "progress for no live request; dropped");
+                    return;
+                }
+                self.emit(line.clone()).await;
+            }
+            "notifications/cancelled" => {
+                // The server withdrew one of its own requests to the client.
+                let Some(target) = env.request_id else { return };
+                let found = self
+                    .server_reqs
+                    .iter()
+                    .find(|(_, r)| {
+                        r.generation == generation && r.worker_id == target.get().as_bytes()
+                    })
+                    .map(|(cid, _)| *cid);
+                if let Some(cid) = found {
+                    self.server_reqs.remove(&cid);
+                    let msg = splice(line, target, cid.to_string().as_bytes());
+                    self.emit(msg).await;
+                }
+            }
+            _ => self.emit(line.clone()).await,
+        }
+    }
+
+    async fn on_worker_request(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        if self.server_reqs.len() >= super::MAX_SERVER_REQUESTS {
+            let msg = build::error(
+                raw_id.get(),
+                NOT_STARTED,
+                "Too many requests to the client are unanswered; not forwarded. Retry later.",
+                None,
+            );
+            self.send_to(generation, msg).await;
+            return;
+        }
+        let cid = self.next_server_id();
+        self.server_reqs.insert(
+            cid,
+            ServerReq {
+                generation,
+                worker_id: Bytes::copy_from_slice(raw_id.get().as_bytes()),
+            },
+        );
+        let msg = splice(line, raw_id, cid.to_string().as_bytes());
+        self.emit(msg).await;
+    }
+
+    async fn on_worker_oversize(&mut self, generation: u64, len: usize, head: &[u8]) {
+        tracing::warn!(
+            generation,
+            bytes = len,
+            "server message over --max-message-bytes; dropped"
+        );
+        let Some(wid) = scan_id(head).and_then(|id| id.parse::<u64>().ok()) else {
+            return;
+        };
+        let owned = self.reqs.get(&wid).is_some_and(|r| {
+            r.generation == Some(generation) && r.client().is_some_and(|c| !c.cancelled)
+        });
+        if !owned {
+            return;
+        }
+        if let Some(c) = self.remove_req(wid).and_then(|r| match r.owner {
+            Owner::Client(c) => Some(c),
+            Owner::Replay => None,
+        }) {
+            let message = format!(
+                "The server's response was {len} bytes, over the limit of {} bytes (--max-message-bytes), \
+                 and was dropped. The request did run.",
+                self.cfg.max_message_bytes
+            );
+            let id = std::str::from_utf8(&c.id).unwrap_or("null");
+            self.emit(build::error(id, INTERNAL_ERROR, &message, None))
+                .await;
+        }
+    }
+}
+
+/// Whether a response carries a top-level `result` (so it succeeded).
+fn has_result(line: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow, default)]
+        result: Option<&'a serde_json::value::RawValue>,
+    }
+    serde_json::from_slice::<Probe<'_>>(line).is_ok_and(|p| p.result.is_some())
+}

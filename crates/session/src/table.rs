@@ -1,0 +1,78 @@
+//! The records the session keeps per request.
+
+use bytes::Bytes;
+use serde_json::value::RawValue;
+use tokio::time::Instant;
+use tokio_util::time::delay_queue;
+
+/// Who is waiting for the answer to a worker-side request id.
+#[derive(Debug)]
+pub(crate) enum Owner {
+    /// A client request. `id` is the client's id, byte for byte.
+    Client(ClientReq),
+    /// mcpvisor's replay of the client's `initialize` to a new generation.
+    Replay,
+}
+
+#[derive(Debug)]
+pub(crate) struct ClientReq {
+    pub id: Bytes,
+    pub cancelled: bool,
+    /// The request is `initialize`; its params are kept for replay if it
+    /// succeeds. `initialize` is never cancelled.
+    pub initialize: Option<Box<RawValue>>,
+    pub progress_token: Option<Bytes>,
+    /// The bytes to send, while the request waits for a ready generation.
+    pub unsent: Option<Bytes>,
+    pub idle_deadline: Instant,
+    pub ceiling: Instant,
+}
+
+/// One request on the worker side of the session.
+#[derive(Debug)]
+pub(crate) struct Req {
+    pub owner: Owner,
+    /// The generation it was sent to; `None` while it waits.
+    pub generation: Option<u64>,
+    pub timer: Option<delay_queue::Key>,
+}
+
+impl Req {
+    pub fn client(&self) -> Option<&ClientReq> {
+        match &self.owner {
+            Owner::Client(c) => Some(c),
+            Owner::Replay => None,
+        }
+    }
+
+    pub fn client_mut(&mut self) -> Option<&mut ClientReq> {
+        match &mut self.owner {
+            Owner::Client(c) => Some(c),
+            Owner::Replay => None,
+        }
+    }
+}
+
+/// A server-to-client request the client has not answered yet.
+#[derive(Debug)]
+pub(crate) struct ServerReq {
+    pub generation: u64,
+    /// The worker's own id, byte for byte.
+    pub worker_id: Bytes,
+}
+
+/// What the session's single timer queue can fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// A request's idle deadline or ceiling.
+    Request(u64),
+    /// A cancelled request's grace.
+    CancelGrace(u64),
+    /// A replayed `initialize`.
+    Handshake(u64),
+    /// A generation's stdout closed or its process ended; the other half has
+    /// this long to follow.
+    ExitWait(u64),
+    /// The client closed stdin; requests in flight had this long.
+    Drain,
+}
