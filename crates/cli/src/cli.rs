@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// The bundled example MCP server (stdio).

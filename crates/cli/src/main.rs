@@ -16,7 +16,7 @@ use clap::Parser;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
-        cli::Command::Run(args) => run::main(args),
+        cli::Command::Run(args) => run::main(*args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

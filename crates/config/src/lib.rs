@@ -1,0 +1,38 @@
+//! What mcpvisor knows about a server before and after it runs it.
+//!
+//! # Theory of operation
+//!
+//! Everything here is plain data and pure functions; nothing spawns,
+//! sleeps or holds a lock, so the process and session crates can test their
+//! state machines against it without a runtime.
+//!
+//! * [`server`] reads the config files people already keep for Claude
+//!   Desktop, Cursor, VS Code and Codex into [`ServerDef`]s. Validation is
+//!   done once, up front: a file that loads holds only runnable definitions
+//!   (plus entries for other transports, kept so they can be named in an
+//!   error), and every error is one line naming the file, the entry and the
+//!   field.
+//! * [`secrets`] reads a server's `env_file` again at every spawn, so a
+//!   token added while mcpvisor runs reaches the next restart. Values are
+//!   [`Secret`]s, which print as `***`; no error quotes a value.
+//! * [`auth`] watches a worker's stderr for an OAuth prompt (mcp-remote's
+//!   and generic ones) so that a handshake blocked on a person in a browser
+//!   can be shown for what it is and given `auth_timeout` instead of
+//!   `init_timeout`.
+//! * [`report`] keeps a bounded tail of stderr and turns an exit into a
+//!   [`CrashReport`] that says what the server was doing, how it ended and
+//!   what it said last.
+//!
+//! A worker's environment is meant to be layered, later wins: mcpvisor's
+//! own environment, then [`ServerDef::env`], then [`secrets::resolve_env`],
+//! then `--env KEY=VALUE` from the command line ([`secrets::parse_inline`]).
+
+pub mod auth;
+pub mod report;
+pub mod secrets;
+pub mod server;
+
+pub use auth::AuthDetector;
+pub use report::{CrashReport, ExitKind, Phase, StderrTail};
+pub use secrets::{Secret, SecretsError};
+pub use server::{ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer};

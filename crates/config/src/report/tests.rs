@@ -1,0 +1,200 @@
+use serde_json::json;
+
+use super::*;
+
+#[test]
+fn tail_keeps_the_last_fifty_lines() {
+    let mut tail = StderrTail::new();
+    assert!(tail.is_empty());
+    assert_eq!(tail.text(), "");
+    for i in 0..120 {
+        tail.push_line(&format!("line {i}\n"));
+    }
+    assert_eq!(tail.len(), TAIL_MAX_LINES);
+    assert_eq!(tail.lines().next(), Some("line 70"));
+    assert_eq!(tail.lines().last(), Some("line 119"));
+    assert!(tail.text().starts_with("line 70\nline 71\n"));
+    assert!(tail.text().ends_with("line 119"));
+}
+
+#[test]
+fn tail_keeps_at_most_eight_kib() {
+    let mut tail = StderrTail::new();
+    let line = "x".repeat(1000);
+    for _ in 0..20 {
+        tail.push_line(&line);
+    }
+    // Eight lines of 1000 bytes plus seven newlines fit; nine would not.
+    assert_eq!(tail.len(), 8);
+    assert_eq!(tail.text().len(), 8 * 1000 + 7);
+    assert!(tail.text().len() <= TAIL_MAX_BYTES);
+
+    // Exactly at the limit is kept.
+    let mut tail = StderrTail::new();
+    tail.push_line("a");
+    tail.push_line(&"b".repeat(TAIL_MAX_BYTES - 2));
+    assert_eq!(tail.len(), 2);
+    assert_eq!(tail.text().len(), TAIL_MAX_BYTES);
+    tail.push_line("");
+    assert_eq!(tail.len(), 2, "the oldest line made room");
+}
+
+#[test]
+fn long_lines_are_cut_on_a_character_boundary() {
+    let mut tail = StderrTail::new();
+    tail.push_line("before");
+    tail.push_line(&"é".repeat(TAIL_MAX_BYTES));
+    assert_eq!(tail.len(), 1, "a full-size line leaves no room for another");
+    let text = tail.text();
+    assert!(text.len() <= TAIL_MAX_BYTES, "{}", text.len());
+    assert!(text.len() > TAIL_MAX_BYTES - 8);
+    assert!(text.ends_with("é…"));
+}
+
+#[test]
+fn tail_strips_line_endings_and_colours() {
+    let mut tail = StderrTail::new();
+    tail.push_line("\u{1b}[31mError:\u{1b}[0m boom\r\n");
+    tail.push_line("  at main.js:1\n");
+    assert_eq!(tail.text(), "Error: boom\n  at main.js:1");
+    tail.clear();
+    assert!(tail.is_empty());
+    assert_eq!(tail.text(), "");
+}
+
+fn report(exit: Option<ExitKind>, uptime: Duration, tail: &str, reason: &str) -> CrashReport {
+    CrashReport {
+        phase: Phase::Initialize,
+        exit,
+        uptime,
+        stderr_tail: tail.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+#[test]
+fn display_is_a_summary_then_the_indented_tail() {
+    let crash = report(
+        Some(ExitKind::Code(3)),
+        Duration::from_millis(1234),
+        "Error: GITHUB_PERSONAL_ACCESS_TOKEN is not set\n    at main (index.js:12:9)",
+        "",
+    );
+    assert_eq!(
+        crash.to_string(),
+        "server exited with code 3 during initialize after 1.2s\n  \
+         stderr (last 2 lines):\n    \
+         Error: GITHUB_PERSONAL_ACCESS_TOKEN is not set\n    \
+         \x20   at main (index.js:12:9)"
+    );
+
+    let crash = CrashReport {
+        phase: Phase::Serving,
+        ..report(
+            Some(ExitKind::signal(9)),
+            Duration::from_secs(185),
+            "",
+            "stdout closed",
+        )
+    };
+    assert_eq!(
+        crash.to_string(),
+        "server was killed by SIGKILL (signal 9) during serving after 3m05s: stdout closed\n  \
+         stderr: (empty)"
+    );
+
+    let crash = CrashReport {
+        phase: Phase::Spawn,
+        ..report(
+            None,
+            Duration::from_micros(300),
+            "one line\n",
+            "cannot run \"npx\": No such file or directory",
+        )
+    };
+    assert_eq!(
+        crash.to_string(),
+        "server failed during spawn after 0ms: cannot run \"npx\": No such file or directory\n  \
+         stderr (last 1 line):\n    one line"
+    );
+    assert_eq!(
+        crash.summary(),
+        "server failed during spawn after 0ms: cannot run \"npx\": No such file or directory"
+    );
+}
+
+#[test]
+fn exit_kinds_read_well() {
+    assert_eq!(ExitKind::Code(0).to_string(), "exited with code 0");
+    assert_eq!(
+        ExitKind::signal(15).to_string(),
+        "was killed by SIGTERM (signal 15)"
+    );
+    assert_eq!(ExitKind::signal(64).to_string(), "was killed by signal 64");
+    assert_eq!(
+        ExitKind::Unknown.to_string(),
+        "exited with an unknown status"
+    );
+}
+
+#[test]
+fn uptime_formats() {
+    assert_eq!(format_uptime(Duration::ZERO), "0ms");
+    assert_eq!(format_uptime(Duration::from_millis(999)), "999ms");
+    assert_eq!(format_uptime(Duration::from_millis(1000)), "1.0s");
+    assert_eq!(format_uptime(Duration::from_millis(59_960)), "59.9s");
+    assert_eq!(format_uptime(Duration::from_secs(60)), "1m00s");
+    assert_eq!(format_uptime(Duration::from_secs(3599)), "59m59s");
+    assert_eq!(format_uptime(Duration::from_secs(7620)), "2h07m");
+}
+
+#[test]
+fn json_shape() -> Result<(), serde_json::Error> {
+    let crash = report(
+        Some(ExitKind::Code(3)),
+        Duration::from_millis(1234),
+        "boom",
+        "initialize failed",
+    );
+    assert_eq!(
+        serde_json::to_value(&crash)?,
+        json!({
+            "phase": "initialize",
+            "exit": {"kind": "code", "code": 3},
+            "uptime_ms": 1234,
+            "stderr_tail": "boom",
+            "reason": "initialize failed",
+        })
+    );
+    let crash = CrashReport {
+        phase: Phase::Spawn,
+        ..report(None, Duration::ZERO, "", "")
+    };
+    assert_eq!(serde_json::to_value(&crash)?["exit"], json!(null));
+    assert_eq!(serde_json::to_value(&crash)?["phase"], json!("spawn"));
+    assert_eq!(
+        serde_json::to_value(ExitKind::signal(9))?,
+        json!({"kind": "signal", "signal": 9, "name": "SIGKILL"})
+    );
+    assert_eq!(
+        serde_json::to_value(ExitKind::signal(64))?,
+        json!({"kind": "signal", "signal": 64})
+    );
+    assert_eq!(
+        serde_json::to_value(ExitKind::Unknown)?,
+        json!({"kind": "unknown"})
+    );
+    assert_eq!(serde_json::to_value(Phase::Serving)?, json!("serving"));
+    Ok(())
+}
+
+#[cfg(unix)]
+#[test]
+fn exit_kind_from_a_real_status() -> std::io::Result<()> {
+    use std::process::Command;
+    let status = Command::new("sh").args(["-c", "exit 7"]).status()?;
+    assert_eq!(ExitKind::from(status), ExitKind::Code(7));
+    let status = Command::new("sh").args(["-c", "kill -9 $$"]).status()?;
+    assert_eq!(ExitKind::from(status), ExitKind::signal(9));
+    Ok(())
+}

@@ -1,0 +1,432 @@
+//! Server definitions and the config files that hold them.
+//!
+//! One loader reads the three shapes people already have on disk:
+//!
+//! | dialect | where | servers live in |
+//! |---|---|---|
+//! | [`Dialect::McpServers`] | Claude Desktop, Claude Code, Cursor (JSON) | `{"mcpServers": {NAME: {...}}}` |
+//! | [`Dialect::VsCode`] | VS Code `mcp.json` (JSON with comments) | `{"servers": {NAME: {...}}}` |
+//! | [`Dialect::Codex`] | Codex `config.toml` | `[mcp_servers.NAME]` |
+//!
+//! Each entry has `command`, `args`, `env` and `cwd`, and may carry
+//! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
+//! `init_timeout`, `auth_timeout`, `disabled` and `tools`
+//! (`{"allow": [...], "deny": [...]}`). Codex's `startup_timeout_sec`,
+//! `startup_timeout_ms`, `enabled`, `enabled_tools` and `disabled_tools` are
+//! understood too. Any other field is kept in [`ServerDef::extra`] and
+//! ignored. Timeouts are a number of seconds or a string such as `"30s"`,
+//! `"5m"` or `"1500ms"`. A relative `cwd` or `env_file` is resolved against
+//! the config file's directory. `${VAR}`-style placeholders are not expanded.
+//!
+//! Entries for other transports (`"type": "http"`, `"sse"`, or a `url` with
+//! no `command`) are kept as [`UnsupportedServer`]s, so that asking for one
+//! by name says why it cannot run instead of claiming it does not exist.
+//!
+//! Every [`ConfigError`] is one line that names the file, the entry when
+//! there is one, and for syntax errors the line and column.
+
+mod document;
+mod duration;
+mod entry;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+pub use duration::{DurationError, parse_duration};
+
+/// How to start one stdio MCP server, and what mcpvisor should do around it.
+#[derive(Clone, Default, PartialEq)]
+pub struct ServerDef {
+    /// The entry's key in the config file.
+    pub name: String,
+    /// The program to run, looked up on `PATH` if it has no slash.
+    pub command: String,
+    /// Arguments after the program.
+    pub args: Vec<String>,
+    /// Variables set on top of the inherited environment. Values may be
+    /// secrets: this type's `Debug` prints only the names.
+    pub env: BTreeMap<String, String>,
+    /// Working directory, already resolved against the config file's folder.
+    pub cwd: Option<PathBuf>,
+    /// A dotenv file re-read at every spawn; see [`crate::secrets`].
+    pub env_file: Option<PathBuf>,
+    /// Keys taken from `env_file`; empty means every key in it.
+    pub env_keys: Vec<String>,
+    /// Bound on the `initialize` handshake.
+    pub init_timeout: Option<Duration>,
+    /// Bound on the handshake once the server has asked the user to
+    /// authorize in a browser (see [`crate::auth`]).
+    pub auth_timeout: Option<Duration>,
+    /// Set by `"disabled": true` (or Codex's `enabled = false`). Loading
+    /// keeps disabled servers; whoever starts servers decides what it means.
+    pub disabled: bool,
+    /// Which tools the server may expose.
+    pub tools: ToolFilter,
+    /// Fields mcpvisor does not know, kept as they were.
+    pub extra: Map<String, Value>,
+}
+
+/// Which tools of a server are let through.
+///
+/// `deny` always wins. With `allow` set, only the tools it names pass; an
+/// empty `allow` list therefore lets nothing through. Names match exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    /// When set, the only tools that may pass.
+    pub allow: Option<Vec<String>>,
+    /// Tools that never pass.
+    pub deny: Vec<String>,
+}
+
+/// An entry for a transport mcpvisor cannot supervise (HTTP, SSE, ...).
+#[derive(Clone, PartialEq)]
+pub struct UnsupportedServer {
+    /// The entry's key in the config file.
+    pub name: String,
+    /// The transport it asks for, e.g. `"http"` or `"sse"`.
+    pub transport: String,
+    /// The entry as written. May hold credentials (headers): `Debug` prints
+    /// only the field names.
+    pub fields: Map<String, Value>,
+}
+
+/// The shape of config file a [`ConfigFile`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `{"mcpServers": {...}}`: Claude Desktop, Claude Code, Cursor.
+    McpServers,
+    /// `{"servers": {...}}`: VS Code.
+    VsCode,
+    /// `[mcp_servers.NAME]`: Codex.
+    Codex,
+}
+
+/// The syntax of a config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// JSON, with `//` and `/* */` comments and trailing commas allowed.
+    Json,
+    /// TOML.
+    Toml,
+}
+
+/// The servers of one config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigFile {
+    path: PathBuf,
+    dialect: Dialect,
+    servers: BTreeMap<String, ServerDef>,
+    unsupported: BTreeMap<String, UnsupportedServer>,
+}
+
+/// A config file could not be read, or says something we cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: cannot read: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        error: std::io::Error,
+    },
+    /// The text is not valid JSON or TOML.
+    #[error("{}:{line}:{column}: {message} ({format} syntax)", path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message, without position.
+        message: String,
+        /// Which syntax was expected.
+        format: Format,
+    },
+    /// The file parses but its layout is wrong (no servers table, ...).
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// One server entry is invalid.
+    #[error("{}: server {server:?}: {message}", path.display())]
+    Server {
+        /// The file.
+        path: PathBuf,
+        /// The entry's name.
+        server: String,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// [`ConfigFile::get`] was asked for a name the file does not define.
+    #[error("{}: no server named {name:?} ({})", path.display(), list_names(available))]
+    UnknownServer {
+        /// The file.
+        path: PathBuf,
+        /// The name asked for.
+        name: String,
+        /// Every name the file defines, sorted.
+        available: Vec<String>,
+    },
+    /// [`ConfigFile::get`] was asked for a server of another transport.
+    #[error(
+        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio servers only",
+        path.display()
+    )]
+    Unsupported {
+        /// The file.
+        path: PathBuf,
+        /// The entry's name.
+        name: String,
+        /// The transport it asks for.
+        transport: String,
+    },
+}
+
+/// Reads and validates the config file at `path`.
+pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_owned(),
+        error,
+    })?;
+    parse(&text, path)
+}
+
+/// Validates config `text` as if it had been read from `path`: the path
+/// names the file in errors, picks the syntax by its extension, and is the
+/// base for relative `cwd` and `env_file`.
+pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
+    let format = document::detect(path, text);
+    let root = document::parse(text, path, format)?;
+    let file_error = |message: String| ConfigError::File {
+        path: path.to_owned(),
+        message,
+    };
+    let Value::Object(root) = root else {
+        return Err(file_error(format!(
+            "the top level must be {}",
+            format.map_noun()
+        )));
+    };
+    let (dialect, key, table) = find_servers(&root, format).ok_or_else(|| {
+        file_error(match format {
+            Format::Json => "no \"mcpServers\" or \"servers\" object found".to_owned(),
+            Format::Toml => "no [mcp_servers] table found".to_owned(),
+        })
+    })?;
+    let Value::Object(table) = table else {
+        return Err(file_error(format!("{key:?} must be {}", format.map_noun())));
+    };
+
+    let base_dir = path.parent().unwrap_or(Path::new(""));
+    let mut servers = BTreeMap::new();
+    let mut unsupported = BTreeMap::new();
+    for (name, value) in table {
+        let parsed =
+            entry::parse(name, value, base_dir, format).map_err(|message| ConfigError::Server {
+                path: path.to_owned(),
+                server: name.clone(),
+                message,
+            })?;
+        match parsed {
+            entry::Entry::Stdio(def) => {
+                servers.insert(name.clone(), def);
+            }
+            entry::Entry::Unsupported(other) => {
+                unsupported.insert(name.clone(), other);
+            }
+        }
+    }
+    Ok(ConfigFile {
+        path: path.to_owned(),
+        dialect,
+        servers,
+        unsupported,
+    })
+}
+
+/// Finds the servers table: the dialect, the key it sits under, its value.
+fn find_servers(root: &Map<String, Value>, format: Format) -> Option<(Dialect, &str, &Value)> {
+    match format {
+        Format::Toml => root
+            .get("mcp_servers")
+            .map(|table| (Dialect::Codex, "mcp_servers", table)),
+        Format::Json => root
+            .get("mcpServers")
+            .map(|table| (Dialect::McpServers, "mcpServers", table))
+            .or_else(|| root.get("servers").map(|t| (Dialect::VsCode, "servers", t)))
+            // VS Code user settings nest the same table under "mcp".
+            .or_else(|| {
+                root.get("mcp")
+                    .and_then(|mcp| mcp.get("servers"))
+                    .map(|t| (Dialect::VsCode, "mcp.servers", t))
+            }),
+    }
+}
+
+fn list_names(names: &[String]) -> String {
+    if names.is_empty() {
+        "the file defines no servers".to_owned()
+    } else {
+        format!("available: {}", names.join(", "))
+    }
+}
+
+// === impl ConfigFile ===
+
+impl ConfigFile {
+    /// The file these servers came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shape of the file.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The stdio server called `name`, disabled or not.
+    pub fn get(&self, name: &str) -> Result<&ServerDef, ConfigError> {
+        if let Some(def) = self.servers.get(name) {
+            return Ok(def);
+        }
+        if let Some(other) = self.unsupported.get(name) {
+            return Err(ConfigError::Unsupported {
+                path: self.path.clone(),
+                name: name.to_owned(),
+                transport: other.transport.clone(),
+            });
+        }
+        let mut available: Vec<String> = self
+            .servers
+            .keys()
+            .chain(self.unsupported.keys())
+            .cloned()
+            .collect();
+        available.sort();
+        Err(ConfigError::UnknownServer {
+            path: self.path.clone(),
+            name: name.to_owned(),
+            available,
+        })
+    }
+
+    /// The stdio servers, sorted by name.
+    pub fn servers(&self) -> impl Iterator<Item = &ServerDef> {
+        self.servers.values()
+    }
+
+    /// Entries for transports mcpvisor cannot run, sorted by name.
+    pub fn unsupported(&self) -> impl Iterator<Item = &UnsupportedServer> {
+        self.unsupported.values()
+    }
+}
+
+// === impl ServerDef ===
+
+impl ServerDef {
+    /// A server that runs `command` with nothing else set, for callers that
+    /// build a definition from the command line rather than a file.
+    pub fn new(name: impl Into<String>, command: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            command: command.into(),
+            ..Self::default()
+        }
+    }
+}
+
+impl fmt::Debug for ServerDef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Inline `env` values are often tokens; print names only.
+        f.debug_struct("ServerDef")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &Redacted(self.env.keys()))
+            .field("cwd", &self.cwd)
+            .field("env_file", &self.env_file)
+            .field("env_keys", &self.env_keys)
+            .field("init_timeout", &self.init_timeout)
+            .field("auth_timeout", &self.auth_timeout)
+            .field("disabled", &self.disabled)
+            .field("tools", &self.tools)
+            .field("extra", &Redacted(self.extra.keys()))
+            .finish()
+    }
+}
+
+impl fmt::Debug for UnsupportedServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnsupportedServer")
+            .field("name", &self.name)
+            .field("transport", &self.transport)
+            .field("fields", &Redacted(self.fields.keys()))
+            .finish()
+    }
+}
+
+/// Debug-prints a map's keys with every value shown as `***`.
+struct Redacted<I>(I);
+
+impl<'a, I> fmt::Debug for Redacted<I>
+where
+    I: Iterator<Item = &'a String> + Clone,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.clone().map(|key| (key, format_args!("***"))))
+            .finish()
+    }
+}
+
+// === impl ToolFilter ===
+
+impl ToolFilter {
+    /// Whether the tool called `tool` may pass.
+    pub fn permits(&self, tool: &str) -> bool {
+        if self.deny.iter().any(|denied| denied == tool) {
+            return false;
+        }
+        match &self.allow {
+            Some(allowed) => allowed.iter().any(|allowed| allowed == tool),
+            None => true,
+        }
+    }
+
+    /// Whether every tool passes.
+    pub fn is_open(&self) -> bool {
+        self.allow.is_none() && self.deny.is_empty()
+    }
+}
+
+// === impl Format ===
+
+impl Format {
+    /// What a key-value map is called in this syntax, with its article.
+    fn map_noun(self) -> &'static str {
+        match self {
+            Format::Json => "an object",
+            Format::Toml => "a table",
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Format::Json => "JSON",
+            Format::Toml => "TOML",
+        })
+    }
+}

@@ -1,0 +1,269 @@
+//! Validating one server entry of the value tree into a [`ServerDef`].
+//!
+//! Errors are returned as a message that names the field; the caller adds
+//! the file and the entry. Messages never quote a value from the file, since
+//! `env` values and headers are often credentials.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::duration::{parse_duration, seconds};
+use super::{Format, ServerDef, ToolFilter, UnsupportedServer};
+
+/// What one entry turned out to be.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one short-lived value per entry while loading"
+)]
+pub(super) enum Entry {
+    Stdio(ServerDef),
+    Unsupported(UnsupportedServer),
+}
+
+/// Fields this module interprets; everything else goes to `extra`.
+const KNOWN: &[&str] = &[
+    "type",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "env_file",
+    "envFile",
+    "env_keys",
+    "init_timeout",
+    "auth_timeout",
+    "disabled",
+    "tools",
+    // Codex's names.
+    "startup_timeout_sec",
+    "startup_timeout_ms",
+    "enabled",
+    "enabled_tools",
+    "disabled_tools",
+];
+
+pub(super) fn parse(
+    name: &str,
+    value: &Value,
+    base_dir: &Path,
+    format: Format,
+) -> Result<Entry, String> {
+    let Value::Object(map) = value else {
+        return Err(format!("the entry must be {}", format.map_noun()));
+    };
+    let fields = Fields { map, format };
+
+    let kind = fields.string("type")?;
+    let remote = kind.is_none() && !map.contains_key("command") && map.contains_key("url");
+    if let Some(transport) = kind
+        .filter(|kind| *kind != "stdio")
+        .or(remote.then_some("http"))
+    {
+        return Ok(Entry::Unsupported(UnsupportedServer {
+            name: name.to_owned(),
+            transport: transport.to_owned(),
+            fields: map.clone(),
+        }));
+    }
+
+    let command = fields
+        .string("command")?
+        .ok_or_else(|| "\"command\" is missing".to_owned())?;
+    if command.trim().is_empty() {
+        return Err("\"command\" must not be empty".to_owned());
+    }
+
+    let env_file = match (
+        fields.path("env_file", base_dir)?,
+        fields.path("envFile", base_dir)?,
+    ) {
+        (Some(_), Some(_)) => return Err("both \"env_file\" and \"envFile\" are set".to_owned()),
+        (one, other) => one.or(other),
+    };
+    let env_keys = fields.string_list("env_keys")?.unwrap_or_default();
+    if !env_keys.is_empty() && env_file.is_none() {
+        return Err("\"env_keys\" needs \"env_file\" to say where the keys are".to_owned());
+    }
+
+    let init_timeout = match fields.duration("init_timeout")? {
+        Some(timeout) => Some(timeout),
+        None => match fields.millis("startup_timeout_ms")? {
+            Some(timeout) => Some(timeout),
+            None => fields.duration("startup_timeout_sec")?,
+        },
+    };
+
+    let disabled =
+        fields.bool("disabled")?.unwrap_or(false) || fields.bool("enabled")? == Some(false);
+
+    Ok(Entry::Stdio(ServerDef {
+        name: name.to_owned(),
+        command: command.to_owned(),
+        args: fields.string_list("args")?.unwrap_or_default(),
+        env: fields.string_map("env")?.unwrap_or_default(),
+        cwd: fields.path("cwd", base_dir)?,
+        env_file,
+        env_keys,
+        init_timeout,
+        auth_timeout: fields.duration("auth_timeout")?,
+        disabled,
+        tools: fields.tools()?,
+        extra: map
+            .iter()
+            .filter(|(key, _)| !KNOWN.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+    }))
+}
+
+/// Typed access to an entry's fields, with errors that name the field.
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+    format: Format,
+}
+
+impl<'a> Fields<'a> {
+    fn string(&self, key: &str) -> Result<Option<&'a str>, String> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(format!("{key:?} must be a string")),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>, String> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(format!("{key:?} must be true or false")),
+        }
+    }
+
+    fn string_list(&self, key: &str) -> Result<Option<Vec<String>>, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(None);
+        };
+        let Value::Array(items) = value else {
+            return Err(format!("{key:?} must be a list of strings"));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(format!("\"{key}[{i}]\" must be a string")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    fn string_map(&self, key: &str) -> Result<Option<BTreeMap<String, String>>, String> {
+        let Some(value) = self.map.get(key) else {
+            return Ok(None);
+        };
+        let Value::Object(entries) = value else {
+            return Err(format!("{key:?} must be {}", self.format.map_noun()));
+        };
+        entries
+            .iter()
+            .map(|(name, value)| match value {
+                Value::String(s) => Ok((name.clone(), s.clone())),
+                _ => Err(format!("\"{key}.{name}\" must be a string")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    fn path(&self, key: &str, base_dir: &Path) -> Result<Option<PathBuf>, String> {
+        match self.string(key)? {
+            None => Ok(None),
+            Some("") => Err(format!("{key:?} must not be empty")),
+            Some(path) => Ok(Some(base_dir.join(path))),
+        }
+    }
+
+    /// A number of seconds or a string such as `"30s"`; never zero.
+    fn duration(&self, key: &str) -> Result<Option<Duration>, String> {
+        let duration = match self.map.get(key) {
+            None => return Ok(None),
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .and_then(seconds)
+                .ok_or_else(|| format!("{key:?} must be a positive number of seconds"))?,
+            Some(Value::String(s)) => parse_duration(s).map_err(|err| format!("{key:?}: {err}"))?,
+            Some(_) => {
+                return Err(format!(
+                    "{key:?} must be a number of seconds or a string like \"30s\""
+                ));
+            }
+        };
+        non_zero(key, duration)
+    }
+
+    /// A whole number of milliseconds (Codex's `startup_timeout_ms`).
+    fn millis(&self, key: &str) -> Result<Option<Duration>, String> {
+        match self.map.get(key) {
+            None => Ok(None),
+            Some(value) => {
+                let millis = value
+                    .as_u64()
+                    .ok_or_else(|| format!("{key:?} must be a whole number of milliseconds"))?;
+                non_zero(key, Duration::from_millis(millis))
+            }
+        }
+    }
+
+    /// `tools = {allow, deny}`, else Codex's `enabled_tools`/`disabled_tools`.
+    fn tools(&self) -> Result<ToolFilter, String> {
+        let mut filter = match self.map.get("tools") {
+            None => ToolFilter::default(),
+            Some(Value::Object(tools)) => {
+                if let Some(unknown) = tools.keys().find(|k| *k != "allow" && *k != "deny") {
+                    return Err(format!(
+                        "\"tools\" has unknown key {unknown:?} (expected \"allow\" or \"deny\")"
+                    ));
+                }
+                let tools = Fields {
+                    map: tools,
+                    format: self.format,
+                };
+                ToolFilter {
+                    allow: tools.string_list("allow").map_err(in_tools)?,
+                    deny: tools
+                        .string_list("deny")
+                        .map_err(in_tools)?
+                        .unwrap_or_default(),
+                }
+            }
+            Some(_) => {
+                return Err(format!(
+                    "\"tools\" must be {} with \"allow\" and/or \"deny\" lists",
+                    self.format.map_noun()
+                ));
+            }
+        };
+        if filter.allow.is_none() {
+            filter.allow = self.string_list("enabled_tools")?;
+        }
+        filter
+            .deny
+            .extend(self.string_list("disabled_tools")?.unwrap_or_default());
+        Ok(filter)
+    }
+}
+
+fn non_zero(key: &str, duration: Duration) -> Result<Option<Duration>, String> {
+    if duration.is_zero() {
+        Err(format!("{key:?} must be greater than zero"))
+    } else {
+        Ok(Some(duration))
+    }
+}
+
+/// Re-words a nested field error: `"allow" ...` becomes `"tools.allow" ...`.
+fn in_tools(message: String) -> String {
+    format!("\"tools.{}", message.trim_start_matches('"'))
+}

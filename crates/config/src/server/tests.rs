@@ -1,0 +1,501 @@
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+fn parse_at(path: &str, text: &str) -> Result<ConfigFile, ConfigError> {
+    parse(text, Path::new(path))
+}
+
+/// The one-line message for a file that must not load.
+fn error(path: &str, text: &str) -> String {
+    match parse_at(path, text) {
+        Ok(file) => panic!("expected an error, loaded {file:?}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+#[test]
+fn claude_desktop_file() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "/home/u/.config/Claude/claude_desktop_config.json",
+        r#"{
+          "mcpServers": {
+            "github": {
+              "command": "npx",
+              "args": ["-y", "@modelcontextprotocol/server-github"],
+              "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_secretvalue"},
+              "init_timeout": "45s",
+              "auth_timeout": 600,
+              "tools": {"allow": ["search_repositories", "get_issue"], "deny": ["get_issue"]},
+              "autoApprove": ["search_repositories"]
+            },
+            "files": {
+              "command": "uvx",
+              "args": ["mcp-server-filesystem", "."],
+              "cwd": "projects/site",
+              "env_file": "../secrets.env",
+              "env_keys": ["API_KEY"],
+              "disabled": true
+            }
+          },
+          "globalShortcut": "Ctrl+Space"
+        }"#,
+    )?;
+    assert_eq!(file.dialect(), Dialect::McpServers);
+    let names: Vec<&str> = file.servers().map(|def| def.name.as_str()).collect();
+    assert_eq!(names, ["files", "github"]);
+
+    let github = file.get("github")?;
+    assert_eq!(github.command, "npx");
+    assert_eq!(github.args, ["-y", "@modelcontextprotocol/server-github"]);
+    assert_eq!(
+        github
+            .env
+            .get("GITHUB_PERSONAL_ACCESS_TOKEN")
+            .map(String::as_str),
+        Some("ghp_secretvalue")
+    );
+    assert_eq!(github.init_timeout, Some(Duration::from_secs(45)));
+    assert_eq!(github.auth_timeout, Some(Duration::from_secs(600)));
+    assert!(github.tools.permits("search_repositories"));
+    assert!(!github.tools.permits("get_issue"), "deny wins over allow");
+    assert!(!github.tools.permits("create_issue"), "not in allow");
+    assert_eq!(
+        github.extra.get("autoApprove"),
+        Some(&serde_json::json!(["search_repositories"]))
+    );
+    assert!(!github.disabled);
+    assert_eq!(github.cwd, None);
+
+    let files = file.get("files")?;
+    assert!(files.disabled);
+    assert_eq!(
+        files.cwd.as_deref(),
+        Some(Path::new("/home/u/.config/Claude/projects/site"))
+    );
+    assert_eq!(
+        files.env_file.as_deref(),
+        Some(Path::new("/home/u/.config/Claude/../secrets.env"))
+    );
+    assert_eq!(files.env_keys, ["API_KEY"]);
+    assert!(files.tools.is_open());
+    Ok(())
+}
+
+#[test]
+fn debug_output_hides_env_values() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"a": {"command": "x", "env": {"TOKEN": "hunter2"}, "headers": "hunter3"},
+            "r": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer hunter4"}}}}"#,
+    )?;
+    let debug = format!("{file:?}");
+    assert!(debug.contains("TOKEN"), "{debug}");
+    for value in ["hunter2", "hunter3", "hunter4"] {
+        assert!(!debug.contains(value), "{debug}");
+    }
+    Ok(())
+}
+
+#[test]
+fn vscode_file_with_comments_and_remote_entries() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "/srv/proj/.vscode/mcp.json",
+        r#"{
+          // Servers for this workspace.
+          "inputs": [],
+          "servers": {
+            "memory": {
+              "type": "stdio",
+              "command": "npx",
+              "args": ["-y", "@modelcontextprotocol/server-memory",],
+              "envFile": "${workspaceFolder}/.env", /* kept literally */
+            },
+            "remote": {"type": "http", "url": "https://api.example.com/mcp"},
+            "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+          },
+        }"#,
+    )?;
+    assert_eq!(file.dialect(), Dialect::VsCode);
+    let memory = file.get("memory")?;
+    assert_eq!(memory.args, ["-y", "@modelcontextprotocol/server-memory"]);
+    assert_eq!(
+        memory.env_file.as_deref(),
+        Some(Path::new("/srv/proj/.vscode/${workspaceFolder}/.env"))
+    );
+    let unsupported: Vec<(&str, &str)> = file
+        .unsupported()
+        .map(|s| (s.name.as_str(), s.transport.as_str()))
+        .collect();
+    assert_eq!(unsupported, [("legacy", "sse"), ("remote", "http")]);
+    assert_eq!(
+        file.get("remote").map(drop).map_err(|e| e.to_string()),
+        Err(
+            "/srv/proj/.vscode/mcp.json: server \"remote\" uses the \"http\" transport; \
+             mcpvisor runs stdio servers only"
+                .to_owned()
+        )
+    );
+    Ok(())
+}
+
+#[test]
+fn vscode_user_settings_nest_servers_under_mcp() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "settings.json",
+        r#"{"editor.fontSize": 14, "mcp": {"servers": {"t": {"command": "t"}}}}"#,
+    )?;
+    assert_eq!(file.dialect(), Dialect::VsCode);
+    assert_eq!(file.get("t")?.command, "t");
+    Ok(())
+}
+
+#[test]
+fn cursor_url_entry_is_unsupported_not_an_error() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "mcp.json",
+        r#"{"mcpServers": {"linear": {"url": "https://mcp.linear.app/sse"}}}"#,
+    )?;
+    assert_eq!(file.servers().count(), 0);
+    assert_eq!(
+        file.unsupported()
+            .map(|s| s.transport.as_str())
+            .collect::<Vec<_>>(),
+        ["http"]
+    );
+    Ok(())
+}
+
+#[test]
+fn codex_toml_file() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "/home/u/.codex/config.toml",
+        r#"
+model = "o3"
+
+[mcp_servers.docs]
+command = "docs-server"
+args = ["--port", "4000"]
+cwd = "/srv/docs"
+startup_timeout_sec = 20.5
+tool_timeout_sec = 60
+disabled_tools = ["delete_page"]
+
+[mcp_servers.docs.env]
+API_KEY = "abc"
+
+[mcp_servers.off]
+command = "off"
+enabled = false
+startup_timeout_ms = 1500
+enabled_tools = ["one"]
+
+[mcp_servers.ours]
+command = "ours"
+init_timeout = "2m"
+startup_timeout_sec = 5
+"#,
+    )?;
+    assert_eq!(file.dialect(), Dialect::Codex);
+    let docs = file.get("docs")?;
+    assert_eq!(docs.args, ["--port", "4000"]);
+    assert_eq!(docs.cwd.as_deref(), Some(Path::new("/srv/docs")));
+    assert_eq!(docs.env.get("API_KEY").map(String::as_str), Some("abc"));
+    assert_eq!(docs.init_timeout, Some(Duration::from_millis(20_500)));
+    assert_eq!(
+        docs.extra.get("tool_timeout_sec"),
+        Some(&serde_json::json!(60))
+    );
+    assert!(!docs.tools.permits("delete_page"));
+    assert!(docs.tools.permits("read_page"));
+    assert!(!docs.disabled);
+
+    let off = file.get("off")?;
+    assert!(off.disabled);
+    assert_eq!(off.init_timeout, Some(Duration::from_millis(1500)));
+    assert_eq!(off.tools.allow.as_deref(), Some(&["one".to_owned()][..]));
+
+    // Our own field wins over Codex's.
+    assert_eq!(
+        file.get("ours")?.init_timeout,
+        Some(Duration::from_secs(120))
+    );
+    Ok(())
+}
+
+#[test]
+fn relative_config_path_resolves_against_its_folder() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "config.json",
+        r#"{"mcpServers": {"a": {"command": "a", "cwd": "sub"}}}"#,
+    )?;
+    assert_eq!(file.get("a")?.cwd, Some(PathBuf::from("sub")));
+    let file = parse_at(
+        "conf/x.json",
+        r#"{"mcpServers": {"a": {"command": "a", "cwd": "sub"}}}"#,
+    )?;
+    assert_eq!(file.get("a")?.cwd, Some(PathBuf::from("conf/sub")));
+    Ok(())
+}
+
+#[test]
+fn format_is_sniffed_without_an_extension() -> Result<(), ConfigError> {
+    let json = parse_at("mcp", r#"{"mcpServers": {"a": {"command": "a"}}}"#)?;
+    assert_eq!(json.dialect(), Dialect::McpServers);
+    let toml = parse_at("mcp", "[mcp_servers.a]\ncommand = \"a\"\n")?;
+    assert_eq!(toml.dialect(), Dialect::Codex);
+    Ok(())
+}
+
+#[test]
+fn syntax_errors_give_line_and_column() {
+    assert_eq!(
+        error(
+            "config.json",
+            "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\"}\n    \"b\": {}\n  }\n}"
+        ),
+        "config.json:4:5: expected `,` or `}` (JSON syntax)"
+    );
+    assert_eq!(
+        error("config.json", "{\"mcpServers\": {\n"),
+        "config.json:2:1: EOF while parsing an object (JSON syntax)"
+    );
+    assert_eq!(
+        error("config.toml", "[mcp_servers.a]\ncommand = \"x\nargs = []\n"),
+        "config.toml:2:13: invalid basic string, expected `\"` (TOML syntax)"
+    );
+    assert_eq!(
+        error(
+            "config.toml",
+            "[mcp_servers.a]\ncommand = \"x\"\ncommand = \"y\"\n"
+        ),
+        "config.toml:3:1: duplicate key (TOML syntax)"
+    );
+}
+
+#[test]
+fn layout_errors() {
+    assert_eq!(
+        error("config.json", r#"{"servers_typo": {}}"#),
+        "config.json: no \"mcpServers\" or \"servers\" object found"
+    );
+    assert_eq!(
+        error("config.toml", "[servers.a]\ncommand = \"a\"\n"),
+        "config.toml: no [mcp_servers] table found"
+    );
+    assert_eq!(
+        error("config.json", "[1, 2]"),
+        "config.json: the top level must be an object"
+    );
+    assert_eq!(
+        error("config.json", r#"{"mcpServers": []}"#),
+        "config.json: \"mcpServers\" must be an object"
+    );
+    assert_eq!(
+        error("config.toml", "mcp_servers = 3\n"),
+        "config.toml: \"mcp_servers\" must be a table"
+    );
+}
+
+#[test]
+fn entry_errors_name_the_server_and_field() {
+    let cases = [
+        (r#"{"a": 1}"#, "server \"a\": the entry must be an object"),
+        (
+            r#"{"github": {"args": []}}"#,
+            "server \"github\": \"command\" is missing",
+        ),
+        (
+            r#"{"github": {"command": 7}}"#,
+            "server \"github\": \"command\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": " "}}"#,
+            "server \"a\": \"command\" must not be empty",
+        ),
+        (
+            r#"{"a": {"command": "x", "args": "-y"}}"#,
+            "server \"a\": \"args\" must be a list of strings",
+        ),
+        (
+            r#"{"a": {"command": "x", "args": ["-y", 3]}}"#,
+            "server \"a\": \"args[1]\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "env": ["A=1"]}}"#,
+            "server \"a\": \"env\" must be an object",
+        ),
+        (
+            r#"{"a": {"command": "x", "env": {"PORT": 80}}}"#,
+            "server \"a\": \"env.PORT\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "cwd": false}}"#,
+            "server \"a\": \"cwd\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "cwd": ""}}"#,
+            "server \"a\": \"cwd\" must not be empty",
+        ),
+        (
+            r#"{"a": {"command": "x", "disabled": "yes"}}"#,
+            "server \"a\": \"disabled\" must be true or false",
+        ),
+        (
+            r#"{"a": {"command": "x", "type": 1}}"#,
+            "server \"a\": \"type\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "init_timeout": "30"}}"#,
+            "server \"a\": \"init_timeout\": expected a duration like \"30s\", \"5m\" or \"1500ms\"",
+        ),
+        (
+            r#"{"a": {"command": "x", "init_timeout": "3d"}}"#,
+            "server \"a\": \"init_timeout\": unknown unit \"d\" (use ms, s, m or h)",
+        ),
+        (
+            r#"{"a": {"command": "x", "auth_timeout": 0}}"#,
+            "server \"a\": \"auth_timeout\" must be greater than zero",
+        ),
+        (
+            r#"{"a": {"command": "x", "auth_timeout": -1}}"#,
+            "server \"a\": \"auth_timeout\" must be a positive number of seconds",
+        ),
+        (
+            r#"{"a": {"command": "x", "init_timeout": [30]}}"#,
+            "server \"a\": \"init_timeout\" must be a number of seconds or a string like \"30s\"",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": ["x"]}}"#,
+            "server \"a\": \"tools\" must be an object with \"allow\" and/or \"deny\" lists",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"alow": ["x"]}}}"#,
+            "server \"a\": \"tools\" has unknown key \"alow\" (expected \"allow\" or \"deny\")",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"deny": "x"}}}"#,
+            "server \"a\": \"tools.deny\" must be a list of strings",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"allow": [1]}}}"#,
+            "server \"a\": \"tools.allow[0]\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "env_keys": ["K"]}}"#,
+            "server \"a\": \"env_keys\" needs \"env_file\" to say where the keys are",
+        ),
+        (
+            r#"{"a": {"command": "x", "env_file": "a", "envFile": "b"}}"#,
+            "server \"a\": both \"env_file\" and \"envFile\" are set",
+        ),
+    ];
+    for (servers, expected) in cases {
+        let text = format!("{{\"mcpServers\": {servers}}}");
+        assert_eq!(
+            error("config.json", &text),
+            format!("config.json: {expected}")
+        );
+    }
+}
+
+#[test]
+fn codex_entry_errors() {
+    assert_eq!(
+        error(
+            "c.toml",
+            "[mcp_servers.a]\ncommand = \"x\"\nenv = [\"A\"]\n"
+        ),
+        "c.toml: server \"a\": \"env\" must be a table"
+    );
+    assert_eq!(
+        error(
+            "c.toml",
+            "[mcp_servers.a]\ncommand = \"x\"\nstartup_timeout_ms = 1.5\n"
+        ),
+        "c.toml: server \"a\": \"startup_timeout_ms\" must be a whole number of milliseconds"
+    );
+    assert_eq!(
+        error("c.toml", "[mcp_servers.a]\ncommand = \"x\"\nenabled = 0\n"),
+        "c.toml: server \"a\": \"enabled\" must be true or false"
+    );
+}
+
+#[test]
+fn errors_never_quote_env_values() {
+    let message = error(
+        "c.json",
+        r#"{"mcpServers": {"a": {"command": "x", "env": {"TOKEN": "sk-live-123", "N": 5}}}}"#,
+    );
+    assert!(!message.contains("sk-live-123"), "{message}");
+}
+
+#[test]
+fn unknown_server_lists_the_names() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "config.json",
+        r#"{"mcpServers": {"github": {"command": "g"}, "files": {"command": "f"}, "web": {"type": "sse", "url": "u"}}}"#,
+    )?;
+    let err = file.get("gh").map(drop).map_err(|e| e.to_string());
+    assert_eq!(
+        err,
+        Err("config.json: no server named \"gh\" (available: files, github, web)".to_owned())
+    );
+    let empty = parse_at("config.json", r#"{"mcpServers": {}}"#)?;
+    assert_eq!(
+        empty.get("x").map(drop).map_err(|e| e.to_string()),
+        Err("config.json: no server named \"x\" (the file defines no servers)".to_owned())
+    );
+    Ok(())
+}
+
+#[test]
+fn load_reads_the_file_and_names_it_on_failure() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = std::env::temp_dir().join(format!("mcpvisor-config-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("servers.toml");
+    std::fs::write(&path, "[mcp_servers.a]\ncommand = \"a\"\ncwd = \"w\"\n")?;
+    let file = load(&path)?;
+    assert_eq!(file.path(), path);
+    assert_eq!(file.get("a")?.cwd, Some(dir.join("w")));
+
+    let missing = dir.join("missing.json");
+    let err = load(&missing).map(drop).map_err(|e| e.to_string());
+    assert_eq!(
+        err,
+        Err(format!(
+            "{}: cannot read: No such file or directory (os error 2)",
+            missing.display()
+        ))
+    );
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+#[test]
+fn tool_filter_rules() {
+    let open = ToolFilter::default();
+    assert!(open.permits("anything"));
+    assert!(open.is_open());
+    let none = ToolFilter {
+        allow: Some(vec![]),
+        deny: vec![],
+    };
+    assert!(!none.permits("anything"));
+    let deny = ToolFilter {
+        allow: None,
+        deny: vec!["rm".into()],
+    };
+    assert!(!deny.permits("rm"));
+    assert!(deny.permits("ls"));
+}
+
+#[test]
+fn server_def_new_has_defaults() {
+    let def = ServerDef::new("adhoc", "npx");
+    assert_eq!(def.name, "adhoc");
+    assert_eq!(def.command, "npx");
+    assert!(def.args.is_empty() && def.env.is_empty() && !def.disabled);
+    assert!(def.tools.is_open());
+}

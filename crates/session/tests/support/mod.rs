@@ -1,0 +1,351 @@
+//! In-process workers and a client harness for session tests.
+//!
+//! The workers live inside the test on in-memory pipes, so tests can run on
+//! paused time: tokio advances the clock whenever every task is idle, and a
+//! 10-second timeout costs nothing.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the support module"
+)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use mcpvisor_process::{Exit, ExitStatus};
+use mcpvisor_session::{Config, Control, Outcome, Session, SpawnFailure, Spawner, WorkerIo};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// How an in-process worker behaves.
+#[derive(Debug, Clone, Default)]
+pub struct Behaviour {
+    /// Reject requests before `notifications/initialized` (like the Python SDK).
+    pub strict: bool,
+    /// Acknowledge cancels with `notifications/mcpvisor/requestFinished`.
+    pub ack_cancels: bool,
+    /// Spawning fails with this message.
+    pub spawn_error: Option<String>,
+    /// Never answer `initialize`.
+    pub hang_on_initialize: bool,
+}
+
+/// What every worker received, as (generation, message) pairs.
+pub type Log = Arc<Mutex<Vec<(u64, Value)>>>;
+
+/// Spawns in-process workers.
+#[derive(Clone)]
+pub struct TestSpawner {
+    pub behaviour: Arc<Mutex<Behaviour>>,
+    pub log: Log,
+    pub spawned: Arc<Mutex<Vec<u64>>>,
+}
+
+impl TestSpawner {
+    pub fn new(behaviour: Behaviour) -> Self {
+        Self {
+            behaviour: Arc::new(Mutex::new(behaviour)),
+            log: Log::default(),
+            spawned: Arc::default(),
+        }
+    }
+
+    pub fn received(&self) -> Vec<(u64, Value)> {
+        self.log.lock().expect("log").clone()
+    }
+
+    pub fn generations(&self) -> Vec<u64> {
+        self.spawned.lock().expect("spawned").clone()
+    }
+}
+
+impl Spawner for TestSpawner {
+    fn spawn(&mut self, generation: u64) -> Result<WorkerIo, SpawnFailure> {
+        let behaviour = self.behaviour.lock().expect("behaviour").clone();
+        if let Some(e) = behaviour.spawn_error {
+            return Err(SpawnFailure(e));
+        }
+        self.spawned.lock().expect("spawned").push(generation);
+        let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
+        let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
+        let (exit_tx, exit_rx) = oneshot::channel::<Exit>();
+        let log = Arc::clone(&self.log);
+        let task = tokio::spawn(worker(
+            generation,
+            behaviour,
+            stdin_theirs,
+            stdout_theirs,
+            log,
+        ));
+        let abort = task.abort_handle();
+        tokio::spawn(async move {
+            let status = match task.await {
+                Ok(code) => Some(ExitStatus::Code(code)),
+                Err(_) => Some(ExitStatus::Signal(15)),
+            };
+            let _ = exit_tx.send(Exit {
+                status,
+                uptime: Duration::ZERO,
+                requested: false,
+            });
+        });
+        Ok(WorkerIo {
+            stdin: Box::pin(stdin_ours),
+            stdout: Box::pin(stdout_ours),
+            pid: None,
+            stop: Box::new(move || abort.abort()),
+            exited: exit_rx
+                .map(|r| {
+                    r.unwrap_or(Exit {
+                        status: None,
+                        uptime: Duration::ZERO,
+                        requested: true,
+                    })
+                })
+                .boxed(),
+        })
+    }
+}
+
+/// The worker: returns its exit code.
+async fn worker(
+    generation: u64,
+    b: Behaviour,
+    stdin: DuplexStream,
+    stdout: DuplexStream,
+    log: Log,
+) -> i32 {
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = stdout;
+        while let Some(line) = out_rx.recv().await {
+            if stdout
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut lines = BufReader::new(stdin).lines();
+    let mut initialized = false;
+    let mut running: std::collections::HashMap<String, JoinHandle<()>> = Default::default();
+    let mut asks: std::collections::HashMap<String, oneshot::Sender<Value>> = Default::default();
+    let mut next_ask = 0u64;
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).expect("supervisor sent valid JSON");
+        log.lock().expect("log").push((generation, msg.clone()));
+        let id = msg.get("id").cloned();
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if method.is_empty() {
+            // A response to one of our asks.
+            if let Some(tx) = id.and_then(|i| asks.remove(&i.to_string())) {
+                let _ = tx.send(msg);
+            }
+            continue;
+        }
+        let Some(id) = id else {
+            match method.as_str() {
+                "notifications/initialized" => initialized = true,
+                "notifications/cancelled" => {
+                    let target = msg["params"]["requestId"].to_string();
+                    if b.ack_cancels {
+                        if let Some(task) = running.remove(&target) {
+                            task.abort();
+                        }
+                        let ack = json!({"jsonrpc":"2.0","method":"notifications/mcpvisor/requestFinished","params":{"requestId": msg["params"]["requestId"]}});
+                        let _ = out_tx.send(ack.to_string());
+                    }
+                }
+                _ => {}
+            }
+            continue;
+        };
+        let reply = |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
+        if method == "initialize" {
+            if b.hang_on_initialize {
+                continue;
+            }
+            let _ = out_tx.send(reply(json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"test","version":"0"},"generation":generation})));
+            continue;
+        }
+        if b.strict && !initialized {
+            let err = json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"Invalid request parameters"}});
+            let _ = out_tx.send(err.to_string());
+            continue;
+        }
+        let args = msg["params"]["arguments"].clone();
+        let name = msg["params"]["name"].as_str().unwrap_or("").to_owned();
+        let token = msg["params"]["_meta"]["progressToken"].clone();
+        match (method.as_str(), name.as_str()) {
+            ("tools/call", "crash") => {
+                drop(writer);
+                return 3;
+            }
+            ("tools/call", "garbage") => {
+                let _ = out_tx.send("this is not json".into());
+                let _ = out_tx.send(reply(json!({"generation": generation})));
+            }
+            ("tools/call", "hang") => {}
+            ("tools/call", "sleep") => {
+                let ms = args["ms"].as_u64().unwrap_or(100);
+                let progress_every = args["progress_ms"].as_u64();
+                let out = out_tx.clone();
+                let answer = reply(json!({"slept": ms, "generation": generation}));
+                let task = tokio::spawn(async move {
+                    let mut left = ms;
+                    let mut k = 0;
+                    while left > 0 {
+                        let step = progress_every.unwrap_or(left).min(left);
+                        tokio::time::sleep(Duration::from_millis(step)).await;
+                        left -= step;
+                        if progress_every.is_some() && !token.is_null() {
+                            k += 1;
+                            let p = json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":token,"progress":k}});
+                            let _ = out.send(p.to_string());
+                        }
+                    }
+                    let _ = out.send(answer);
+                });
+                running.insert(id.to_string(), task);
+            }
+            ("tools/call", "ask") => {
+                let ask_id = next_ask;
+                next_ask += 1;
+                let (tx, rx) = oneshot::channel();
+                asks.insert(ask_id.to_string(), tx);
+                let req = json!({"jsonrpc":"2.0","id":ask_id,"method":args["method"],"params":{}});
+                let _ = out_tx.send(req.to_string());
+                let out = out_tx.clone();
+                let id2 = id.clone();
+                tokio::spawn(async move {
+                    if let Ok(answer) = rx.await {
+                        let r = json!({"jsonrpc":"2.0","id":id2,"result":{"answer": answer}});
+                        let _ = out.send(r.to_string());
+                    }
+                });
+            }
+            _ => {
+                let _ = out_tx.send(reply(json!({"echo": args, "generation": generation})));
+            }
+        }
+    }
+    0
+}
+
+/// The client side of a session under test.
+pub struct Client {
+    pub tx: DuplexStream,
+    pub rx: tokio::io::Lines<BufReader<DuplexStream>>,
+    pub control: mpsc::Sender<Control>,
+    pub session: JoinHandle<Outcome>,
+}
+
+impl Client {
+    pub fn start(cfg: Config, spawner: TestSpawner) -> Self {
+        let (client_in_ours, client_in_theirs) = tokio::io::duplex(1 << 20);
+        let (client_out_theirs, client_out_ours) = tokio::io::duplex(1 << 20);
+        let (control, control_rx) = mpsc::channel(4);
+        let session = tokio::spawn(Session::run(
+            cfg,
+            spawner,
+            client_in_theirs,
+            client_out_theirs,
+            control_rx,
+        ));
+        Self {
+            tx: client_in_ours,
+            rx: BufReader::new(client_out_ours).lines(),
+            control,
+            session,
+        }
+    }
+
+    pub async fn send(&mut self, msg: Value) {
+        self.send_raw(&msg.to_string()).await;
+    }
+
+    pub async fn send_raw(&mut self, line: &str) {
+        self.tx
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .expect("session stdin open");
+    }
+
+    /// The next message the session writes, within `limit` (paused time).
+    pub async fn recv_within(&mut self, limit: Duration) -> Option<Value> {
+        match tokio::time::timeout(limit, self.rx.next_line()).await {
+            Ok(Ok(Some(line))) => {
+                Some(serde_json::from_str(&line).expect("session wrote valid JSON"))
+            }
+            _ => None,
+        }
+    }
+
+    pub async fn recv(&mut self) -> Value {
+        self.recv_within(Duration::from_secs(600))
+            .await
+            .expect("a message from the session")
+    }
+
+    pub async fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
+            .await;
+        self.recv().await
+    }
+
+    pub async fn initialize(&mut self) -> Value {
+        let r = self
+            .request(json!(0), "initialize", json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}))
+            .await;
+        self.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+            .await;
+        r
+    }
+
+    pub async fn call(&mut self, id: Value, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+            .await
+    }
+
+    pub fn send_call(
+        &mut self,
+        id: Value,
+        tool: &str,
+        args: Value,
+    ) -> impl Future<Output = ()> + '_ {
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
+    }
+
+    /// Closes the session's stdin and returns how it ended.
+    pub async fn close(self) -> Outcome {
+        drop(self.tx);
+        tokio::time::timeout(Duration::from_secs(600), self.session)
+            .await
+            .expect("session ends")
+            .expect("session task")
+    }
+}
+
+/// Settings for tests: the defaults, with short grace periods.
+pub fn config() -> Config {
+    Config {
+        cancel_grace: Duration::from_secs(2),
+        request_timeout: Duration::from_secs(30),
+        init_timeout: Duration::from_secs(5),
+        ..Config::default()
+    }
+}
+
+pub fn bytes(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
