@@ -8,6 +8,7 @@
 mod cli;
 mod demo;
 mod run;
+mod stdio;
 
 use std::process::ExitCode;
 

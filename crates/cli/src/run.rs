@@ -37,8 +37,8 @@ pub fn main(args: RunArgs) -> ExitCode {
         let outcome = Session::run(
             resolved.config,
             spawner,
-            tokio::io::stdin(),
-            tokio::io::stdout(),
+            crate::stdio::client_stdin(),
+            crate::stdio::client_stdout(),
             control_rx,
         )
         .await;
