@@ -29,6 +29,18 @@ pub enum CancelAckPolicy {
     Release,
 }
 
+/// When a worker that ended on its own is started again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// At once, then with growing pauses while it keeps crashing.
+    #[default]
+    Always,
+    /// When the next request arrives.
+    OnDemand,
+    /// Not at all: requests are refused until a reload (file change, SIGHUP).
+    Never,
+}
+
 /// Everything a session needs to know.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -52,6 +64,19 @@ pub struct Config {
     /// After the client closes stdin, how long requests still in flight may
     /// take before mcpvisor stops.
     pub shutdown_drain: Duration,
+    pub restart: RestartPolicy,
+    /// The longest pause between restarts of a crashing worker.
+    pub restart_backoff_max: Duration,
+    /// An exit within this long of the start counts towards a crash loop.
+    pub crash_loop_window: Duration,
+    /// This many such exits in a row put the session in the failed state.
+    pub crash_loop_exits: u32,
+    /// How long the failed state lasts without a reload.
+    pub failed_cooldown: Duration,
+    /// How long a reload waits for requests in flight on the old worker.
+    pub reload_drain_timeout: Duration,
+    /// Put the worker's last stderr lines in `error.data` (may hold secrets).
+    pub stderr_in_errors: bool,
 }
 
 impl Default for Config {
@@ -69,6 +94,13 @@ impl Default for Config {
             on_garbage: GarbagePolicy::Drop,
             stop: StopTimeouts::default(),
             shutdown_drain: Duration::from_secs(5),
+            restart: RestartPolicy::Always,
+            restart_backoff_max: Duration::from_secs(10),
+            crash_loop_window: Duration::from_secs(10),
+            crash_loop_exits: 5,
+            failed_cooldown: Duration::from_secs(60),
+            reload_drain_timeout: Duration::from_secs(30),
+            stderr_in_errors: false,
         }
     }
 }

@@ -30,6 +30,7 @@ mod spawner;
 mod table;
 pub mod writer;
 
-pub use config::{CancelAckPolicy, Config, GarbagePolicy};
+pub use config::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
+pub use mcpvisor_config::report::StderrTail;
 pub use session::{Control, Outcome, Session};
 pub use spawner::{ProcessSpawner, SpawnFailure, Spawner, WorkerIo};

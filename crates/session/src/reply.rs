@@ -14,6 +14,8 @@ pub(crate) struct Loss {
     pub cause: String,
     pub phase: &'static str,
     pub exit: Option<mcpvisor_process::ExitStatus>,
+    /// The worker's last stderr lines, only with --stderr-in-errors.
+    pub stderr: Option<Vec<String>>,
 }
 
 impl Loss {
@@ -23,12 +25,16 @@ impl Loss {
             Some(mcpvisor_process::ExitStatus::Signal(s)) => json!({"signal": s}),
             None => serde_json::Value::Null,
         };
-        json!({
+        let mut data = json!({
             "generation": self.generation,
             "reason": self.cause,
             "phase": self.phase,
             "exit": exit,
-        })
+        });
+        if let Some(lines) = &self.stderr {
+            data["stderr"] = json!(lines);
+        }
+        data
     }
 }
 

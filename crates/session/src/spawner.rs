@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
+use mcpvisor_config::report::StderrTail;
 use mcpvisor_process::stderr::{self, Passthrough};
 use mcpvisor_process::{Exit, Spec, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -22,6 +23,8 @@ pub struct WorkerIo {
     pub stop: Box<dyn Fn() + Send>,
     /// Resolves once, when the worker has ended.
     pub exited: BoxFuture<'static, Exit>,
+    /// The last lines it wrote to stderr, for crash reports.
+    pub stderr_tail: Arc<Mutex<StderrTail>>,
 }
 
 impl std::fmt::Debug for WorkerIo {
@@ -49,8 +52,6 @@ pub struct ProcessSpawner {
     pub spec: Spec,
     pub timeouts: StopTimeouts,
     pub stderr: Passthrough,
-    /// The last lines of the newest generation's stderr.
-    pub tail: Arc<Mutex<StderrTail>>,
 }
 
 impl ProcessSpawner {
@@ -59,7 +60,6 @@ impl ProcessSpawner {
             spec,
             timeouts,
             stderr,
-            tail: Arc::default(),
         }
     }
 }
@@ -76,13 +76,11 @@ impl Spawner for ProcessSpawner {
         let mut process = spawned.process;
         let pid = process.pid();
         let stopper = process.stopper();
-        let tail = Arc::clone(&self.tail);
-        if let Ok(mut t) = tail.lock() {
-            t.clear();
-        }
+        let stderr_tail = Arc::new(Mutex::new(StderrTail::new()));
+        let tail = Arc::clone(&stderr_tail);
         tokio::spawn(stderr::pump(spawned.stderr, self.stderr, move |line| {
             if let Ok(mut t) = tail.lock() {
-                t.push(line);
+                t.push_line(line);
             }
         }));
         Ok(WorkerIo {
@@ -91,37 +89,7 @@ impl Spawner for ProcessSpawner {
             pid: Some(pid),
             stop: Box::new(move || stopper.stop()),
             exited: Box::pin(async move { process.wait().await }),
+            stderr_tail,
         })
-    }
-}
-
-/// The last lines a worker wrote to stderr: at most 50 lines and 8 KiB.
-#[derive(Debug, Default)]
-pub struct StderrTail {
-    lines: std::collections::VecDeque<String>,
-    bytes: usize,
-}
-
-impl StderrTail {
-    const LINES: usize = 50;
-    const BYTES: usize = 8 * 1024;
-
-    pub fn push(&mut self, line: &str) {
-        self.bytes += line.len();
-        self.lines.push_back(line.to_owned());
-        while self.lines.len() > Self::LINES || (self.bytes > Self::BYTES && self.lines.len() > 1) {
-            if let Some(old) = self.lines.pop_front() {
-                self.bytes -= old.len();
-            }
-        }
-    }
-
-    pub fn clear(&mut self) {
-        self.lines.clear();
-        self.bytes = 0;
-    }
-
-    pub fn lines(&self) -> Vec<String> {
-        self.lines.iter().cloned().collect()
     }
 }

@@ -12,6 +12,8 @@ pub(crate) enum Owner {
     Client(ClientReq),
     /// mcpvisor's replay of the client's `initialize` to a new generation.
     Replay,
+    /// mcpvisor reading one of a generation's lists.
+    List(crate::session::ListKind),
 }
 
 #[derive(Debug)]
@@ -41,14 +43,14 @@ impl Req {
     pub fn client(&self) -> Option<&ClientReq> {
         match &self.owner {
             Owner::Client(c) => Some(c),
-            Owner::Replay => None,
+            _ => None,
         }
     }
 
     pub fn client_mut(&mut self) -> Option<&mut ClientReq> {
         match &mut self.owner {
             Owner::Client(c) => Some(c),
-            Owner::Replay => None,
+            _ => None,
         }
     }
 }
@@ -73,6 +75,12 @@ pub(crate) enum Timer {
     /// A generation's stdout closed or its process ended; the other half has
     /// this long to follow.
     ExitWait(u64),
+    /// A draining generation's time is up.
+    ReloadDrain(u64),
+    /// The pause before an eager restart.
+    Restart,
+    /// The end of the failed state.
+    Cooldown,
     /// The client closed stdin; requests in flight had this long.
-    Drain,
+    Closing,
 }

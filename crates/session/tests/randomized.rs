@@ -33,6 +33,8 @@ async fn run_seed(seed: u64, ops: usize) {
         cancel_grace: Duration::from_millis(500),
         shutdown_drain: Duration::from_secs(120),
         max_in_flight: 16,
+        crash_loop_exits: if seed % 3 == 0 { 3 } else { 1000 },
+        reload_drain_timeout: Duration::from_secs(1),
         ..config()
     };
     let spawner = TestSpawner::new(Behaviour {
@@ -45,7 +47,7 @@ async fn run_seed(seed: u64, ops: usize) {
         mut tx,
         rx,
         session,
-        ..
+        control,
     } = { c };
     let reader = tokio::spawn(async move {
         let mut rx = rx;
@@ -100,6 +102,13 @@ async fn run_seed(seed: u64, ops: usize) {
                         .to_string(),
                 )
                 .await;
+                continue;
+            }
+            88..91 => {
+                control
+                    .send(mcpvisor_session::Control::Reload("random"))
+                    .await
+                    .expect("control");
                 continue;
             }
             84..88 => {

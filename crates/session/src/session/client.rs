@@ -7,6 +7,7 @@ use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use super::lifecycle::Route;
 use super::{Phase, Session, Waiting};
 use crate::reply;
 use crate::spawner::Spawner;
@@ -66,7 +67,7 @@ impl<S: Spawner> Session<S> {
             self.emit(reply::not_started(&id, reason, None)).await;
             return;
         }
-        if self.reqs.len() >= self.cfg.max_in_flight {
+        if self.by_client_id.len() >= self.cfg.max_in_flight {
             let reason = format!(
                 "{} requests are already in flight (--max-in-flight)",
                 self.cfg.max_in_flight
@@ -114,29 +115,23 @@ impl<S: Spawner> Session<S> {
                 timer: Some(timer),
             },
         );
-        match self.ready_generation().await {
-            Some(generation) if self.waiting.is_empty() => {
+        match self.route().await {
+            Route::Send(generation) => {
                 if let Some(req) = self.reqs.get_mut(&wid) {
                     req.generation = Some(generation);
                 }
                 self.send_to(generation, msg).await;
             }
-            _ if self.current.is_some() => {
-                // A generation is starting; wait in line for it.
+            Route::Wait => {
                 if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
                     c.unsent = Some(msg);
                 }
                 self.waiting.push_back(Waiting::Request(wid));
             }
-            _ => {
+            Route::Refuse(reason, data) => {
                 self.remove_req(wid);
-                let reason = self
-                    .unavailable
-                    .clone()
-                    .unwrap_or_else(|| "the MCP server is unavailable".into());
-                let data = serde_json::json!({ "reason": reason });
-                let text = format!("cannot start the MCP server: {reason}");
-                self.emit(reply::not_started(&id, &text, Some(data))).await;
+                self.emit(reply::not_started(&id, &reason, Some(data)))
+                    .await;
             }
         }
     }
@@ -154,27 +149,20 @@ impl<S: Spawner> Session<S> {
             "notifications/initialized" => self.handshake.initialized = true,
             _ => {}
         }
-        let line = line.clone();
-        match self.current {
-            Some(generation)
-                if matches!(
-                    self.gens.get(&generation).map(|g| &g.phase),
-                    Some(Phase::Ready)
-                ) =>
-            {
-                if self.waiting.is_empty() {
-                    self.send_to(generation, line).await;
-                } else {
-                    self.waiting.push_back(Waiting::Notification(line));
+        let initialized = env.method() == "notifications/initialized";
+        match self.route().await {
+            Route::Send(generation) => {
+                self.send_to(generation, line.clone()).await;
+                if initialized && self.snapshot.is_none() && self.fetch.is_none() {
+                    // The first generation's lists are the baseline for later ones.
+                    self.fetch_lists(generation).await;
                 }
             }
-            Some(_) => self.waiting.push_back(Waiting::Notification(line)),
-            None => {
-                // No worker: a fresh generation gets the replayed handshake and
-                // does not need what the old one missed.
+            Route::Wait => self.waiting.push_back(Waiting::Notification(line.clone())),
+            Route::Refuse(..) => {
                 tracing::debug!(
                     method = env.method(),
-                    "notification with no worker running; dropped"
+                    "notification while the server is failing; dropped"
                 );
             }
         }

@@ -6,10 +6,12 @@ use mcpvisor_jsonrpc::rewrite::splice;
 use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, build};
 use tokio::time::Instant;
 
+use super::lifecycle::Why;
 use super::{Phase, Session, WorkerEvent};
 use crate::config::GarbagePolicy;
 use crate::spawner::Spawner;
 use crate::table::{Owner, ServerReq};
+use serde_json::Value;
 
 impl<S: Spawner> Session<S> {
     pub(crate) async fn on_worker_event(&mut self, generation: u64, event: WorkerEvent) {
@@ -31,12 +33,8 @@ impl<S: Spawner> Session<S> {
             WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
             WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
             WorkerEvent::WriteFailed(e) => {
-                self.retire(
-                    generation,
-                    format!("writing to its stdin failed: {e}"),
-                    None,
-                )
-                .await;
+                let cause = format!("writing to its stdin failed: {e}");
+                self.retire(generation, cause, None, Why::Crash).await;
             }
         }
     }
@@ -58,12 +56,8 @@ impl<S: Spawner> Session<S> {
                     "server wrote a stdout line that is not a JSON-RPC message"
                 );
                 if self.cfg.on_garbage == GarbagePolicy::Restart {
-                    self.retire(
-                        generation,
-                        "it wrote a stdout line that is not JSON-RPC".into(),
-                        None,
-                    )
-                    .await;
+                    let cause = "it wrote a stdout line that is not JSON-RPC".into();
+                    self.retire(generation, cause, None, Why::Crash).await;
                 }
                 return;
             }
@@ -99,36 +93,82 @@ impl<S: Spawner> Session<S> {
             return;
         };
         match req.owner {
-            Owner::Replay => {
-                if !has_result(line) {
-                    self.retire(
-                        generation,
-                        "it rejected the replayed initialize".into(),
-                        None,
-                    )
-                    .await;
-                    return;
-                }
-                if self.handshake.initialized {
-                    let note = build::notification("notifications/initialized", None);
-                    self.send_to(generation, note).await;
-                }
-                tracing::info!(generation, "replayed the client's handshake");
-                self.become_ready(generation).await;
-            }
+            Owner::Replay => self.on_replayed_initialize(generation, line).await,
+            Owner::List(kind) => self.on_list_page(generation, kind, line).await,
             Owner::Client(c) => {
                 if c.cancelled {
                     return;
                 }
                 if let Some(params) = c.initialize {
-                    if has_result(line) {
-                        self.handshake.init_params = Some(params);
+                    if let Some(msg) = self.on_client_initialized(line, &c.id, params) {
+                        self.emit(msg).await;
+                        return;
                     }
                 }
                 let msg = splice(line, raw_id, &c.id);
                 self.emit(msg).await;
             }
         }
+    }
+
+    /// The answer to mcpvisor's replay of `initialize` to a new generation.
+    async fn on_replayed_initialize(&mut self, generation: u64, line: &Bytes) {
+        let Some(result) = result_of(line) else {
+            let cause = "it rejected the replayed initialize".into();
+            self.retire(generation, cause, None, Why::Crash).await;
+            return;
+        };
+        if let Some(seen) = &self.init_result {
+            for what in differences(seen, &result) {
+                tracing::warn!(
+                    generation,
+                    "the restarted server {what}; the client must reconnect to see it"
+                );
+            }
+        }
+        if let Some(g) = self.gens.get_mut(&generation) {
+            g.init_result = Some(result);
+        }
+        if self.handshake.initialized {
+            let note = build::notification("notifications/initialized", None);
+            self.send_to(generation, note).await;
+        }
+        tracing::debug!(generation, "replayed the client's handshake");
+        self.become_ready(generation).await;
+    }
+
+    /// The client's own `initialize` succeeded: keep what a replay needs, and
+    /// advertise `listChanged` for each list the server declares, since
+    /// mcpvisor will announce changes across restarts. Returns the answer to
+    /// send instead of the server's, or `None` to forward it unchanged.
+    fn on_client_initialized(
+        &mut self,
+        line: &Bytes,
+        client_id: &Bytes,
+        params: Box<serde_json::value::RawValue>,
+    ) -> Option<Bytes> {
+        let result = result_of(line)?;
+        self.handshake.init_params = Some(params);
+        let mut edited = result.clone();
+        self.init_result = Some(result);
+        let caps = edited.get_mut("capabilities")?.as_object_mut()?;
+        let mut changed = false;
+        for key in ["tools", "prompts", "resources"] {
+            if let Some(cap) = caps.get_mut(key).and_then(Value::as_object_mut) {
+                if cap.get("listChanged") != Some(&Value::Bool(true)) {
+                    cap.insert("listChanged".into(), Value::Bool(true));
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return None;
+        }
+        let id = std::str::from_utf8(client_id).ok()?;
+        let body = serde_json::to_string(&edited).ok()?;
+        Some(Bytes::from(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{body}}}"
+        )))
     }
 
     async fn on_worker_notification(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
@@ -233,7 +273,7 @@ impl<S: Spawner> Session<S> {
         }
         if let Some(c) = self.remove_req(wid).and_then(|r| match r.owner {
             Owner::Client(c) => Some(c),
-            Owner::Replay => None,
+            _ => None,
         }) {
             let message = format!(
                 "The server's response was {len} bytes, over the limit of {} bytes (--max-message-bytes), \
@@ -247,12 +287,43 @@ impl<S: Spawner> Session<S> {
     }
 }
 
-/// Whether a response carries a top-level `result` (so it succeeded).
-fn has_result(line: &[u8]) -> bool {
+/// The `result` of a successful response.
+fn result_of(line: &[u8]) -> Option<Value> {
     #[derive(serde::Deserialize)]
-    struct Probe<'a> {
-        #[serde(borrow, default)]
-        result: Option<&'a serde_json::value::RawValue>,
+    struct Probe {
+        #[serde(default)]
+        result: Option<Value>,
     }
-    serde_json::from_slice::<Probe<'_>>(line).is_ok_and(|p| p.result.is_some())
+    serde_json::from_slice::<Probe>(line)
+        .ok()?
+        .result
+        .filter(Value::is_object)
+}
+
+/// What a new generation's `initialize` answer changes from the one the
+/// client saw: protocol version and declared capabilities.
+fn differences(seen: &Value, new: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if seen.get("protocolVersion") != new.get("protocolVersion") {
+        out.push(format!(
+            "answered initialize with protocol version {} instead of {}",
+            new.get("protocolVersion").unwrap_or(&Value::Null),
+            seen.get("protocolVersion").unwrap_or(&Value::Null)
+        ));
+    }
+    let keys = |v: &Value| -> Vec<String> {
+        v.get("capabilities")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let (old, fresh) = (keys(seen), keys(new));
+    let added: Vec<&String> = fresh.iter().filter(|k| !old.contains(k)).collect();
+    let removed: Vec<&String> = old.iter().filter(|k| !fresh.contains(k)).collect();
+    if !added.is_empty() || !removed.is_empty() {
+        out.push(format!(
+            "declares capabilities added {added:?} removed {removed:?}"
+        ));
+    }
+    out
 }

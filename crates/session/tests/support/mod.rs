@@ -107,6 +107,7 @@ impl Spawner for TestSpawner {
                     })
                 })
                 .boxed(),
+            stderr_tail: Default::default(),
         })
     }
 }

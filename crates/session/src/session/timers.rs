@@ -1,0 +1,188 @@
+//! Everything the session's single timer queue fires, and cancellation.
+
+use tokio::time::Instant;
+
+use super::lifecycle::Why;
+use super::{Session, Waiting, display_status};
+use crate::config::CancelAckPolicy;
+use crate::reply;
+use crate::spawner::Spawner;
+use crate::table::{Owner, Req, Timer};
+use mcpvisor_jsonrpc::build;
+
+impl<S: Spawner> Session<S> {
+    pub(crate) async fn on_timer(&mut self, timer: Timer) {
+        match timer {
+            Timer::Request(wid) => self.on_request_timer(wid).await,
+            Timer::CancelGrace(wid) => self.on_cancel_grace(wid).await,
+            Timer::Handshake(generation) => {
+                // The fired key must not be removed again: it may be reused.
+                for req in self.reqs.values_mut() {
+                    if req.generation == Some(generation) && matches!(req.owner, Owner::Replay) {
+                        req.timer = None;
+                    }
+                }
+                let cause = format!(
+                    "it did not answer the replayed initialize within {:?}",
+                    self.cfg.init_timeout
+                );
+                self.retire(generation, cause, None, Why::Crash).await;
+            }
+            Timer::ExitWait(generation) => {
+                let Some(g) = self.gens.get_mut(&generation) else {
+                    return;
+                };
+                g.exit_wait = None;
+                let exit = g.exit.clone();
+                let cause = match &exit {
+                    Some(e) => format!("it exited with {}", display_status(e)),
+                    None => "it closed its stdout".into(),
+                };
+                self.retire(generation, cause, exit, Why::Crash).await;
+            }
+            Timer::ReloadDrain(generation) => {
+                if let Some(g) = self.gens.get_mut(&generation) {
+                    g.drain_timer = None;
+                }
+                let cause = format!(
+                    "reloading: its requests did not finish within --reload-drain-timeout ({:?})",
+                    self.cfg.reload_drain_timeout
+                );
+                self.retire(generation, cause, None, Why::Reload).await;
+                self.start_pending = true;
+            }
+            Timer::Restart => {
+                self.restart_timer = None;
+                self.start_pending = true;
+            }
+            Timer::Cooldown => self.leave_failed().await,
+            Timer::Closing => {
+                tracing::info!(
+                    in_flight = self.reqs.len(),
+                    "client closed stdin; drain time is up"
+                );
+                let all: Vec<u64> = self.reqs.keys().copied().collect();
+                for wid in all {
+                    self.remove_req(wid);
+                }
+            }
+        }
+    }
+
+    async fn on_request_timer(&mut self, wid: u64) {
+        let now = Instant::now();
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        req.timer = None;
+        let generation = req.generation;
+        let c = match &mut req.owner {
+            Owner::Client(c) => c,
+            Owner::List(_) => {
+                tracing::warn!(
+                    generation,
+                    "the server did not answer a list request in time"
+                );
+                self.remove_req(wid);
+                self.abandon_fetch();
+                return;
+            }
+            Owner::Replay => return,
+        };
+        let ceiling = now >= c.ceiling;
+        if !ceiling && now < c.idle_deadline {
+            // Progress moved the deadline after this timer was set.
+            let at = c.idle_deadline.min(c.ceiling);
+            req.timer = Some(self.timers.insert_at(Timer::Request(wid), at));
+            return;
+        }
+        let id = c.id.clone();
+        let after = if ceiling {
+            self.cfg.request_ceiling
+        } else {
+            self.cfg.request_timeout
+        };
+        let initialize = c.initialize.is_some();
+        match generation {
+            None => {
+                // It never reached a worker.
+                self.waiting
+                    .retain(|w| !matches!(w, Waiting::Request(x) if *x == wid));
+                self.remove_req(wid);
+                let reason = format!("no MCP server became ready within {after:?}");
+                self.emit(reply::not_started(&id, &reason, None)).await;
+            }
+            Some(generation) if initialize => {
+                // initialize is never cancelled; a stuck one costs the generation.
+                self.emit(reply::timed_out(&id, after, ceiling)).await;
+                if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
+                    c.cancelled = true;
+                }
+                let cause = format!("it did not answer initialize within {after:?}");
+                self.retire(generation, cause, None, Why::Crash).await;
+            }
+            Some(_) => {
+                self.emit(reply::timed_out(&id, after, ceiling)).await;
+                self.cancel(wid, "request timed out").await;
+            }
+        }
+    }
+
+    async fn on_cancel_grace(&mut self, wid: u64) {
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        req.timer = None;
+        let Some(generation) = req.generation else {
+            self.remove_req(wid);
+            return;
+        };
+        let acks = self.gens.get(&generation).is_some_and(|g| g.acks);
+        let stop = match self.cfg.cancel_ack {
+            CancelAckPolicy::Stop => true,
+            CancelAckPolicy::Release => false,
+            CancelAckPolicy::Auto => acks,
+        };
+        self.remove_req(wid);
+        if stop {
+            let cause = format!(
+                "it did not finish a cancelled request within {:?}",
+                self.cfg.cancel_grace
+            );
+            self.retire(generation, cause, None, Why::Crash).await;
+        } else {
+            tracing::debug!(generation, "cancel grace over; slot released");
+        }
+    }
+
+    /// Marks a client request cancelled, tells its worker, and starts its
+    /// grace. The client will get no response for it.
+    pub(crate) async fn cancel(&mut self, wid: u64, reason: &str) {
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        let Some(c) = req.client_mut() else { return };
+        if c.cancelled || c.initialize.is_some() {
+            return;
+        }
+        c.cancelled = true;
+        if let Some(key) = req.timer.take() {
+            let _ = self.timers.try_remove(&key);
+        }
+        match req.generation {
+            None => {
+                self.waiting
+                    .retain(|w| !matches!(w, Waiting::Request(x) if *x == wid));
+                self.remove_req(wid);
+            }
+            Some(generation) => {
+                req.timer = Some(
+                    self.timers
+                        .insert(Timer::CancelGrace(wid), self.cfg.cancel_grace),
+                );
+                let note = build::cancelled(&wid.to_string(), reason);
+                self.send_to(generation, note).await;
+            }
+        }
+    }
+}
