@@ -161,6 +161,8 @@ async fn a_failed_replay_counts_as_a_crash_and_a_reload_recovers() {
         .send(mcpvisor_session::Control::Reload("test"))
         .await
         .expect("control");
+    // Let the session take the reload in before the next request.
+    tokio::time::sleep(Duration::from_millis(1)).await;
     assert_eq!(
         c.call(json!(3), "echo", json!({})).await["result"]["generation"],
         3

@@ -32,6 +32,10 @@ pub struct Behaviour {
     pub spawn_error: Option<String>,
     /// Never answer `initialize`.
     pub hang_on_initialize: bool,
+    /// The tools `tools/list` reports (two per page).
+    pub tools: Vec<String>,
+    /// Declare prompts too (an empty list).
+    pub prompts: bool,
 }
 
 /// What every worker received, as (generation, message) pairs.
@@ -176,7 +180,37 @@ async fn worker(
             if b.hang_on_initialize {
                 continue;
             }
-            let _ = out_tx.send(reply(json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"test","version":"0"},"generation":generation})));
+            let mut caps = json!({"tools":{}});
+            if b.prompts {
+                caps["prompts"] = json!({"listChanged": false});
+            }
+            let _ = out_tx.send(reply(json!({"protocolVersion":"2025-06-18","capabilities":caps,"serverInfo":{"name":"test","version":"0"},"generation":generation})));
+            continue;
+        }
+        if method == "tools/list" || method == "prompts/list" {
+            let items: Vec<Value> = if method == "tools/list" {
+                b.tools
+                    .iter()
+                    .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let start: usize = msg["params"]["cursor"]
+                .as_str()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let page: Vec<Value> = items.iter().skip(start).take(2).cloned().collect();
+            let key = if method == "tools/list" {
+                "tools"
+            } else {
+                "prompts"
+            };
+            let mut result = json!({ key: page });
+            if start + 2 < items.len() {
+                result["nextCursor"] = json!((start + 2).to_string());
+            }
+            let _ = out_tx.send(reply(result));
             continue;
         }
         if b.strict && !initialized {
