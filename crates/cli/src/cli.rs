@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_process::{Spec, StopTimeouts};
-use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy};
+use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
 
 /// Keeps stdio MCP servers running behind one stable client connection.
 #[derive(Debug, Parser)]
@@ -72,6 +72,48 @@ pub struct RunArgs {
     /// After the client closes stdin, how long requests in flight may still finish.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub shutdown_drain: Duration,
+    /// When a server that ended on its own is started again.
+    #[arg(long, value_enum, default_value_t = Restart::Always)]
+    pub restart: Restart,
+    /// The longest pause between restarts of a crashing server.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub restart_backoff_max: Duration,
+    /// This many exits in a row, each soon after start, is a crash loop: refuse requests for a while.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub crash_loop_exits: u32,
+    /// An exit this soon after start counts towards a crash loop.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub crash_loop_window: Duration,
+    /// How long a crash loop refuses requests before trying again (a file change or SIGHUP retries at once).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub failed_cooldown: Duration,
+    /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32098.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub reload_drain_timeout: Duration,
+    /// Include the server's last stderr lines in error.data (stderr may hold secrets).
+    #[arg(long)]
+    pub stderr_in_errors: bool,
+    /// Also watch this file or directory (recursive) for changes; repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub watch: Vec<PathBuf>,
+    /// Ignore changes to paths matching this glob; repeatable. .gitignore files are honoured too.
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+    /// Do not watch anything (no hot reload; SIGHUP still reloads).
+    #[arg(long, conflicts_with_all = ["watch", "poll"])]
+    pub no_watch: bool,
+    /// Poll for changes at this interval instead of using file-system events.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub poll: Option<Duration>,
+    /// Wait this long after the last change before reloading.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub debounce: Duration,
+    /// Run this shell command before each reload; if it fails, the old server stays.
+    #[arg(long, value_name = "CMD")]
+    pub build: Option<String>,
+    /// Bound on --build.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub build_timeout: Duration,
     /// Working directory of the server.
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -97,6 +139,16 @@ pub enum CancelAck {
     Auto,
     Stop,
     Release,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Restart {
+    /// Restart at once, then with growing pauses while it keeps crashing.
+    Always,
+    /// Restart when the next request arrives.
+    OnDemand,
+    /// Do not restart; refuse requests until a reload.
+    Never,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -159,6 +211,17 @@ impl RunArgs {
             },
             stop,
             shutdown_drain: self.shutdown_drain,
+            restart: match self.restart {
+                Restart::Always => RestartPolicy::Always,
+                Restart::OnDemand => RestartPolicy::OnDemand,
+                Restart::Never => RestartPolicy::Never,
+            },
+            restart_backoff_max: self.restart_backoff_max,
+            crash_loop_window: self.crash_loop_window,
+            crash_loop_exits: self.crash_loop_exits,
+            failed_cooldown: self.failed_cooldown,
+            reload_drain_timeout: self.reload_drain_timeout,
+            stderr_in_errors: self.stderr_in_errors,
         };
         let spec = Spec {
             program: program.clone(),
