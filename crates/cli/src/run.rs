@@ -54,19 +54,29 @@ pub fn main(args: RunArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.
 async fn forward_signals(control: mpsc::Sender<Control>) {
-    let (Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
     ) else {
         tracing::warn!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = int.recv() => tracing::info!("SIGINT: stopping"),
+    loop {
+        let msg = tokio::select! {
+            _ = term.recv() => Control::Shutdown,
+            _ = int.recv() => Control::Shutdown,
+            _ = hup.recv() => Control::Reload("SIGHUP"),
+        };
+        if msg == Control::Shutdown {
+            tracing::info!("signal: stopping");
+        }
+        if control.send(msg).await.is_err() || msg == Control::Shutdown {
+            return;
+        }
     }
-    let _ = control.send(Control::Shutdown).await;
 }
 
 fn init_logging(args: &RunArgs) -> Result<(), String> {
