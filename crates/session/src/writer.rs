@@ -67,6 +67,13 @@ where
     Ok(())
 }
 
+impl WriteError {
+    /// The reader is gone (as opposed to slow).
+    pub fn is_closed_pipe(&self) -> bool {
+        matches!(self, WriteError::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
 async fn put<W: AsyncWrite + Unpin>(
     out: &mut W,
     bytes: &[u8],

@@ -152,7 +152,13 @@ impl<S: Spawner> Session<S> {
         tokio::spawn(async move {
             if let Err(e) = writer::write_lines(stdin, rx, Some(stall)).await {
                 let _ = events
-                    .send((id, WorkerEvent::WriteFailed(e.to_string())))
+                    .send((
+                        id,
+                        WorkerEvent::WriteFailed {
+                            closed: e.is_closed_pipe(),
+                            error: e.to_string(),
+                        },
+                    ))
                     .await;
             }
         });

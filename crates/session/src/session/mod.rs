@@ -56,7 +56,12 @@ pub(crate) enum WorkerEvent {
     Frame(Frame),
     StdoutClosed,
     Exited(Exit),
-    WriteFailed(String),
+    /// Writing to the worker's stdin failed. A closed pipe means the worker
+    /// is ending (its exit status follows); anything else is a stall.
+    WriteFailed {
+        closed: bool,
+        error: String,
+    },
 }
 
 #[derive(Debug)]
@@ -183,7 +188,13 @@ impl<S: Spawner> Session<S> {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "client stdout closed");
                 let _ = client_done_tx
-                    .send((0, WorkerEvent::WriteFailed(e.to_string())))
+                    .send((
+                        0,
+                        WorkerEvent::WriteFailed {
+                            closed: true,
+                            error: e.to_string(),
+                        },
+                    ))
                     .await;
             }
         });

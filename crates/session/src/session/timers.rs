@@ -36,7 +36,8 @@ impl<S: Spawner> Session<S> {
                 let exit = g.exit.clone();
                 let cause = match &exit {
                     Some(e) => format!("it exited with {}", display_status(e)),
-                    None => "it closed its stdout".into(),
+                    None if g.stdout_closed => "it closed its stdout".into(),
+                    None => "it closed its stdin".into(),
                 };
                 self.retire(generation, cause, exit, Why::Crash).await;
             }

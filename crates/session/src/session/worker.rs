@@ -10,7 +10,7 @@ use super::lifecycle::Why;
 use super::{Phase, Session, WorkerEvent};
 use crate::config::GarbagePolicy;
 use crate::spawner::Spawner;
-use crate::table::{Owner, ServerReq};
+use crate::table::{Owner, ServerReq, Timer};
 use serde_json::Value;
 
 impl<S: Spawner> Session<S> {
@@ -32,8 +32,24 @@ impl<S: Spawner> Session<S> {
             }
             WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
             WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
-            WorkerEvent::WriteFailed(e) => {
-                let cause = format!("writing to its stdin failed: {e}");
+            WorkerEvent::WriteFailed { closed: true, .. } => {
+                // The worker is ending: stop sending, and let its exit status
+                // and the rest of its stdout arrive (bounded by the exit wait).
+                if let Some(g) = self.gens.get_mut(&generation) {
+                    g.tx = None;
+                    if g.exit_wait.is_none() && !matches!(g.phase, Phase::Dead) {
+                        g.exit_wait = Some(
+                            self.timers
+                                .insert(Timer::ExitWait(generation), super::EXIT_WAIT),
+                        );
+                    }
+                }
+            }
+            WorkerEvent::WriteFailed {
+                closed: false,
+                error,
+            } => {
+                let cause = format!("writing to its stdin failed: {error}");
                 self.retire(generation, cause, None, Why::Crash).await;
             }
         }

@@ -1,0 +1,333 @@
+//! End to end through the real binary's pipes, with the scriptable fake worker.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{Proc, WAIT, alive, signal, temp_dir, wait_gone};
+
+#[test]
+fn concurrent_calls_crash_with_kill_9_and_a_strict_worker_keeps_working() {
+    let mut p = Proc::fake(&[], &["--strict"]);
+    p.initialize();
+    let first = p.whoami(json!(1));
+    assert_eq!(first["generation"], 1);
+    // No head-of-line blocking: the fast call overtakes the slow one.
+    p.send_call(json!("slow"), "sleep", json!({"ms": 1500}));
+    p.send_call(json!("fast"), "echo", json!({"x": 1}));
+    assert_eq!(p.recv()["id"], "fast");
+    assert_eq!(p.recv()["id"], "slow");
+    // SIGKILL mid-call: one -32098 with the signal, then a new generation.
+    p.send_call(json!("doomed"), "hang", json!({}));
+    signal(first["pid"].as_i64().expect("pid") as i32, 9);
+    let r = p.response(&json!("doomed"));
+    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["data"]["exit"]["signal"], 9, "{r}");
+    let second = p.whoami(json!(2));
+    assert_eq!(
+        second["generation"], 2,
+        "MCPVISOR_GENERATION seen by the worker"
+    );
+    assert_ne!(second["pid"], first["pid"]);
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+}
+
+#[test]
+fn the_handshake_is_replayed_to_every_generation_before_client_traffic() {
+    let dir = temp_dir("handshake");
+    let log = dir.join("received.log");
+    let log_arg = log.display().to_string();
+    let mut p = Proc::fake(&[], &["--strict", "--log-file", &log_arg]);
+    p.initialize();
+    for i in 0..3 {
+        let r = p.call(json!(i), "crash", json!({}));
+        assert_eq!(r["error"]["code"], -32098);
+        let ok = p.call(json!(100 + i), "echo", json!({}));
+        assert!(
+            ok.get("result").is_some(),
+            "strict worker refused after restart {i}: {ok}"
+        );
+    }
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    // Each worker's log starts with the handshake; no client call comes before it.
+    let text = std::fs::read_to_string(&log).expect("log");
+    let inits = text
+        .lines()
+        .filter(|l| l.starts_with("initialize "))
+        .count();
+    assert_eq!(inits, 4, "{text}");
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.starts_with("initialize ") {
+            let next = lines.peek().expect("something after initialize");
+            assert!(next.starts_with("notifications/initialized"), "{text}");
+        }
+    }
+}
+
+#[test]
+fn client_eof_stops_a_worker_that_ignores_sigterm_and_its_grandchildren() {
+    let mut p = Proc::fake(
+        &["--stop-grace", "200ms", "--term-grace", "300ms"],
+        &["--ignore-sigterm", "--spawn-grandchild"],
+    );
+    let r = p.request(json!(1), "ping", json!({}));
+    assert_eq!(r["result"], json!({}));
+    let line = p.wait_stderr("grandchild pid");
+    let grandchild: i32 = line
+        .rsplit(' ')
+        .next()
+        .expect("pid")
+        .parse()
+        .expect("pid number");
+    assert!(alive(grandchild));
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    assert!(
+        wait_gone(grandchild, WAIT),
+        "grandchild {grandchild} outlived its worker"
+    );
+}
+
+#[test]
+fn sigterm_stops_mcpvisor_and_the_worker_and_exits_zero() {
+    let mut p = Proc::fake(&[], &[]);
+    let me = p.whoami(json!(1));
+    signal(p.pid(), 15);
+    assert!(p.wait_exit(WAIT).success());
+    assert!(wait_gone(me["pid"].as_i64().expect("pid") as i32, WAIT));
+}
+
+#[test]
+fn sighup_reloads_the_worker() {
+    let mut p = Proc::fake(&["--no-watch"], &[]);
+    p.initialize();
+    let before = p.whoami(json!(1));
+    signal(p.pid(), 1);
+    p.wait_stderr("started worker generation=2");
+    let after = p.whoami(json!(2));
+    assert_eq!(after["generation"], 2);
+    assert_ne!(after["pid"], before["pid"]);
+}
+
+#[test]
+fn a_closed_client_stdout_ends_mcpvisor_quietly() {
+    let mut p = Proc::fake(&[], &[]);
+    p.initialize();
+    // Stop reading: the reader thread ends when its receiver is gone.
+    let (_tx, rx) = std::sync::mpsc::channel();
+    drop(std::mem::replace(&mut p.lines, rx));
+    // Answers to these hit a closed pipe once the reader thread is gone.
+    for i in 0..200 {
+        if p.stdin.is_none() {
+            break;
+        }
+        let line = json!({"jsonrpc":"2.0","id":i,"method":"tools/call","params":{"name":"huge","arguments":{"bytes": 65536}}}).to_string();
+        use std::io::Write;
+        if p.stdin
+            .as_mut()
+            .is_some_and(|s| writeln!(s, "{line}").is_err())
+        {
+            break;
+        }
+    }
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}");
+    assert!(!p.stderr_text().contains("ERROR"), "{}", p.stderr_text());
+}
+
+#[test]
+fn a_twenty_mib_result_arrives_intact() {
+    let mut p = Proc::fake(&[], &[]);
+    p.initialize();
+    let r = p.call(json!("big"), "huge", json!({"bytes": 20 * 1024 * 1024}));
+    let text = r["result"]["content"][0]["text"].as_str().expect("text");
+    assert_eq!(text.len(), 20 * 1024 * 1024);
+    assert!(text.bytes().all(|b| b == b'x'));
+}
+
+#[test]
+fn oversize_messages_are_answered_in_both_directions() {
+    let mut p = Proc::fake(&["--max-message-bytes", "1MiB"], &[]);
+    p.initialize();
+    let r = p.call(
+        json!("big-answer"),
+        "huge",
+        json!({"bytes": 2 * 1024 * 1024}),
+    );
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let big = "y".repeat(2 * 1024 * 1024);
+    p.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":"big-request","method":"tools/call","params":{{"name":"echo","arguments":{{"t":"{big}"}}}}}}"#));
+    let r = p.response(&json!("big-request"));
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(p.call(json!(3), "echo", json!({}))["id"], 3);
+}
+
+#[test]
+fn garbage_on_worker_stdout_never_reaches_the_client() {
+    let mut p = Proc::fake(&[], &["--stdout-garbage-at-start", "Server starting..."]);
+    p.initialize();
+    let r = p.call(json!(1), "garbage", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(
+        p.whoami(json!(2))["generation"],
+        1,
+        "drop policy keeps the worker"
+    );
+    let mut p = Proc::fake(&["--on-worker-garbage", "restart"], &[]);
+    p.initialize();
+    let r = p.call(json!(1), "garbage", json!({}));
+    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(p.whoami(json!(2))["generation"], 2);
+}
+
+#[test]
+fn a_stderr_flood_does_not_block_the_worker() {
+    let mut p = Proc::fake(
+        &["--worker-stderr", "discard"],
+        &["--stderr-at-start", "5000000"],
+    );
+    p.initialize();
+    let r = p.call(json!(1), "stderr", json!({"bytes": 2_000_000}));
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+#[test]
+fn non_json_from_the_client_gets_a_parse_error_and_the_session_goes_on() {
+    let mut p = Proc::fake(&[], &[]);
+    p.send_raw("hello?");
+    let r = p.recv();
+    assert_eq!(
+        (r["id"].clone(), r["error"]["code"].clone()),
+        (Value::Null, json!(-32700))
+    );
+    p.send_raw(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#);
+    assert_eq!(p.recv()["error"]["code"], -32600);
+    assert_eq!(p.request(json!(2), "ping", json!({}))["result"], json!({}));
+}
+
+#[test]
+fn ids_round_trip_byte_for_byte() {
+    let mut p = Proc::fake(&[], &[]);
+    for id in ["1", "1.0", "\"1\"", "18446744073709551616", "-7", "1e2"] {
+        p.send_raw(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+        let line = p.lines.recv_timeout(WAIT).expect("answer");
+        assert!(line.contains(&format!("\"id\":{id}")), "{id} became {line}");
+    }
+}
+
+#[test]
+fn server_to_client_requests_round_trip_through_the_binary() {
+    let mut p = Proc::fake(&[], &[]);
+    p.initialize();
+    p.send_call(json!("asker"), "ask", json!({"method": "roots/list"}));
+    let ask = p.recv();
+    assert_eq!(ask["method"], "roots/list");
+    p.send(json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":"file:///tmp"}]}}));
+    let r = p.response(&json!("asker"));
+    let answer = Proc::tool_json(&r);
+    assert_eq!(answer["roots"][0]["uri"], "file:///tmp", "{r}");
+}
+
+#[test]
+fn cancel_reaches_the_worker_and_its_ack_stays_private() {
+    let mut p = Proc::fake(&["--max-in-flight", "1"], &["--ack-cancels"]);
+    p.initialize();
+    p.send_call(json!("c"), "hang", json!({}));
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c"}}));
+    // The ack (which arrives on its own time) frees the only slot; nothing
+    // about "c" ever reaches the client.
+    let deadline = std::time::Instant::now() + WAIT;
+    let mut n = 0;
+    loop {
+        n += 1;
+        let r = p.call(json!(n), "echo", json!({}));
+        if r.get("result").is_some() {
+            break;
+        }
+        assert_eq!(r["error"]["code"], -32097, "{r}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot was never released"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(p.recv_within(Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn a_worker_that_cannot_be_started_gets_not_started_with_the_reason() {
+    let dir = temp_dir("unstartable");
+    let script = dir.join("server.sh");
+    let worker = support::fake_worker();
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\nexec {} \"$@\"\n", worker.display()),
+    )
+    .expect("script");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod");
+    let args: Vec<String> = [
+        "run",
+        "--restart",
+        "on-demand",
+        "--no-watch",
+        "--",
+        &script.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn(&args);
+    assert_eq!(
+        p.call(json!(1), "crash", json!({}))["error"]["code"],
+        -32098
+    );
+    std::fs::remove_file(&script).expect("remove");
+    let r = p.call(json!(2), "echo", json!({}));
+    assert_eq!(r["error"]["code"], -32097, "{r}");
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("not found"),
+        "{r}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2_with_one_clear_line() {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(support::mcpvisor())
+            .args(args)
+            .output()
+            .expect("run");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["run", "--", "no-such-command-xyz"]);
+    assert_eq!(code, Some(2));
+    assert_eq!(
+        err.trim(),
+        "mcpvisor: cannot run `no-such-command-xyz`: command not found on PATH"
+    );
+    let (code, err) = run(&["run", "--request-timeout", "soon", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("`soon` is not a duration"), "{err}");
+    let (code, err) = run(&["run", "--frobnicate", "--", "true"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unexpected argument '--frobnicate'"), "{err}");
+    let plain = temp_dir("usage").join("not-executable.txt");
+    std::fs::write(&plain, "just text").expect("write");
+    let (code, err) = run(&["run", "--", &plain.display().to_string()]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("not executable"), "{err}");
+}

@@ -1,0 +1,269 @@
+//! Runs the real `mcpvisor` binary over pipes, as a client would.
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of the support module"
+)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// Every wait in these tests is bounded by this.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub fn mcpvisor() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_mcpvisor"))
+}
+
+/// The fake worker binary, built by `cargo build --workspace`.
+pub fn fake_worker() -> PathBuf {
+    let path = mcpvisor().with_file_name("mcpvisor-fake-worker");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace` first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A running `mcpvisor run` with the client's end of its pipes.
+pub struct Proc {
+    pub child: Child,
+    pub stdin: Option<ChildStdin>,
+    pub lines: Receiver<String>,
+    pub stderr: Arc<Mutex<String>>,
+    stderr_lines: Receiver<String>,
+}
+
+impl Proc {
+    /// `mcpvisor run <run_args> -- <fake worker> <worker_args>`.
+    pub fn fake(run_args: &[&str], worker_args: &[&str]) -> Self {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(run_args.iter().map(|s| s.to_string()));
+        args.push("--".into());
+        args.push(fake_worker().display().to_string());
+        args.extend(worker_args.iter().map(|s| s.to_string()));
+        Self::spawn(&args)
+    }
+
+    pub fn spawn(args: &[String]) -> Self {
+        let mut child = Command::new(mcpvisor())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start mcpvisor");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (etx, stderr_lines) = channel();
+        let sink = Arc::clone(&stderr);
+        let mut err = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            let mut pending = String::new();
+            while let Ok(n) = err.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                let text = String::from_utf8_lossy(&buf[..n]);
+                sink.lock().expect("stderr").push_str(&text);
+                pending.push_str(&text);
+                while let Some(i) = pending.find('\n') {
+                    let line: String = pending.drain(..=i).collect();
+                    let _ = etx.send(line.trim_end().to_owned());
+                }
+            }
+        });
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+            stderr_lines,
+        }
+    }
+
+    pub fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).expect("write");
+        stdin.write_all(b"\n").expect("write");
+        stdin.flush().expect("flush");
+    }
+
+    pub fn send(&mut self, v: Value) {
+        self.send_raw(&v.to_string());
+    }
+
+    pub fn recv_within(&mut self, limit: Duration) -> Option<Value> {
+        let line = self.lines.recv_timeout(limit).ok()?;
+        Some(
+            serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("mcpvisor wrote invalid JSON ({e}): {line:.200}")),
+        )
+    }
+
+    pub fn recv(&mut self) -> Value {
+        self.recv_within(WAIT).unwrap_or_else(|| {
+            panic!(
+                "no message within {WAIT:?}; stderr:\n{}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    /// The next response with this id (notifications before it are skipped).
+    pub fn response(&mut self, id: &Value) -> Value {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self
+                .recv_within(left)
+                .unwrap_or_else(|| panic!("no answer for {id}; stderr:\n{}", self.stderr_text()));
+            if m.get("id") == Some(id) && m.get("method").is_none() {
+                return m;
+            }
+        }
+    }
+
+    pub fn request(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}));
+        self.response(&id)
+    }
+
+    pub fn call(&mut self, id: Value, tool: &str, args: Value) -> Value {
+        self.request(id, "tools/call", json!({"name": tool, "arguments": args}))
+    }
+
+    pub fn send_call(&mut self, id: Value, tool: &str, args: Value) {
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}));
+    }
+
+    pub fn initialize(&mut self) -> Value {
+        let r = self.request(
+            json!(0),
+            "initialize",
+            json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"1"}}),
+        );
+        self.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+        r
+    }
+
+    /// The text of a tool result, parsed as JSON when it is JSON.
+    pub fn tool_json(resp: &Value) -> Value {
+        let text = resp["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not a tool result: {resp}"));
+        serde_json::from_str(text).unwrap_or(Value::String(text.to_owned()))
+    }
+
+    pub fn whoami(&mut self, id: Value) -> Value {
+        let r = self.call(id, "whoami", json!({}));
+        Self::tool_json(&r)
+    }
+
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().expect("stderr").clone()
+    }
+
+    /// Waits for a stderr line containing `needle`; returns it.
+    pub fn wait_stderr(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no stderr line with {needle:?}; stderr:\n{}",
+                    self.stderr_text()
+                ),
+            }
+        }
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "mcpvisor did not exit within {limit:?}; stderr:\n{}",
+                    self.stderr_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0); look at its state instead.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until `pid` is gone.
+pub fn wait_gone(pid: i32, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    true
+}
+
+pub fn signal(pid: i32, sig: i32) {
+    let sig = nix::sys::signal::Signal::try_from(sig).expect("a signal number");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+        .unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mcpvisor-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
