@@ -59,6 +59,9 @@ pub struct Config {
     pub write_timeout: Duration,
     /// The bound on a replayed `initialize`.
     pub init_timeout: Duration,
+    /// The bound on `initialize` (the client's or a replay) while the
+    /// worker waits on an authorization link it printed.
+    pub auth_timeout: Duration,
     pub on_garbage: GarbagePolicy,
     pub stop: StopTimeouts,
     /// After the client closes stdin, how long requests still in flight may
@@ -91,6 +94,7 @@ impl Default for Config {
             cancel_ack: CancelAckPolicy::Auto,
             write_timeout: Duration::from_secs(10),
             init_timeout: Duration::from_secs(60),
+            auth_timeout: Duration::from_secs(300),
             on_garbage: GarbagePolicy::Drop,
             stop: StopTimeouts::default(),
             shutdown_drain: Duration::from_secs(5),

@@ -16,6 +16,8 @@ pub(crate) struct Loss {
     pub exit: Option<mcpvisor_process::ExitStatus>,
     /// The worker's last stderr lines, only with --stderr-in-errors.
     pub stderr: Option<Vec<String>>,
+    /// How long the worker ran.
+    pub uptime: std::time::Duration,
 }
 
 impl Loss {
@@ -30,6 +32,7 @@ impl Loss {
             "reason": self.cause,
             "phase": self.phase,
             "exit": exit,
+            "uptime_ms": u64::try_from(self.uptime.as_millis()).unwrap_or(u64::MAX),
         });
         if let Some(lines) = &self.stderr {
             data["stderr"] = json!(lines);

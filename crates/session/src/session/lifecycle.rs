@@ -145,6 +145,7 @@ impl<S: Spawner> Session<S> {
             stop,
             exited,
             stderr_tail,
+            auth,
         } = io;
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let events = self.events_tx.clone();
@@ -191,6 +192,7 @@ impl<S: Spawner> Session<S> {
             started: Instant::now(),
             stderr_tail,
             init_result: None,
+            auth,
         }
     }
 
@@ -269,6 +271,9 @@ impl<S: Spawner> Session<S> {
         }
         let exit = exit.or_else(|| g.exit.clone());
         let uptime = g.started.elapsed();
+        if let Some(auth) = &g.auth {
+            auth.clear();
+        }
         let stderr = self
             .cfg
             .stderr_in_errors
@@ -287,6 +292,7 @@ impl<S: Spawner> Session<S> {
             phase,
             exit: exit.and_then(|e| e.status),
             stderr,
+            uptime,
         };
         let held: Vec<u64> = self
             .reqs

@@ -92,6 +92,15 @@ pub(crate) struct Generation {
     pub stderr_tail: Arc<Mutex<StderrTail>>,
     /// Its answer to the replayed `initialize`.
     pub init_result: Option<serde_json::Value>,
+    /// Set while it waits on an authorization link.
+    pub auth: Option<Arc<crate::spawner::AuthPending>>,
+}
+
+impl Generation {
+    /// The authorization link it waits on, if any.
+    pub fn auth_url(&self) -> Option<String> {
+        self.auth.as_ref().and_then(|a| a.url())
+    }
 }
 
 /// Traffic waiting for a ready generation, in arrival order.

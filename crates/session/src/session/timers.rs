@@ -17,9 +17,26 @@ impl<S: Spawner> Session<S> {
             Timer::CancelGrace(wid) => self.on_cancel_grace(wid).await,
             Timer::Handshake(generation) => {
                 // The fired key must not be removed again: it may be reused.
-                for req in self.reqs.values_mut() {
+                let mut replay = None;
+                for (wid, req) in self.reqs.iter_mut() {
                     if req.generation == Some(generation) && matches!(req.owner, Owner::Replay) {
                         req.timer = None;
+                        replay = Some(*wid);
+                    }
+                }
+                let waiting_on_auth = self
+                    .gens
+                    .get(&generation)
+                    .and_then(|g| g.auth_url().map(|u| (u, g.started)));
+                if let (Some(wid), Some((url, started))) = (replay, waiting_on_auth) {
+                    let until = started + self.cfg.auth_timeout;
+                    if Instant::now() < until {
+                        tracing::warn!(generation, "initialize waits for authorization at {url}");
+                        let key = self.timers.insert_at(Timer::Handshake(generation), until);
+                        if let Some(req) = self.reqs.get_mut(&wid) {
+                            req.timer = Some(key);
+                        }
+                        return;
                     }
                 }
                 let cause = format!(
@@ -104,6 +121,7 @@ impl<S: Spawner> Session<S> {
             self.cfg.request_timeout
         };
         let initialize = c.initialize.is_some();
+        let ceiling_at = c.ceiling;
         match generation {
             None => {
                 // It never reached a worker.
@@ -112,6 +130,13 @@ impl<S: Spawner> Session<S> {
                 self.remove_req(wid);
                 let reason = format!("no MCP server became ready within {after:?}");
                 self.emit(reply::not_started(&id, &reason, None)).await;
+            }
+            Some(generation) if initialize && self.auth_extends(generation, ceiling_at) => {
+                let until = ceiling_at - self.cfg.request_ceiling + self.cfg.auth_timeout;
+                let key = self.timers.insert_at(Timer::Request(wid), until);
+                if let Some(req) = self.reqs.get_mut(&wid) {
+                    req.timer = Some(key);
+                }
             }
             Some(generation) if initialize => {
                 // initialize is never cancelled; a stuck one costs the generation.
@@ -127,6 +152,16 @@ impl<S: Spawner> Session<S> {
                 self.cancel(wid, "request timed out").await;
             }
         }
+    }
+
+    /// Whether an `initialize` started at `ceiling - request_ceiling` may keep
+    /// waiting because its worker waits on an authorization link.
+    fn auth_extends(&self, generation: u64, ceiling: Instant) -> bool {
+        let started = ceiling - self.cfg.request_ceiling;
+        self.gens
+            .get(&generation)
+            .is_some_and(|g| g.auth_url().is_some())
+            && Instant::now() < started + self.cfg.auth_timeout
     }
 
     async fn on_cancel_grace(&mut self, wid: u64) {

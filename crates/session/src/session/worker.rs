@@ -108,6 +108,14 @@ impl<S: Spawner> Session<S> {
         let Some(req) = self.remove_req(wid) else {
             return;
         };
+        let handshake = matches!(&req.owner, Owner::Replay)
+            || req.client().is_some_and(|c| c.initialize.is_some());
+        if handshake {
+            // Whatever it was waiting on, it has answered initialize.
+            if let Some(auth) = self.gens.get(&generation).and_then(|g| g.auth.as_ref()) {
+                auth.clear();
+            }
+        }
         match req.owner {
             Owner::Replay => self.on_replayed_initialize(generation, line).await,
             Owner::List(kind) => self.on_list_page(generation, kind, line).await,

@@ -112,6 +112,7 @@ impl Spawner for TestSpawner {
                 })
                 .boxed(),
             stderr_tail: Default::default(),
+            auth: None,
         })
     }
 }
