@@ -57,6 +57,9 @@ pub struct RunArgs {
     /// Bound on the initialize replayed to a restarted server.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub init_timeout: Duration,
+    /// Bound on initialize while the server waits on an authorization link it printed (mcp-remote's OAuth).
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    pub auth_timeout: Duration,
     /// What to do with a server stdout line that is not JSON-RPC.
     #[arg(long, value_enum, default_value_t = Garbage::Drop)]
     pub on_worker_garbage: Garbage,
@@ -205,6 +208,7 @@ impl RunArgs {
             },
             write_timeout: self.write_timeout,
             init_timeout: self.init_timeout,
+            auth_timeout: self.auth_timeout,
             on_garbage: match self.on_worker_garbage {
                 Garbage::Drop => GarbagePolicy::Drop,
                 Garbage::Restart => GarbagePolicy::Restart,

@@ -7,6 +7,7 @@
 
 mod cli;
 mod demo;
+mod reload;
 mod run;
 mod stdio;
 

@@ -30,8 +30,14 @@ pub fn main(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let reload_plan = crate::reload::plan(&args, &args.command);
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(4);
+        let watcher = match reload_plan.map(|p| crate::reload::start(p, control_tx.clone())) {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(task)) => Some(task),
+            None => None,
+        };
         let signals = tokio::spawn(forward_signals(control_tx));
         let spawner = ProcessSpawner::new(resolved.spec, resolved.config.stop, resolved.stderr);
         let outcome = Session::run(
@@ -43,8 +49,18 @@ pub fn main(args: RunArgs) -> ExitCode {
         )
         .await;
         signals.abort();
-        outcome
+        if let Some(task) = watcher {
+            task.abort();
+        }
+        Ok(outcome)
     });
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // Blocking stdin reads cannot be cancelled; do not wait for them.
     runtime.shutdown_background();
     match outcome {
@@ -87,7 +103,11 @@ fn init_logging(args: &RunArgs) -> Result<(), String> {
         (false, 1) => "debug",
         (false, _) => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Our crates at the chosen level; dependencies only when they warn.
+    let directives = format!(
+        "warn,mcpvisor={default},mcpvisor_session={default},mcpvisor_process={default},mcpvisor_watch={default},mcpvisor_config={default}"
+    );
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

@@ -261,3 +261,19 @@ async fn a_restart_after_a_crash_also_refreshes_lists() {
         .collect();
     assert_eq!(names, [&json!("b")]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_pipelines_its_handshake_still_gets_list_changed() {
+    let spawner = TestSpawner::new(tools(&["a"]));
+    let mut c = Client::start(config(), spawner.clone());
+    // initialized goes out before the answer to initialize comes back.
+    c.send(json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18"}}))
+        .await;
+    c.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
+        .await;
+    assert_eq!(c.recv().await["id"], 0);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    spawner.behaviour.lock().expect("b").tools.push("b".into());
+    reload(&c).await;
+    assert_eq!(c.recv().await["method"], "notifications/tools/list_changed");
+}

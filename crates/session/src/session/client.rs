@@ -153,9 +153,8 @@ impl<S: Spawner> Session<S> {
         match self.route().await {
             Route::Send(generation) => {
                 self.send_to(generation, line.clone()).await;
-                if initialized && self.snapshot.is_none() && self.fetch.is_none() {
-                    // The first generation's lists are the baseline for later ones.
-                    self.fetch_lists(generation).await;
+                if initialized {
+                    self.fetch_baseline(generation).await;
                 }
             }
             Route::Wait => self.waiting.push_back(Waiting::Notification(line.clone())),

@@ -79,12 +79,18 @@ impl<S: Spawner> Session<S> {
     /// Reads every list generation `id` declares.
     pub(crate) async fn fetch_lists(&mut self, id: u64) {
         let Some(caps) = self.gen_capabilities(id) else {
+            tracing::debug!(generation = id, "no initialize result: lists not read");
             return;
         };
         let kinds: Vec<ListKind> = KINDS
             .into_iter()
             .filter(|k| caps.get(k.capability()).is_some_and(Value::is_object))
             .collect();
+        tracing::debug!(
+            generation = id,
+            lists = kinds.len(),
+            "reading the server's lists"
+        );
         let mut fetch = Fetch {
             generation: id,
             lists: Snapshot::default(),
@@ -101,6 +107,20 @@ impl<S: Spawner> Session<S> {
         }
         for kind in kinds {
             self.request_page(id, kind, None).await;
+        }
+    }
+
+    /// Reads the first generation's lists, the baseline for later ones, once
+    /// both halves of the client's handshake are through (they may arrive in
+    /// either order: a client need not wait for the answer to `initialize`
+    /// before it sends `notifications/initialized`).
+    pub(crate) async fn fetch_baseline(&mut self, generation: u64) {
+        if self.handshake.initialized
+            && self.init_result.is_some()
+            && self.snapshot.is_none()
+            && self.fetch.is_none()
+        {
+            self.fetch_lists(generation).await;
         }
     }
 
@@ -197,6 +217,7 @@ impl<S: Spawner> Session<S> {
         let Some(fetch) = self.fetch.take() else {
             return;
         };
+        tracing::debug!(generation = fetch.generation, "read the server's lists");
         let previous = self.snapshot.replace(fetch.lists.clone());
         let Some(previous) = previous else {
             // The first generation: this is the baseline.

@@ -123,14 +123,15 @@ impl<S: Spawner> Session<S> {
                 if c.cancelled {
                     return;
                 }
+                let mut edited = None;
                 if let Some(params) = c.initialize {
-                    if let Some(msg) = self.on_client_initialized(line, &c.id, params) {
-                        self.emit(msg).await;
-                        return;
-                    }
+                    edited = self.on_client_initialized(line, &c.id, params);
                 }
-                let msg = splice(line, raw_id, &c.id);
+                let msg = edited.unwrap_or_else(|| splice(line, raw_id, &c.id));
                 self.emit(msg).await;
+                if self.init_result.is_some() {
+                    self.fetch_baseline(generation).await;
+                }
             }
         }
     }
