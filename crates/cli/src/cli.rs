@@ -1,12 +1,12 @@
 //! Command-line arguments: raw (clap) and resolved.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use mcpvisor_process::StopTimeouts;
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_process::{Spec, StopTimeouts};
 use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
 
 /// Keeps stdio MCP servers running behind one stable client connection.
@@ -21,6 +21,10 @@ pub struct Cli {
 pub enum Command {
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
     Run(Box<RunArgs>),
+    /// Start a server, show what it offers (tools, prompts, resources), stop it.
+    Inspect(InspectArgs),
+    /// Call one tool of a server from the shell.
+    Call(CallArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// The bundled example MCP server (stdio).
@@ -132,8 +136,67 @@ pub struct RunArgs {
     /// Less logging: only warnings and errors.
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
+    /// Run the server NAME from this config file (Claude Desktop, Cursor, VS Code or Codex format).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// With --config: the server's name in the file.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
     /// The server command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// How `inspect` and `call` pick and run a server.
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Read the server from this config file (Claude Desktop, Cursor, VS Code or Codex format); name it after the flags.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Extra environment for the server (repeatable).
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// Working directory of the server (also offered to it as its root).
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Print JSON (a stable schema) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Give up after this long in all (a first `npx`/`uvx` run downloads packages).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Bound on initialize; a config entry's init_timeout wins.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub init_timeout: Duration,
+    /// Bound on initialize while the server waits on an authorization link; a config entry's auth_timeout wins.
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    pub auth_timeout: Duration,
+    /// Show the server's stderr as it runs (it is always in crash reports).
+    #[arg(long)]
+    pub show_stderr: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// With --config: the server's name in the file.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// `[NAME] TOOL [ARGS_JSON]`: NAME only with --config; ARGS_JSON is a JSON object (default {}).
+    #[arg(value_name = "ARGS", num_args = 1..=3, required = true)]
+    pub words: Vec<String>,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
@@ -170,23 +233,20 @@ pub enum WorkerStderr {
 #[derive(Debug)]
 pub struct Resolved {
     pub config: Config,
-    pub spec: Spec,
+    pub server: crate::server::Chosen,
     pub stderr: Passthrough,
 }
 
 impl RunArgs {
     /// Checks what clap cannot and builds the session settings.
     pub fn resolve(&self) -> Result<Resolved, String> {
-        let program = self
-            .command
-            .first()
-            .ok_or("no server command given after `--`")?;
-        check_program(Path::new(program), self.cwd.as_deref())?;
-        if let Some(cwd) = &self.cwd {
-            if !cwd.is_dir() {
-                return Err(format!("--cwd {}: not a directory", cwd.display()));
-            }
-        }
+        let chosen = crate::server::choose(
+            self.config.as_deref(),
+            self.name.as_deref(),
+            &self.command,
+            self.cwd.as_deref(),
+            &self.env,
+        )?;
         if self.request_ceiling < self.request_timeout {
             return Err("--request-ceiling must not be shorter than --request-timeout".into());
         }
@@ -207,8 +267,8 @@ impl RunArgs {
                 CancelAck::Release => CancelAckPolicy::Release,
             },
             write_timeout: self.write_timeout,
-            init_timeout: self.init_timeout,
-            auth_timeout: self.auth_timeout,
+            init_timeout: chosen.init_timeout(self.init_timeout),
+            auth_timeout: chosen.auth_timeout(self.auth_timeout),
             on_garbage: match self.on_worker_garbage {
                 Garbage::Drop => GarbagePolicy::Drop,
                 Garbage::Restart => GarbagePolicy::Restart,
@@ -227,53 +287,15 @@ impl RunArgs {
             reload_drain_timeout: self.reload_drain_timeout,
             stderr_in_errors: self.stderr_in_errors,
         };
-        let spec = Spec {
-            program: program.clone(),
-            args: self.command[1..].to_vec(),
-            env: self.env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
-            cwd: self.cwd.clone(),
-        };
         let stderr = match self.worker_stderr {
             WorkerStderr::Inherit => Passthrough::Inherit,
             WorkerStderr::Discard => Passthrough::Discard,
         };
         Ok(Resolved {
             config,
-            spec,
+            server: chosen,
             stderr,
         })
-    }
-}
-
-/// Fails early, with one clear line, for a command that cannot be started.
-fn check_program(program: &Path, cwd: Option<&Path>) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = program.display();
-    let candidates: Vec<PathBuf> = if program.components().count() > 1 {
-        let base = cwd.map(Path::to_path_buf).unwrap_or_default();
-        vec![base.join(program)]
-    } else {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
-            .unwrap_or_default()
-    };
-    let mut found_not_executable = false;
-    for path in candidates {
-        if let Ok(meta) = std::fs::metadata(&path) {
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return Ok(());
-            }
-            found_not_executable |= meta.is_file();
-        }
-    }
-    if found_not_executable {
-        Err(format!(
-            "cannot run `{shown}`: permission denied (the file is not executable)"
-        ))
-    } else if program.components().count() > 1 {
-        Err(format!("cannot run `{shown}`: no such file"))
-    } else {
-        Err(format!("cannot run `{shown}`: command not found on PATH"))
     }
 }
 

@@ -5,10 +5,14 @@
 //! up logging on stderr or a file (never stdout, which belongs to the
 //! protocol), turns signals into session controls, and runs the session.
 
+mod call;
 mod cli;
 mod demo;
+mod inspect;
+mod probe;
 mod reload;
 mod run;
+mod server;
 mod stdio;
 
 use std::process::ExitCode;
@@ -19,6 +23,8 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         cli::Command::Run(args) => run::main(*args),
+        cli::Command::Inspect(args) => inspect::main(args),
+        cli::Command::Call(args) => call::main(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

@@ -26,11 +26,15 @@ pub struct Plan {
 
 /// `None` when there is nothing to watch (`--no-watch`, or a command that
 /// names no local file and no `--watch`).
-pub fn plan(args: &RunArgs, command: &[std::ffi::OsString]) -> Option<Plan> {
+pub fn plan(
+    args: &RunArgs,
+    command: &[std::ffi::OsString],
+    cwd: Option<&std::path::Path>,
+) -> Option<Plan> {
     if args.no_watch {
         return None;
     }
-    let mut paths = mcpvisor_watch::entry_files(command, args.cwd.as_deref());
+    let mut paths = mcpvisor_watch::entry_files(command, cwd);
     paths.extend(args.watch.iter().cloned());
     if paths.is_empty() {
         tracing::info!(
@@ -47,7 +51,7 @@ pub fn plan(args: &RunArgs, command: &[std::ffi::OsString]) -> Option<Plan> {
         },
         build: args.build.clone(),
         build_timeout: args.build_timeout,
-        cwd: args.cwd.clone(),
+        cwd: cwd.map(std::path::Path::to_path_buf),
     })
 }
 

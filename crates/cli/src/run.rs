@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use mcpvisor_session::{Control, Outcome, ProcessSpawner, Session};
+use mcpvisor_session::{Control, Outcome, Session};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
@@ -30,7 +30,12 @@ pub fn main(args: RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let reload_plan = crate::reload::plan(&args, &args.command);
+    let def = &resolved.server.spec.def;
+    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
+        .chain(def.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let reload_plan = crate::reload::plan(&args, &command, def.cwd.as_deref());
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(4);
         let watcher = match reload_plan.map(|p| crate::reload::start(p, control_tx.clone())) {
@@ -39,7 +44,8 @@ pub fn main(args: RunArgs) -> ExitCode {
             None => None,
         };
         let signals = tokio::spawn(forward_signals(control_tx));
-        let spawner = ProcessSpawner::new(resolved.spec, resolved.config.stop, resolved.stderr);
+        let spawner =
+            mcpvisor_runner::spawner(&resolved.server.spec, resolved.config.stop, resolved.stderr);
         let outcome = Session::run(
             resolved.config,
             spawner,

@@ -33,4 +33,6 @@ pub mod writer;
 pub use config::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
 pub use mcpvisor_config::report::StderrTail;
 pub use session::{Control, Outcome, Session};
-pub use spawner::{ProcessSpawner, SpawnFailure, Spawner, WorkerIo};
+pub use spawner::{
+    AuthPending, EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, WorkerIo,
+};

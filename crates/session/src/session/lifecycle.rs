@@ -259,6 +259,15 @@ impl<S: Spawner> Session<S> {
             Phase::Ready | Phase::Draining => "serving",
             Phase::Dead => return,
         };
+        // The first generation answers the client's own initialize.
+        let client_init_in_flight = self.reqs.values().any(|r| {
+            r.generation == Some(id) && r.client().is_some_and(|c| c.initialize.is_some())
+        });
+        let phase = if client_init_in_flight {
+            "initialize"
+        } else {
+            phase
+        };
         let was_draining = matches!(g.phase, Phase::Draining);
         g.phase = Phase::Dead;
         g.tx = None;
@@ -381,10 +390,17 @@ impl<S: Spawner> Session<S> {
 
     /// Refuses traffic until a reload, SIGHUP, or the cooldown.
     async fn enter_failed(&mut self, data: serde_json::Value) {
+        let until = if self.cfg.restart == RestartPolicy::Never {
+            "a file changes or SIGHUP".to_owned()
+        } else {
+            format!(
+                "a file changes, SIGHUP, or {:?} pass",
+                self.cfg.failed_cooldown
+            )
+        };
         tracing::error!(
             reason = data["reason"].as_str().unwrap_or_default(),
-            cooldown = ?self.cfg.failed_cooldown,
-            "failing requests until a file changes, SIGHUP, or the cooldown passes"
+            "failing requests until {until}"
         );
         self.failed = Some(data.clone());
         if let Some(key) = self.restart_timer.take() {

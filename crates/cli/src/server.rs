@@ -1,0 +1,132 @@
+//! Which server a command runs: `--config FILE NAME` or `-- CMD ARGS...`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use mcpvisor_config::ServerDef;
+use mcpvisor_runner::ServerSpec;
+
+/// A server, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    pub spec: ServerSpec,
+    /// Shown to the person: the config entry or the command line.
+    pub label: String,
+}
+
+/// Resolves the server from `--config FILE NAME` or an inline command.
+pub fn choose(
+    config: Option<&Path>,
+    name: Option<&str>,
+    command: &[OsString],
+    cwd: Option<&Path>,
+    env: &[(String, String)],
+) -> Result<Chosen, String> {
+    let (mut def, label) = match (config, name, command.is_empty()) {
+        (Some(file), Some(name), true) => {
+            let loaded = mcpvisor_config::server::load(file).map_err(|e| e.to_string())?;
+            let def = loaded.get(name).map_err(|e| e.to_string())?.clone();
+            if def.disabled {
+                tracing::warn!(
+                    "server {name:?} is disabled in {}; running it anyway",
+                    file.display()
+                );
+            }
+            (def, format!("{name} ({})", file.display()))
+        }
+        (Some(_), None, _) => return Err("--config FILE needs the NAME of a server in it".into()),
+        (Some(_), Some(_), false) => {
+            return Err("give either --config FILE NAME or a command after `--`, not both".into());
+        }
+        (None, Some(extra), _) => {
+            return Err(format!(
+                "unexpected argument `{extra}` (a server NAME needs --config FILE)"
+            ));
+        }
+        (None, None, true) => {
+            return Err(
+                "no server given: use --config FILE NAME or put the command after `--`".into(),
+            );
+        }
+        (None, None, false) => {
+            let program = command[0].to_string_lossy().into_owned();
+            let mut def = ServerDef::new("inline", program);
+            def.args = command[1..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            let label = command
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ");
+            (def, label)
+        }
+    };
+    if let Some(cwd) = cwd {
+        if !cwd.is_dir() {
+            return Err(format!("--cwd {}: not a directory", cwd.display()));
+        }
+        def.cwd = Some(cwd.to_path_buf());
+    }
+    check_program(Path::new(&def.command), def.cwd.as_deref())?;
+    Ok(Chosen {
+        spec: ServerSpec {
+            def,
+            env_overrides: env.to_vec(),
+        },
+        label,
+    })
+}
+
+impl Chosen {
+    pub fn init_timeout(&self, default: Duration) -> Duration {
+        self.spec.def.init_timeout.unwrap_or(default)
+    }
+
+    pub fn auth_timeout(&self, default: Duration) -> Duration {
+        self.spec.def.auth_timeout.unwrap_or(default)
+    }
+
+    /// The directory offered to the server as its root.
+    pub fn root(&self) -> Option<PathBuf> {
+        self.spec
+            .def
+            .cwd
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+    }
+}
+
+/// Fails early, with one clear line, for a command that cannot be started.
+pub fn check_program(program: &Path, cwd: Option<&Path>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let shown = program.display();
+    let candidates: Vec<PathBuf> = if program.components().count() > 1 {
+        let base = cwd.map(Path::to_path_buf).unwrap_or_default();
+        vec![base.join(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    let mut found_not_executable = false;
+    for path in candidates {
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(());
+            }
+            found_not_executable |= meta.is_file();
+        }
+    }
+    if found_not_executable {
+        Err(format!(
+            "cannot run `{shown}`: permission denied (the file is not executable)"
+        ))
+    } else if program.components().count() > 1 {
+        Err(format!("cannot run `{shown}`: no such file"))
+    } else {
+        Err(format!("cannot run `{shown}`: command not found on PATH"))
+    }
+}

@@ -1,0 +1,420 @@
+//! The client end of an in-process session.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcpvisor_config::report::{CrashReport, ExitKind, Phase};
+use mcpvisor_session::writer::write_lines;
+use mcpvisor_session::{AuthPending, Config, Control, Outcome, ProcessSpawner, Session};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// Why a request got no result.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The server ended (or could not start): what the session reported.
+    #[error("{0}")]
+    Crashed(Box<CrashReport>),
+    /// The server answered with a JSON-RPC error.
+    #[error("error {code}: {message}")]
+    Rpc {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the connection to the server closed")]
+    Closed,
+}
+
+/// A notification from the server (progress, logging, list changes).
+#[derive(Debug, Clone)]
+pub struct Notification {
+    pub method: String,
+    pub params: Value,
+}
+
+/// What the server said about itself in `initialize`.
+#[derive(Debug, Clone)]
+pub struct InitInfo {
+    pub protocol_version: String,
+    pub server_info: Value,
+    pub capabilities: Value,
+    pub instructions: Option<String>,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+
+/// A running server, spoken to as its client.
+#[derive(Debug)]
+pub struct Connection {
+    out: Option<mpsc::Sender<bytes::Bytes>>,
+    pending: Pending,
+    next_id: AtomicU64,
+    notes: Option<mpsc::Receiver<Notification>>,
+    closer: Closer,
+    auth: Arc<AuthPending>,
+}
+
+/// Stops a connection's session from elsewhere (Ctrl-C, a timeout), even
+/// after the [`Connection`] itself was dropped.
+#[derive(Debug, Clone)]
+pub struct Closer {
+    control: mpsc::Sender<Control>,
+    session: Arc<Mutex<Option<JoinHandle<Outcome>>>>,
+    stop_bound: Duration,
+}
+
+impl Closer {
+    /// Stops the server at once (in layers) and waits, bounded, until it is gone.
+    pub async fn abort(&self) {
+        let _ = self.control.send(Control::Shutdown).await;
+        self.wait().await;
+    }
+
+    async fn wait(&self) {
+        let session = self.session.lock().ok().and_then(|mut s| s.take());
+        if let Some(session) = session {
+            if tokio::time::timeout(self.stop_bound, session)
+                .await
+                .is_err()
+            {
+                tracing::warn!("the server did not stop in time");
+            }
+        }
+    }
+}
+
+/// Settings for a session that a person drives from the shell.
+pub fn runner_config(mut cfg: Config) -> Config {
+    // The runner applies its own deadlines; the session only backs them up.
+    cfg.request_timeout = Duration::from_secs(24 * 3600);
+    cfg.request_ceiling = Duration::from_secs(24 * 3600);
+    cfg.restart = mcpvisor_session::RestartPolicy::Never;
+    cfg.stderr_in_errors = true;
+    cfg.shutdown_drain = Duration::from_millis(500);
+    cfg
+}
+
+impl Connection {
+    /// Starts a session for `spawner`; the server itself starts with the
+    /// first request.
+    pub fn start(spawner: ProcessSpawner, cfg: Config, roots: Option<PathBuf>) -> Self {
+        let cfg = runner_config(cfg);
+        let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
+        let auth = Arc::clone(&spawner.auth);
+        let (ours_in, session_in) = tokio::io::duplex(1 << 20);
+        let (session_out, ours_out) = tokio::io::duplex(1 << 20);
+        let (control, control_rx) = mpsc::channel(4);
+        let session = tokio::spawn(Session::run(
+            cfg,
+            spawner,
+            session_in,
+            session_out,
+            control_rx,
+        ));
+        let (out, out_rx) = mpsc::channel(64);
+        tokio::spawn(write_lines(ours_in, out_rx, None));
+        let pending: Pending = Arc::default();
+        let (notes_tx, notes) = mpsc::channel(1024);
+        // A weak sender: answering the server must not keep the session's
+        // stdin open once the connection is closed.
+        tokio::spawn(read(
+            ours_out,
+            Arc::clone(&pending),
+            notes_tx,
+            out.downgrade(),
+            roots,
+        ));
+        Self {
+            out: Some(out),
+            pending,
+            next_id: AtomicU64::new(1),
+            notes: Some(notes),
+            closer: Closer {
+                control,
+                session: Arc::new(Mutex::new(Some(session))),
+                stop_bound,
+            },
+            auth,
+        }
+    }
+
+    /// The authorization link the server waits on, if it printed one.
+    pub fn auth_url(&self) -> Option<String> {
+        self.auth.url()
+    }
+
+    /// Notifications from the server, in order (once: the receiver is moved out).
+    pub fn take_notifications(&mut self) -> Option<mpsc::Receiver<Notification>> {
+        self.notes.take()
+    }
+
+    /// Sends a request and waits for its result, at most `limit`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        limit: Duration,
+    ) -> Result<Value, CallError> {
+        self.request_until(method, params, limit, || None).await
+    }
+
+    /// Like [`Connection::request`], but `extend` may move the deadline
+    /// (`initialize` waiting on a person who authorizes in a browser).
+    async fn request_until(
+        &self,
+        method: &str,
+        params: Value,
+        limit: Duration,
+        extend: impl Fn() -> Option<Duration>,
+    ) -> Result<Value, CallError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(msg).await?;
+        let started = Instant::now();
+        let mut deadline = started + limit;
+        let answer = loop {
+            match tokio::time::timeout_at(
+                deadline.min(Instant::now() + Duration::from_millis(200)),
+                &mut rx,
+            )
+            .await
+            {
+                Ok(Ok(answer)) => break answer,
+                Ok(Err(_)) => return Err(CallError::Closed),
+                Err(_) if Instant::now() < deadline => {
+                    if let Some(longer) = extend() {
+                        deadline = deadline.max(started + longer);
+                    }
+                }
+                Err(_) => {
+                    if let Ok(mut p) = self.pending.lock() {
+                        p.remove(&id);
+                    }
+                    let _ = self
+                        .notify(
+                            "notifications/cancelled",
+                            json!({"requestId": id, "reason": "timed out"}),
+                        )
+                        .await;
+                    return Err(CallError::Timeout(deadline - started));
+                }
+            }
+        };
+        if let Some(result) = answer.get("result") {
+            return Ok(result.clone());
+        }
+        Err(error_of(&answer))
+    }
+
+    /// Sends a notification.
+    pub async fn notify(&self, method: &str, params: Value) -> Result<(), CallError> {
+        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await
+    }
+
+    async fn send(&self, msg: Value) -> Result<(), CallError> {
+        let out = self.out.as_ref().ok_or(CallError::Closed)?;
+        out.send(bytes::Bytes::from(msg.to_string()))
+            .await
+            .map_err(|_| CallError::Closed)
+    }
+
+    /// The handshake: `initialize`, then `notifications/initialized`. While the
+    /// server waits on an authorization link, the wait is `auth_timeout`.
+    pub async fn initialize(
+        &self,
+        init_timeout: Duration,
+        auth_timeout: Duration,
+    ) -> Result<InitInfo, CallError> {
+        let params = json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"roots": {"listChanged": false}},
+            "clientInfo": {"name": "mcpvisor", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let auth = Arc::clone(&self.auth);
+        let result = self
+            .request_until("initialize", params, init_timeout, move || {
+                auth.url().map(|_| auth_timeout)
+            })
+            .await?;
+        self.notify("notifications/initialized", json!({})).await?;
+        Ok(InitInfo {
+            protocol_version: result["protocolVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            server_info: result.get("serverInfo").cloned().unwrap_or(Value::Null),
+            capabilities: result.get("capabilities").cloned().unwrap_or(Value::Null),
+            instructions: result
+                .get("instructions")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        })
+    }
+
+    /// Every item of a paginated list (`tools/list` → `tools`, ...).
+    pub async fn list_all(
+        &self,
+        method: &str,
+        key: &str,
+        limit: Duration,
+    ) -> Result<Vec<Value>, CallError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<Value> = None;
+        for _ in 0..1000 {
+            let params = match &cursor {
+                Some(c) => json!({ "cursor": c }),
+                None => json!({}),
+            };
+            let page = self.request(method, params, limit).await?;
+            if let Some(list) = page.get(key).and_then(Value::as_array) {
+                items.extend(list.iter().cloned());
+            }
+            match page.get("nextCursor") {
+                Some(c) if !c.is_null() => cursor = Some(c.clone()),
+                _ => break,
+            }
+        }
+        Ok(items)
+    }
+
+    /// A handle that can stop this connection's server from elsewhere.
+    pub fn closer(&self) -> Closer {
+        self.closer.clone()
+    }
+
+    /// Ends the session: the server is stopped in layers, bounded.
+    pub async fn close(mut self) {
+        self.out = None;
+        self.closer.wait().await;
+    }
+}
+
+/// Reads the session's output: answers go to their waiters, notifications
+/// to the caller, and the server's own requests are answered here.
+async fn read(
+    from: tokio::io::DuplexStream,
+    pending: Pending,
+    notes: mpsc::Sender<Notification>,
+    out: mpsc::WeakSender<bytes::Bytes>,
+    roots: Option<PathBuf>,
+) {
+    let mut lines = BufReader::new(from).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method, msg.get("id")) {
+            (None, Some(id)) => {
+                let waiter = id.as_u64().and_then(|id| pending.lock().ok()?.remove(&id));
+                if let Some(tx) = waiter {
+                    let _ = tx.send(msg);
+                }
+            }
+            (Some(method), None) => {
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                let _ = notes.try_send(Notification { method, params });
+            }
+            (Some(method), Some(id)) => {
+                let answer = answer_server(&method, id, roots.as_deref());
+                if let Some(out) = out.upgrade() {
+                    let _ = out.send(bytes::Bytes::from(answer.to_string())).await;
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    // The session is gone: wake every waiter.
+    if let Ok(mut p) = pending.lock() {
+        p.clear();
+    }
+}
+
+fn answer_server(method: &str, id: &Value, roots: Option<&std::path::Path>) -> Value {
+    match method {
+        "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+        "roots/list" => {
+            let roots: Vec<Value> = roots
+                .map(|dir| {
+                    let name = dir
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    vec![json!({"uri": format!("file://{}", dir.display()), "name": name})]
+                })
+                .unwrap_or_default();
+            json!({"jsonrpc": "2.0", "id": id, "result": {"roots": roots}})
+        }
+        _ => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": -32601,
+            "message": format!("{method} is not supported by mcpvisor's command-line client"),
+        }}),
+    }
+}
+
+/// Turns an error answer into a [`CallError`]: mcpvisor's own codes carry a
+/// crash report in `error.data`.
+fn error_of(answer: &Value) -> CallError {
+    let err = &answer["error"];
+    let code = err["code"].as_i64().unwrap_or(0);
+    let message = err["message"].as_str().unwrap_or_default().to_owned();
+    let data = err.get("data").cloned();
+    let crash =
+        matches!(code, -32098 | -32097) && data.as_ref().is_some_and(|d| d.get("phase").is_some());
+    match data {
+        Some(d) if crash => CallError::Crashed(Box::new(report_of(&d))),
+        data => CallError::Rpc {
+            code,
+            message,
+            data,
+        },
+    }
+}
+
+fn report_of(data: &Value) -> CrashReport {
+    let phase = match data["phase"].as_str() {
+        Some("spawn") => Phase::Spawn,
+        Some("initialize") => Phase::Initialize,
+        _ => Phase::Serving,
+    };
+    let exit = match (
+        data["exit"]["code"].as_i64(),
+        data["exit"]["signal"].as_i64(),
+    ) {
+        (Some(c), _) => Some(ExitKind::Code(c as i32)),
+        (None, Some(s)) => Some(ExitKind::signal(s as i32)),
+        _ if phase == Phase::Spawn => None,
+        _ => Some(ExitKind::Unknown),
+    };
+    let stderr_tail = data["stderr"]
+        .as_array()
+        .map(|lines| {
+            lines
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default();
+    CrashReport {
+        phase,
+        exit,
+        uptime: Duration::from_millis(data["uptime_ms"].as_u64().unwrap_or(0)),
+        stderr_tail,
+        reason: data["reason"].as_str().unwrap_or_default().to_owned(),
+    }
+}

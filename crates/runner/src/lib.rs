@@ -1,0 +1,26 @@
+//! Running a server and talking to it as a client: the base of `inspect`,
+//! `call` and the gateway.
+//!
+//! # Theory of operation
+//!
+//! The runner does not drive a worker process itself. It starts the same
+//! [`mcpvisor_session::Session`] that `mcpvisor run` uses, in-process, over a
+//! pair of in-memory pipes, and plays the client on the other end. So spawning
+//! in a process group, framing, the handshake, timeouts, layered stops,
+//! authorization prompts and crash reports are the session's code, not a
+//! second copy: a crash reaches the runner as the session's `-32098` (or
+//! `-32097`) error, whose `error.data` becomes a typed [`CrashReport`].
+//!
+//! [`Connection`] is the client end: it numbers requests, matches answers,
+//! hands notifications (progress) to the caller, and answers the server's own
+//! requests (`roots/list` with the server's working directory, `ping`;
+//! sampling and elicitation are declined). [`spawner`] turns a
+//! [`mcpvisor_config::ServerDef`] into a spawner that reads the server's env
+//! file again at every start.
+
+mod connection;
+mod spawner;
+
+pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
+pub use mcpvisor_config::CrashReport;
+pub use spawner::{ServerSpec, spawner};
