@@ -1,0 +1,474 @@
+//! `mcpvisor inspect`, `mcpvisor call` and `run --config`, through the real
+//! binary, with the fake worker, config files, env files and fake OAuth
+//! bridges.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Proc, WAIT, alive, fake_worker, mcpvisor, temp_dir, wait_gone};
+
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(mcpvisor())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "mcpvisor {args:?} did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn worker() -> String {
+    fake_worker().display().to_string()
+}
+
+/// A shell script that runs `body` and then execs the fake worker with `flags`.
+fn wrapper(dir: &Path, name: &str, body: &str, flags: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!("#!/bin/sh\n{body}\nexec {} {flags}\n", worker()),
+    )
+    .expect("script");
+    Command::new("chmod")
+        .arg("+x")
+        .arg(&path)
+        .status()
+        .expect("chmod");
+    path.display().to_string()
+}
+
+#[test]
+fn inspect_lists_everything_following_pagination() {
+    let w = worker();
+    let out = run(&[
+        "inspect",
+        "--json",
+        "--",
+        &w,
+        "--all-capabilities",
+        "--page-size",
+        "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(r["server"]["name"], "fake-worker");
+    assert_eq!(r["protocolVersion"], "2025-06-18");
+    let names: Vec<&str> = r["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.len() > 10 && names.contains(&"echo") && names.contains(&"list_changed"),
+        "{names:?}"
+    );
+    let sleep = r["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .find(|t| t["name"] == "sleep")
+        .expect("sleep");
+    assert_eq!(
+        sleep["arguments"][0],
+        json!({"name": "ms", "type": "integer", "required": true, "description": "How long to wait"})
+    );
+    for key in ["prompts", "resources", "resourceTemplates"] {
+        assert!(r[key].is_array(), "{key}: {r}");
+    }
+    assert!(r["startupMs"].as_u64().is_some());
+    // The human form names the same things.
+    let out = run(&["inspect", "--", &w]);
+    let human = text(&out.stdout);
+    assert!(
+        human.contains("server     fake-worker")
+            && human.contains("tools (12):")
+            && human.contains("(ms: integer, progress_ms?: integer)"),
+        "{human}"
+    );
+}
+
+#[test]
+fn call_unpacks_results_and_exit_codes_say_what_happened() {
+    let w = worker();
+    let out = run(&["call", "echo", r#"{"b": [1, 2], "a": "x"}"#, "--", &w]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "{\n  \"a\": \"x\",\n  \"b\": [\n    1,\n    2\n  ]\n}\n"
+    );
+    let out = run(&["call", "no_such_tool", "--", &w]);
+    assert_eq!(out.status.code(), Some(1), "a tool error is exit 1");
+    assert_eq!(text(&out.stdout), "unknown tool\n");
+    let out = run(&["call", "--json", "echo", r#"{"k": 1}"#, "--", &w]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["isError"], false);
+    let out = run(&["call", "echo", "[1]", "--", &w]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("must be a JSON object"));
+}
+
+#[test]
+fn call_shows_progress_on_stderr() {
+    let w = worker();
+    let out = run(&[
+        "call",
+        "sleep",
+        r#"{"ms": 300, "progress_ms": 100}"#,
+        "--",
+        &w,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("progress ").count(), 2, "{err}");
+}
+
+#[test]
+fn crash_reports_name_the_phase_exit_and_stderr() {
+    let w = worker();
+    // serving
+    let out = run(&[
+        "call",
+        "crash",
+        r#"{"code": 7}"#,
+        "--",
+        &w,
+        "--stderr-at-start",
+        "40",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("server exited with code 7 during serving"),
+        "{err}"
+    );
+    assert!(err.contains("fake-worker: pid="), "stderr tail: {err}");
+    // initialize
+    let out = run(&["inspect", "--json", "--", &w, "--exit-on-initialize", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(v["error"]["crash"]["phase"], "initialize");
+    assert_eq!(v["error"]["crash"]["exit"]["code"], 5);
+    // killed by a signal
+    let out = run(&["call", "kill_self", r#"{"signal": 9}"#, "--", &w]);
+    assert!(
+        text(&out.stderr).contains("SIGKILL"),
+        "{}",
+        text(&out.stderr)
+    );
+    // spawn: the env file lacks a key the config asks for
+    let dir = temp_dir("spawn-phase");
+    std::fs::write(dir.join(".env"), "OTHER=1\n").expect("env");
+    let cfg = dir.join("mcp.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"s": {"command": w, "env_file": ".env", "env_keys": ["API_TOKEN"]}}})
+            .to_string(),
+    )
+    .expect("config");
+    let out = run(&[
+        "inspect",
+        "--json",
+        "--config",
+        &cfg.display().to_string(),
+        "s",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(v["error"]["crash"]["phase"], "spawn", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .expect("m")
+            .contains("API_TOKEN"),
+        "{v}"
+    );
+}
+
+#[test]
+fn every_config_format_runs_and_errors_point_at_the_file() {
+    let dir = temp_dir("formats");
+    let w = worker();
+    let files = [
+        (
+            "claude.json",
+            json!({"mcpServers": {"fw": {"command": w, "args": ["--no-list-changed"]}}})
+                .to_string(),
+        ),
+        (
+            "vscode.json",
+            format!(
+                "// VS Code\n{{\"servers\": {{\"fw\": {{\"type\": \"stdio\", \"command\": \"{w}\", \"args\": []}}}}}}"
+            ),
+        ),
+        (
+            "config.toml",
+            format!("[mcp_servers.fw]\ncommand = \"{w}\"\nargs = []\n"),
+        ),
+    ];
+    for (name, body) in &files {
+        let path = dir.join(name);
+        std::fs::write(&path, body).expect("write");
+        let out = run(&[
+            "inspect",
+            "--json",
+            "--config",
+            &path.display().to_string(),
+            "fw",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["server"]["name"], "fake-worker", "{name}");
+    }
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"mcpServers\": {\"fw\": {\"command\": 5}}}").expect("write");
+    let out = run(&["inspect", "--config", &bad.display().to_string(), "fw"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!(
+            "mcpvisor: {}: server \"fw\": \"command\" must be a string",
+            bad.display()
+        )
+    );
+    let out = run(&[
+        "inspect",
+        "--config",
+        &dir.join("claude.json").display().to_string(),
+        "nope",
+    ]);
+    assert_eq!(
+        text(&out.stderr).trim(),
+        format!(
+            "mcpvisor: {}: no server named \"nope\" (available: fw)",
+            dir.join("claude.json").display()
+        )
+    );
+}
+
+#[test]
+fn the_tools_filter_hides_and_refuses() {
+    let dir = temp_dir("filter");
+    let cfg = dir.join("mcp.json");
+    std::fs::write(&cfg, json!({"mcpServers": {"fw": {"command": worker(), "tools": {"deny": ["crash", "kill_self"]}}}}).to_string()).expect("config");
+    let cfg = cfg.display().to_string();
+    let out = run(&["inspect", "--json", "--config", &cfg, "fw"]);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["toolsHiddenByFilter"], 2);
+    assert!(!v["tools"].to_string().contains("\"crash\""));
+    let out = run(&["call", "--config", &cfg, "fw", "crash"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not allowed by the config's tools filter"));
+}
+
+#[test]
+fn secrets_are_read_at_every_spawn_and_never_shown() {
+    let dir = temp_dir("secrets");
+    let seen = dir.join("seen.log");
+    let script = wrapper(
+        &dir,
+        "server.sh",
+        &format!("echo \"$API_TOKEN\" >> {}", seen.display()),
+        "",
+    );
+    std::fs::write(dir.join(".env"), "API_TOKEN=first-s3cret-value\nUNUSED=x\n").expect("env");
+    let cfg = dir.join("mcp.json");
+    std::fs::write(&cfg, json!({"mcpServers": {"s": {"command": script, "env_file": ".env", "env_keys": ["API_TOKEN"]}}}).to_string()).expect("config");
+    let args: Vec<String> = [
+        "run",
+        "--no-watch",
+        "-v",
+        "--stderr-in-errors",
+        "--config",
+        &cfg.display().to_string(),
+        "s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn(&args);
+    p.initialize();
+    std::fs::write(dir.join(".env"), "API_TOKEN=second-s3cret-value\n").expect("env");
+    let r = p.call(json!(1), "crash", json!({}));
+    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(p.whoami(json!(2))["generation"], 2);
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    let seen = std::fs::read_to_string(&seen).expect("seen");
+    assert_eq!(
+        seen, "first-s3cret-value\nsecond-s3cret-value\n",
+        "the restart read the file again"
+    );
+    let all = format!("{}{r}", p.stderr_text());
+    assert!(!all.contains("s3cret"), "a secret leaked: {all}");
+    // A missing key is named, its neighbours' values are not.
+    std::fs::write(dir.join(".env"), "OTHER=hidden-s3cret\n").expect("env");
+    let out = run(&["inspect", "--config", &cfg.display().to_string(), "s"]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("API_TOKEN") && !err.contains("s3cret"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_oauth_link_is_shown_at_once_and_the_long_wait_applies() {
+    let dir = temp_dir("oauth");
+    let prompt = "echo '[1234] Please authorize this client by visiting:' >&2; echo '[1234] https://auth.example.com/authorize?client_id=abc&state=xyz' >&2";
+    let bridge = wrapper(&dir, "bridge.sh", prompt, "--initialize-delay 1500");
+    let start = Instant::now();
+    let out = run(&[
+        "inspect",
+        "--init-timeout",
+        "500ms",
+        "--auth-timeout",
+        "20s",
+        "--",
+        &bridge,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(start.elapsed() >= Duration::from_millis(1500));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("https://auth.example.com/authorize?client_id=abc&state=xyz"),
+        "{err}"
+    );
+    // Without a prompt the short wait applies.
+    let plain = wrapper(&dir, "plain.sh", "true", "--initialize-delay 1500");
+    let out = run(&[
+        "inspect",
+        "--init-timeout",
+        "500ms",
+        "--auth-timeout",
+        "20s",
+        "--",
+        &plain,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no answer within"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn run_config_supervises_a_configured_server() {
+    let dir = temp_dir("run-config");
+    let cfg = dir.join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[mcp_servers.fw]\ncommand = \"{}\"\nargs = [\"--strict\"]\n",
+            worker()
+        ),
+    )
+    .expect("config");
+    let args: Vec<String> = ["run", "--config", &cfg.display().to_string(), "fw"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::spawn(&args);
+    p.initialize();
+    assert_eq!(
+        p.call(json!(1), "crash", json!({}))["error"]["code"],
+        -32098
+    );
+    assert_eq!(p.whoami(json!(2))["generation"], 2);
+}
+
+/// Finds the grandchild's pid in the worker's stderr (shown with --show-stderr).
+fn grandchild_of(err: &str) -> i32 {
+    err.lines()
+        .find_map(|l| l.strip_prefix("fake-worker: grandchild pid "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no grandchild line in {err}"))
+}
+
+#[test]
+fn no_process_is_left_behind_after_a_timeout() {
+    let w = worker();
+    let out = run(&[
+        "inspect",
+        "--show-stderr",
+        "--timeout",
+        "1s",
+        "--",
+        &w,
+        "--initialize-delay",
+        "30000",
+        "--spawn-grandchild",
+        "--ignore-sigterm",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("gave up after 1s"), "{err}");
+    let pid = grandchild_of(&err);
+    assert!(wait_gone(pid, WAIT), "grandchild {pid} left behind");
+}
+
+#[test]
+fn no_process_is_left_behind_after_ctrl_c() {
+    let w = worker();
+    let mut child = Command::new(mcpvisor())
+        .args([
+            "inspect",
+            "--show-stderr",
+            "--",
+            &w,
+            "--initialize-delay",
+            "30000",
+            "--spawn-grandchild",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let pid = loop {
+        let line = rx.recv_timeout(WAIT).expect("grandchild line");
+        if let Some(p) = line.strip_prefix("fake-worker: grandchild pid ") {
+            break p.trim().parse::<i32>().expect("pid");
+        }
+    };
+    assert!(alive(pid));
+    support::signal(child.id() as i32, 2);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "inspect ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(130));
+    assert!(wait_gone(pid, WAIT), "grandchild {pid} left behind");
+}
