@@ -286,6 +286,7 @@ impl RunArgs {
             failed_cooldown: self.failed_cooldown,
             reload_drain_timeout: self.reload_drain_timeout,
             stderr_in_errors: self.stderr_in_errors,
+            tools: chosen.spec.def.tools.clone(),
         };
         let stderr = match self.worker_stderr {
             WorkerStderr::Inherit => Passthrough::Inherit,

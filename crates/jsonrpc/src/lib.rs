@@ -26,6 +26,8 @@ pub const PARSE_ERROR: i64 = -32700;
 pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC: the method does not exist.
 pub const METHOD_NOT_FOUND: i64 = -32601;
+/// JSON-RPC: invalid method parameters.
+pub const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC: an internal error.
 pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP SDKs' request-timeout code.

@@ -80,6 +80,8 @@ pub struct Config {
     pub reload_drain_timeout: Duration,
     /// Put the worker's last stderr lines in `error.data` (may hold secrets).
     pub stderr_in_errors: bool,
+    /// Which tools the client may see and call (a config entry's `tools`).
+    pub tools: mcpvisor_config::ToolFilter,
 }
 
 impl Default for Config {
@@ -105,6 +107,7 @@ impl Default for Config {
             failed_cooldown: Duration::from_secs(60),
             reload_drain_timeout: Duration::from_secs(30),
             stderr_in_errors: false,
+            tools: mcpvisor_config::ToolFilter::default(),
         }
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct ClientReq {
     /// The request is `initialize`; its params are kept for replay if it
     /// succeeds. `initialize` is never cancelled.
     pub initialize: Option<Box<RawValue>>,
+    /// A `tools/list` whose answer must pass the configured tool filter.
+    pub filter_tools: bool,
     pub progress_token: Option<Bytes>,
     /// The bytes to send, while the request waits for a ready generation.
     pub unsent: Option<Bytes>,

@@ -277,3 +277,39 @@ async fn a_client_that_pipelines_its_handshake_still_gets_list_changed() {
     reload(&c).await;
     assert_eq!(c.recv().await["method"], "notifications/tools/list_changed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tools_filter_hides_tools_from_lists_and_refuses_calls() {
+    let cfg = Config {
+        tools: mcpvisor_config::ToolFilter {
+            allow: None,
+            deny: vec!["b".into()],
+        },
+        ..config()
+    };
+    let spawner = TestSpawner::new(tools(&["a", "b"]));
+    let mut c = Client::start(cfg, spawner.clone());
+    c.initialize().await;
+    let listed = c.request(json!("l"), "tools/list", json!({})).await;
+    assert_eq!(listed["id"], "l");
+    assert_eq!(
+        listed["result"]["tools"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+    assert_eq!(listed["result"]["tools"][0]["name"], "a");
+    let refused = c.call(json!("x"), "b", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        !spawner
+            .received()
+            .iter()
+            .any(|(_, m)| m["params"]["name"] == "b")
+    );
+    assert!(
+        c.call(json!("y"), "a", json!({}))
+            .await
+            .get("result")
+            .is_some()
+    );
+}

@@ -75,6 +75,24 @@ impl<S: Spawner> Session<S> {
             self.emit(reply::not_started(&id, &reason, None)).await;
             return;
         }
+        let filtering = !self.cfg.tools.is_open();
+        if filtering && env.method() == "tools/call" {
+            let name = tool_name(line);
+            if !name.as_deref().is_some_and(|n| self.cfg.tools.permits(n)) {
+                let message = format!(
+                    "Unknown tool: {} (not allowed by this server's tools filter)",
+                    name.as_deref().unwrap_or("(none)")
+                );
+                self.emit(mcpvisor_jsonrpc::build::error(
+                    raw_id.get(),
+                    mcpvisor_jsonrpc::INVALID_PARAMS,
+                    &message,
+                    None,
+                ))
+                .await;
+                return;
+            }
+        }
         let initialize = if env.method() == "initialize" {
             Some(
                 raw_params(line)
@@ -106,6 +124,7 @@ impl<S: Spawner> Session<S> {
                     id: id.clone(),
                     cancelled: false,
                     initialize,
+                    filter_tools: filtering && env.method() == "tools/list",
                     progress_token,
                     unsent: None,
                     idle_deadline,
@@ -192,6 +211,21 @@ impl<S: Spawner> Session<S> {
         let msg = splice(line, raw_id, &server_req.worker_id);
         self.send_to(server_req.generation, msg).await;
     }
+}
+
+/// `params.name` of a `tools/call` (a second, small parse: only with a filter).
+fn tool_name(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Call {
+        params: Params,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params {
+        name: String,
+    }
+    serde_json::from_slice::<Call>(line)
+        .ok()
+        .map(|c| c.params.name)
 }
 
 fn empty_object() -> Box<RawValue> {

@@ -178,6 +178,9 @@ impl<S: Spawner> Session<S> {
                     .get(kind.item_name())
                     .and_then(Value::as_str)
                     .unwrap_or_default();
+                if kind == ListKind::Tools && !self.cfg.tools.permits(name) {
+                    continue;
+                }
                 listing.insert(name.to_owned(), item.to_string());
             }
         }

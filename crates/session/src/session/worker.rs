@@ -126,6 +126,8 @@ impl<S: Spawner> Session<S> {
                 let mut edited = None;
                 if let Some(params) = c.initialize {
                     edited = self.on_client_initialized(line, &c.id, params);
+                } else if c.filter_tools {
+                    edited = self.filtered_tool_list(line, &c.id);
                 }
                 let msg = edited.unwrap_or_else(|| splice(line, raw_id, &c.id));
                 self.emit(msg).await;
@@ -309,6 +311,24 @@ impl<S: Spawner> Session<S> {
             self.emit(build::error(id, INTERNAL_ERROR, &message, None))
                 .await;
         }
+    }
+}
+
+impl<S: Spawner> Session<S> {
+    /// A `tools/list` answer without the tools the filter hides.
+    fn filtered_tool_list(&self, line: &Bytes, client_id: &Bytes) -> Option<Bytes> {
+        let mut result = result_of(line)?;
+        let tools = result.get_mut("tools")?.as_array_mut()?;
+        tools.retain(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| self.cfg.tools.permits(n))
+        });
+        let id = std::str::from_utf8(client_id).ok()?;
+        let body = serde_json::to_string(&result).ok()?;
+        Some(Bytes::from(format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{body}}}"
+        )))
     }
 }
 
