@@ -78,15 +78,8 @@ where
             return 2;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("mcpvisor: cannot start the runtime: {e}");
-            return 2;
-        }
+    let Some(runtime) = crate::runtime() else {
+        return 2;
     };
     let stderr = if args.show_stderr {
         Passthrough::Inherit

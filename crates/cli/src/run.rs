@@ -20,15 +20,8 @@ pub fn main(args: RunArgs) -> ExitCode {
         eprintln!("mcpvisor: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("mcpvisor: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::FAILURE;
     };
     let def = &resolved.server.spec.def;
     let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
