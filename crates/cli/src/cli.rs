@@ -71,7 +71,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = WorkerStderr::Inherit)]
     pub worker_stderr: WorkerStderr,
     /// How long a stopping server may take to exit after its stdin closes, before SIGTERM.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pub stop_grace: Duration,
     /// How long after SIGTERM before SIGKILL.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]

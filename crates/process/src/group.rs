@@ -35,7 +35,9 @@ pub struct StopTimeouts {
 impl Default for StopTimeouts {
     fn default() -> Self {
         Self {
-            after_close: Duration::from_secs(2),
+            // Short enough to finish inside the grace clients give their
+            // own child (the Python SDK's is 2 s) before they signal it.
+            after_close: Duration::from_millis(500),
             after_term: Duration::from_secs(3),
         }
     }

@@ -511,3 +511,47 @@ async fn client_eof_drains_in_flight_requests_first() {
     assert!(line.contains("\"slept\":1000"), "{line}");
     assert_eq!(session.await.expect("task"), Outcome::ClientClosed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_request_does_not_hold_up_shutdown_after_eof() {
+    let mut c = Client::start(config(), TestSpawner::new(Behaviour::default()));
+    c.initialize().await;
+    c.send_call(json!(1), "hang", json!({})).await;
+    c.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let start = tokio::time::Instant::now();
+    assert_eq!(c.close().await, Outcome::ClientClosed);
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_left_gets_no_restarted_worker() {
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    c.send_call(json!(1), "crash", json!({})).await;
+    let Client {
+        tx,
+        mut rx,
+        session,
+        ..
+    } = c;
+    drop(tx);
+    let lost = rx
+        .next_line()
+        .await
+        .expect("read")
+        .expect("the crash answer");
+    assert!(lost.contains("-32098"), "{lost}");
+    assert_eq!(session.await.expect("task"), Outcome::ClientClosed);
+    assert_eq!(
+        spawner.generations(),
+        [1],
+        "no restart for a departed client"
+    );
+}

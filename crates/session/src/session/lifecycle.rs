@@ -343,6 +343,10 @@ impl<S: Spawner> Session<S> {
 
     /// Restart policy and crash-loop detection after an unrequested end.
     async fn after_crash(&mut self, loss: &Loss, uptime: Duration) {
+        if self.closing && self.waiting.is_empty() {
+            // The client has left: nothing will need a new worker.
+            return;
+        }
         if uptime < self.cfg.crash_loop_window {
             self.quick_exits += 1;
         } else {
@@ -491,6 +495,7 @@ impl<S: Spawner> Session<S> {
             }
         }
         if std::mem::take(&mut self.start_pending)
+            && !(self.closing && self.waiting.is_empty())
             && self.current.is_none()
             && self.failed.is_none()
             && self.draining_generation().is_none()

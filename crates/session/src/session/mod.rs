@@ -243,7 +243,7 @@ impl<S: Spawner> Session<S> {
             if s.client_gone {
                 break Outcome::ClientGone;
             }
-            if s.closing && s.reqs.is_empty() {
+            if s.closing && s.awaited() == 0 {
                 break Outcome::ClientClosed;
             }
             tokio::select! {
@@ -345,13 +345,24 @@ impl<S: Spawner> Session<S> {
             return;
         }
         self.closing = true;
-        if !self.reqs.is_empty() {
+        let awaited = self.awaited();
+        if awaited > 0 {
             tracing::info!(
-                in_flight = self.reqs.len(),
+                in_flight = awaited,
                 "client closed stdin; waiting for requests in flight"
             );
             self.timers.insert(Timer::Closing, self.cfg.shutdown_drain);
         }
+    }
+
+    /// Client requests whose answers the client still waits for. Cancelled
+    /// requests and mcpvisor's own (a replay, a list read) do not count: a
+    /// client that has closed stdin has no use for them.
+    fn awaited(&self) -> usize {
+        self.reqs
+            .values()
+            .filter(|r| r.client().is_some_and(|c| !c.cancelled))
+            .count()
     }
 
     /// Stops every generation in layers and waits (bounded) for them to end.

@@ -261,6 +261,18 @@ impl<S: Spawner> Session<S> {
 
     async fn on_worker_request(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
+        if self.closing {
+            // The client closed stdin: it cannot answer. Say so at once
+            // rather than leave the worker waiting.
+            let msg = build::error(
+                raw_id.get(),
+                NOT_STARTED,
+                "The client has disconnected; it cannot answer.",
+                None,
+            );
+            self.send_to(generation, msg).await;
+            return;
+        }
         if self.server_reqs.len() >= super::MAX_SERVER_REQUESTS {
             let msg = build::error(
                 raw_id.get(),
