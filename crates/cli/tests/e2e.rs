@@ -331,3 +331,19 @@ fn usage_errors_exit_2_with_one_clear_line() {
     assert_eq!(code, Some(2));
     assert!(err.contains("not executable"), "{err}");
 }
+
+#[test]
+fn logs_never_carry_payloads_even_at_trace_level() {
+    let mut p = Proc::fake(&["-vv", "--worker-stderr", "discard"], &[]);
+    p.initialize();
+    let marker = "payload-marker-7f3a";
+    let r = p.call(json!(1), "echo", json!({"secret": marker}));
+    assert!(r.to_string().contains(marker), "the answer carries it: {r}");
+    let r = p.call(json!(2), "crash", json!({"note": marker}));
+    assert_eq!(r["error"]["code"], -32098);
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    let log = p.stderr_text();
+    assert!(log.contains("started worker"), "logging is on: {log}");
+    assert!(!log.contains(marker), "a payload reached the log:\n{log}");
+}

@@ -555,3 +555,29 @@ async fn a_client_that_left_gets_no_restarted_worker() {
         "no restart for a departed client"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_stops_reading_its_stdin_is_stopped_after_the_write_timeout() {
+    let cfg = Config {
+        write_timeout: Duration::from_secs(3),
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour {
+        never_read: true,
+        ..Behaviour::default()
+    });
+    let mut c = Client::start(cfg, spawner.clone());
+    // More than the pipe holds, so the write stalls.
+    let big = "z".repeat(200_000);
+    let start = tokio::time::Instant::now();
+    let r = c.call(json!(1), "echo", json!({"t": big})).await;
+    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .expect("reason")
+            .contains("no progress"),
+        "{r}"
+    );
+    assert_eq!(start.elapsed().as_secs(), 3);
+}

@@ -36,6 +36,8 @@ pub struct Behaviour {
     pub tools: Vec<String>,
     /// Declare prompts too (an empty list).
     pub prompts: bool,
+    /// Never read stdin (a stuck pipe).
+    pub never_read: bool,
 }
 
 /// What every worker received, as (generation, message) pairs.
@@ -138,6 +140,11 @@ async fn worker(
             }
         }
     });
+    if b.never_read {
+        // Hold the pipe open without reading it.
+        let _held = (stdin, writer);
+        return std::future::pending::<i32>().await;
+    }
     let mut lines = BufReader::new(stdin).lines();
     let mut initialized = false;
     let mut running: std::collections::HashMap<String, JoinHandle<()>> = Default::default();
