@@ -76,6 +76,10 @@ async fn call(
             Some(note) = async { notes.as_mut()?.recv().await } => show_progress(&note),
         }
     };
+    // Notifications read before the answer are still queued: show them too.
+    while let Some(note) = notes.as_mut().and_then(|n| n.try_recv().ok()) {
+        show_progress(&note);
+    }
     if json_out {
         println!(
             "{}",
