@@ -3,6 +3,7 @@
 mod client;
 mod lifecycle;
 mod lists;
+mod restart;
 mod timers;
 mod worker;
 
