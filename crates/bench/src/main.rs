@@ -1,0 +1,144 @@
+//! `mcpvisor-bench`: what mcpvisor costs, measured against a direct
+//! connection to the same server.
+//!
+//! # Theory of operation
+//!
+//! The benchmark is an MCP client. It runs every load twice in one run, on
+//! the same machine within seconds: once on the fake worker's own pipes
+//! ("direct") and once through `mcpvisor run -q --no-watch --` in front of
+//! the same fake worker, and reports each figure with its ratio to direct.
+//! Other work on the machine moves both sides alike, so the ratios are what
+//! to trust; the absolute figures only hold for this machine at this
+//! moment. The side that goes first alternates from round to round.
+//!
+//! The load ([`load`]) is the fake worker's `bench/echo` method, which
+//! answers with the request's params as sent and does no other work, so
+//! what is measured is the wire: pipes, framing and, through mcpvisor, its
+//! envelope peek, id splicing and task hops. The client is one process on
+//! a current-thread runtime: a writer keeps N requests in flight on the one
+//! pipe, a reader matches answers by id and timestamps them. Every answer is
+//! compared byte for byte with what its own request sent ([`payload`]), and
+//! a missing, duplicated or foreign answer aborts the run: a fast wrong
+//! answer is not a result.
+//!
+//! The other parts ([`scenario`]) time one-off events with fresh processes:
+//! a 16 MiB round trip, spawn to `initialize` answered, and a worker crash
+//! to the next call answered (compared with the worker's own start time,
+//! measured directly in the same run). mcpvisor's peak memory is its VmHWM
+//! from `/proc`, read after 100k and again after 1M requests. [`report`]
+//! prints the table and writes the markdown report and raw JSON.
+
+mod load;
+mod machine;
+mod payload;
+mod peer;
+mod report;
+mod scenario;
+mod soak;
+mod stats;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+
+use crate::peer::Binaries;
+use crate::scenario::Plan;
+
+/// Measures mcpvisor against a direct connection to the same fake worker.
+///
+/// Without a subcommand, runs every measurement and prints the table.
+#[derive(Debug, Parser)]
+#[command(name = "mcpvisor-bench", version)]
+struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The mcpvisor binary [default: `mcpvisor` next to this binary].
+    #[arg(long, value_name = "PATH")]
+    mcpvisor: Option<PathBuf>,
+    /// The fake worker binary [default: `mcpvisor-fake-worker` next to this
+    /// binary].
+    #[arg(long, value_name = "PATH")]
+    worker: Option<PathBuf>,
+    /// A short run that exercises every part (a smoke test; rough figures).
+    #[arg(long)]
+    quick: bool,
+    /// Write the report as markdown to FILE (its text above the generated
+    /// part is kept).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Write the raw figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    raw: Option<PathBuf>,
+    /// Let mcpvisor's and the worker's stderr through.
+    #[arg(long, global = true)]
+    show_stderr: bool,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Runs one load on one peer and prints its figures: a steady load for
+    /// a profiler to attach to (the peer's pid is printed first).
+    Load(soak::SoakArgs),
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mcpvisor-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let binaries = Binaries {
+        mcpvisor: binary(args.mcpvisor, "mcpvisor", "--mcpvisor")?,
+        worker: binary(args.worker, "mcpvisor-fake-worker", "--worker")?,
+        show_stderr: args.show_stderr,
+    };
+    // One thread, like mcpvisor itself: on a two-core machine the client
+    // must not take a core from the processes it measures.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?;
+    if let Some(Command::Load(soak)) = &args.command {
+        return runtime.block_on(soak::run(&binaries, soak));
+    }
+    let plan = if args.quick {
+        Plan::quick()
+    } else {
+        Plan::full()
+    };
+    let results = runtime.block_on(scenario::run(&binaries, &plan))?;
+    print!("{}", report::text(&results));
+    if let Some(path) = &args.out {
+        report::write_markdown(path, &results, &plan)?;
+    }
+    if let Some(path) = &args.raw {
+        report::write_raw(path, &results)?;
+    }
+    Ok(())
+}
+
+/// The binary given by `flag`, or `name` next to this one.
+fn binary(given: Option<PathBuf>, name: &str, flag: &str) -> anyhow::Result<PathBuf> {
+    let path = match given {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .context("cannot find this binary's own path")?
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(name),
+    };
+    if !path.is_file() {
+        bail!(
+            "{} does not exist: build it (`cargo build --release --workspace`) or pass {flag} PATH",
+            path.display()
+        );
+    }
+    Ok(path)
+}

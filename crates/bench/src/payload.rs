@@ -1,0 +1,209 @@
+//! The `bench/echo` requests of a load and the byte-exact check of their
+//! answers.
+//!
+//! Request `N` carries `{"s":"<N as 16 hex digits><filler>"}` with a string
+//! of exactly the payload size, so every answer can be checked against the
+//! request it claims to answer without keeping the request around: the
+//! expected bytes are rebuilt from the id.
+
+use anyhow::{Context as _, bail};
+use serde_json::Value;
+
+/// The head of every answer the fake worker writes for `bench/echo`.
+const RESULT_HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+/// Between the id and the result.
+const RESULT_MID: &[u8] = br#","result":"#;
+/// The bytes before the payload string in `params`.
+const PARAMS_HEAD: &[u8] = br#"{"s":""#;
+/// The bytes after the payload string in `params`.
+const PARAMS_TAIL: &[u8] = br#""}"#;
+/// Hex digits of the id at the start of each payload string.
+const TAG: usize = 16;
+
+/// Builds and checks the payloads of one size.
+#[derive(Debug)]
+pub struct Payloads {
+    /// The string after the tag; `size - TAG` bytes (empty for tiny sizes).
+    filler: Vec<u8>,
+    size: usize,
+}
+
+/// What one line from the peer turned out to be.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// A successful answer to request `id` with exactly its own payload.
+    Echo(u64),
+    /// A notification (no id): not an answer, skipped.
+    Notification,
+}
+
+impl Payloads {
+    /// Payload strings of `size` bytes (at least the 16-byte id tag).
+    pub fn new(size: usize) -> Self {
+        let size = size.max(TAG);
+        // Printable, no JSON escapes, and not one repeated byte, so a
+        // shifted or truncated copy does not compare equal by accident.
+        let filler = (0..size - TAG)
+            .map(|i| b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[i % 62])
+            .collect();
+        Self { filler, size }
+    }
+
+    /// The payload string's size in bytes.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The bytes of a whole request line for `id`, terminator included, as
+    /// slices to write one after another (no copy of the payload).
+    pub fn request<'a>(&'a self, id: u64, scratch: &'a mut Scratch) -> [&'a [u8]; 5] {
+        scratch.set(id);
+        [
+            scratch.head.as_bytes(),
+            PARAMS_HEAD,
+            scratch.tag.as_bytes(),
+            &self.filler,
+            b"\"}}\n",
+        ]
+    }
+
+    /// Classifies `line` (without its terminator): an exact echo of one of
+    /// our requests, a notification, or an error with a clear message.
+    pub fn check(&self, line: &[u8]) -> anyhow::Result<Answer> {
+        let Some((id, result)) = split_echo(line) else {
+            return classify_other(line);
+        };
+        let tag = format!("{id:016x}");
+        let expected = [PARAMS_HEAD, tag.as_bytes(), &self.filler, PARAMS_TAIL];
+        let expected_len: usize = expected.iter().map(|p| p.len()).sum();
+        let mut rest = result;
+        let exact = result.len() == expected_len
+            && expected.iter().all(|part| {
+                let (head, tail) = rest.split_at(part.len());
+                rest = tail;
+                head == *part
+            });
+        if !exact {
+            bail!(
+                "request {id} was answered with a payload that is not its own \
+                 ({} bytes, expected {expected_len}; starts {})",
+                result.len(),
+                snippet(result)
+            );
+        }
+        Ok(Answer::Echo(id))
+    }
+}
+
+/// Reused buffers for the per-request parts of a request line.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    head: String,
+    tag: String,
+}
+
+impl Scratch {
+    fn set(&mut self, id: u64) {
+        use std::fmt::Write as _;
+        self.head.clear();
+        self.tag.clear();
+        let _ = write!(
+            self.head,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"bench/echo","params":"#
+        );
+        let _ = write!(self.tag, "{id:016x}");
+    }
+}
+
+/// `{"jsonrpc":"2.0","id":<digits>,"result":<result>}` → (id, result).
+fn split_echo(line: &[u8]) -> Option<(u64, &[u8])> {
+    let rest = line.strip_prefix(RESULT_HEAD)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let id = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let result = rest[digits..]
+        .strip_prefix(RESULT_MID)?
+        .strip_suffix(b"}")?;
+    Some((id, result))
+}
+
+/// The slow path: anything that is not a plain echo answer.
+fn classify_other(line: &[u8]) -> anyhow::Result<Answer> {
+    let value: Value = serde_json::from_slice(line)
+        .with_context(|| format!("the peer wrote a line that is not JSON: {}", snippet(line)))?;
+    if value.get("method").is_some() && value.get("id").is_none() {
+        return Ok(Answer::Notification);
+    }
+    if let Some(error) = value.get("error") {
+        bail!(
+            "request {} was answered with an error: {error}",
+            value.get("id").unwrap_or(&Value::Null)
+        );
+    }
+    bail!("the peer wrote an unexpected line: {}", snippet(line))
+}
+
+/// The first bytes of `bytes`, for error messages.
+pub fn snippet(bytes: &[u8]) -> String {
+    const MAX: usize = 120;
+    let cut = &bytes[..bytes.len().min(MAX)];
+    let more = if bytes.len() > MAX { "..." } else { "" };
+    format!("{}{more}", String::from_utf8_lossy(cut))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request_line(p: &Payloads, id: u64) -> Vec<u8> {
+        let mut scratch = Scratch::default();
+        p.request(id, &mut scratch).concat()
+    }
+
+    /// What the fake worker answers: the params, as sent, under `result`.
+    fn echo(request: &[u8]) -> Vec<u8> {
+        let v: Value = serde_json::from_slice(request).expect("request is JSON");
+        let params = &request[request
+            .windows(9)
+            .position(|w| w == b"\"params\":")
+            .expect("params")
+            + 9..request.len() - 2];
+        let mut line = format!(r#"{{"jsonrpc":"2.0","id":{},"result":"#, v["id"]).into_bytes();
+        line.extend_from_slice(params);
+        line.push(b'}');
+        line
+    }
+
+    #[test]
+    fn requests_are_json_with_a_string_of_the_payload_size() {
+        for size in [64, 65_536] {
+            let p = Payloads::new(size);
+            let line = request_line(&p, 42);
+            assert_eq!(line.last(), Some(&b'\n'));
+            let v: Value = serde_json::from_slice(&line).expect("JSON");
+            assert_eq!(v["id"], 42);
+            assert_eq!(v["method"], "bench/echo");
+            assert_eq!(v["params"]["s"].as_str().map(str::len), Some(size));
+        }
+    }
+
+    #[test]
+    fn an_exact_echo_passes_and_anything_else_fails() {
+        let p = Payloads::new(64);
+        let answer = echo(&request_line(&p, 7));
+        assert_eq!(p.check(&answer).expect("exact echo"), Answer::Echo(7));
+        // Another request's payload under this id.
+        let mut swapped = echo(&request_line(&p, 8));
+        let at = swapped.iter().position(|&b| b == b'8').expect("id");
+        swapped[at] = b'7';
+        assert!(p.check(&swapped).is_err());
+        // A truncated payload.
+        let mut short = answer.clone();
+        short.remove(answer.len() - 5);
+        assert!(p.check(&short).is_err());
+        let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32098,"message":"x"}}"#;
+        assert!(p.check(error).is_err());
+        let note = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+        assert_eq!(p.check(note).expect("notification"), Answer::Notification);
+        assert!(p.check(b"garbage").is_err());
+    }
+}

@@ -1,0 +1,369 @@
+//! The results as a table on stdout, as a markdown file with the targets,
+//! and as raw JSON.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use crate::scenario::{Cell, Plan, Results};
+
+/// The line under which `--out` rewrites the file; what is above it (the
+/// hand-written introduction) is kept.
+const MARKER: &str = "<!-- Everything below this line is written by mcpvisor-bench --out. -->";
+
+/// The introduction written when the file does not exist yet.
+const DEFAULT_HEADER: &str = "# mcpvisor benchmarks\n\n\
+Measured by `mcpvisor-bench`:\n\n\
+```sh\n\
+cargo build --release --workspace && target/release/mcpvisor-bench --out BENCHMARKS.md\n\
+```\n";
+
+/// One row of the figures table.
+struct Row {
+    figure: String,
+    direct: Option<f64>,
+    mcpvisor: f64,
+    /// mcpvisor ÷ direct, when the comparison means something.
+    ratio: Option<f64>,
+}
+
+/// One goal and whether this run met it.
+struct Target {
+    what: &'static str,
+    goal: &'static str,
+    measured: String,
+    pass: bool,
+}
+
+fn rows(r: &Results) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let pair = |figure: String, d: f64, m: f64| Row {
+        figure,
+        direct: Some(d),
+        mcpvisor: m,
+        ratio: Some(m / d),
+    };
+    for c in &r.cells {
+        let name = cell_name(c);
+        let (d, m) = (&c.figures.direct, &c.figures.mcpvisor);
+        rows.push(pair(
+            format!("{name}: throughput (req/s)"),
+            d.per_second,
+            m.per_second,
+        ));
+        rows.push(pair(
+            format!("{name}: p50 latency (µs)"),
+            d.p50_us,
+            m.p50_us,
+        ));
+        rows.push(pair(
+            format!("{name}: p99 latency (µs)"),
+            d.p99_us,
+            m.p99_us,
+        ));
+    }
+    let big = &r.big.round_trip;
+    rows.push(pair(
+        format!(
+            "{} round trip (ms, median of {})",
+            size_name(r.big.payload_bytes),
+            big.direct.samples_ms.len()
+        ),
+        big.direct.median_ms,
+        big.mcpvisor.median_ms,
+    ));
+    let cold = &r.cold_start;
+    rows.push(pair(
+        format!(
+            "cold start: spawn → initialize answered (ms, median of {})",
+            cold.direct.samples_ms.len()
+        ),
+        cold.direct.median_ms,
+        cold.mcpvisor.median_ms,
+    ));
+    rows.push(pair(
+        format!(
+            "crash → next call answered (ms, median of {}); direct: the worker's own start",
+            r.crash.recovery.samples_ms.len()
+        ),
+        r.crash.worker_start_median_ms,
+        r.crash.recovery.median_ms,
+    ));
+    rows.push(Row {
+        figure: "crash → its -32098 error (ms, median)".to_owned(),
+        direct: None,
+        mcpvisor: r.crash.detection.median_ms,
+        ratio: None,
+    });
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    rows.push(Row {
+        figure: "mcpvisor peak RSS after the handshake (MiB)".to_owned(),
+        direct: None,
+        mcpvisor: mib(r.memory.after_handshake_kib),
+        ratio: None,
+    });
+    for mark in &r.memory.marks {
+        rows.push(Row {
+            figure: format!(
+                "mcpvisor peak RSS after {} requests (MiB)",
+                count_name(mark.requests)
+            ),
+            direct: None,
+            mcpvisor: mib(mark.peak_kib),
+            ratio: None,
+        });
+    }
+    rows
+}
+
+fn targets(r: &Results) -> Vec<Target> {
+    let mut out = Vec::new();
+    let find = |payload: usize, concurrency: usize| {
+        r.cells
+            .iter()
+            .find(|c| c.payload_bytes == payload && c.concurrency == concurrency)
+    };
+    if let Some(c) = find(64, 1) {
+        let (d, m) = (c.figures.direct.p50_us, c.figures.mcpvisor.p50_us);
+        out.push(Target {
+            what: "concurrency 1, 64 B: p50 latency",
+            goal: "≤ 1.3× direct",
+            measured: format!("{:.2}× ({m:.1} µs vs {d:.1} µs)", m / d),
+            pass: m <= 1.3 * d,
+        });
+    }
+    if let Some(c) = find(64, 32) {
+        let (d, m) = (c.figures.direct.per_second, c.figures.mcpvisor.per_second);
+        out.push(Target {
+            what: "concurrency 32, 64 B: throughput",
+            goal: "≥ 0.6× direct",
+            measured: format!("{:.2}× ({m:.0} vs {d:.0} req/s)", m / d),
+            pass: m >= 0.6 * d,
+        });
+    }
+    let (d, m) = (
+        r.big.round_trip.direct.median_ms,
+        r.big.round_trip.mcpvisor.median_ms,
+    );
+    out.push(Target {
+        what: "16 MiB round trip",
+        goal: "≤ 2× direct",
+        measured: format!("{:.2}× ({m:.1} ms vs {d:.1} ms)", m / d),
+        pass: m <= 2.0 * d,
+    });
+    if let Some(last) = r.memory.marks.last() {
+        let mib = last.peak_kib as f64 / 1024.0;
+        out.push(Target {
+            what: "mcpvisor peak RSS",
+            goal: "≤ 6 MiB",
+            measured: format!("{mib:.2} MiB after {} requests", count_name(last.requests)),
+            pass: last.peak_kib <= 6 * 1024,
+        });
+        let first = &r.memory.marks[0];
+        out.push(Target {
+            what: "mcpvisor peak RSS growth",
+            goal: "< 5% from 100k to 1M requests",
+            measured: format!(
+                "{:+.1}% ({} → {} requests)",
+                r.memory.growth_percent,
+                count_name(first.requests),
+                count_name(last.requests)
+            ),
+            pass: r.memory.growth_percent < 5.0,
+        });
+    }
+    let over = r.cold_start.mcpvisor.median_ms - r.cold_start.direct.median_ms;
+    out.push(Target {
+        what: "cold start",
+        goal: "≤ 5 ms over direct",
+        measured: format!(
+            "{over:+.2} ms ({:.2} ms vs {:.2} ms)",
+            r.cold_start.mcpvisor.median_ms, r.cold_start.direct.median_ms
+        ),
+        pass: over <= 5.0,
+    });
+    out.push(Target {
+        what: "crash recovery",
+        goal: "≤ 5 ms over the worker's own start",
+        measured: format!(
+            "{:+.2} ms ({:.2} ms vs {:.2} ms)",
+            r.crash.over_worker_start_ms,
+            r.crash.recovery.median_ms,
+            r.crash.worker_start_median_ms
+        ),
+        pass: r.crash.over_worker_start_ms <= 5.0,
+    });
+    out
+}
+
+fn cell_name(c: &Cell) -> String {
+    format!(
+        "{}, concurrency {}",
+        size_name(c.payload_bytes),
+        c.concurrency
+    )
+}
+
+fn size_name(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn count_name(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
+        n => n.to_string(),
+    }
+}
+
+/// A figure with sensible precision for its size.
+fn num(x: f64) -> String {
+    match x.abs() {
+        a if a >= 1000.0 => format!("{x:.0}"),
+        a if a >= 10.0 => format!("{x:.1}"),
+        _ => format!("{x:.2}"),
+    }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}×"))
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "pass" } else { "FAIL" }
+}
+
+/// The human table for stdout.
+pub fn text(r: &Results) -> String {
+    let rows = rows(r);
+    let width = rows
+        .iter()
+        .map(|row| row.figure.chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:>10}  {:>10}  {:>7}",
+        "", "direct", "mcpvisor", "ratio"
+    );
+    for row in &rows {
+        let direct = row.direct.map_or_else(|| "—".to_owned(), num);
+        let _ = writeln!(
+            out,
+            "{:<width$}  {direct:>10}  {:>10}  {:>7}",
+            row.figure,
+            num(row.mcpvisor),
+            ratio(row.ratio)
+        );
+    }
+    let _ = writeln!(out);
+    let targets = targets(r);
+    let width = targets
+        .iter()
+        .map(|t| t.what.chars().count() + t.goal.chars().count() + 2)
+        .max()
+        .unwrap_or(0);
+    for t in &targets {
+        let goal = format!("{}: {}", t.what, t.goal);
+        let _ = writeln!(out, "{goal:<width$}  {}  {}", verdict(t.pass), t.measured);
+    }
+    out
+}
+
+/// The generated part of the markdown file.
+fn markdown(r: &Results, plan: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "## Run of {}\n", r.date);
+    let _ = writeln!(out, "- Machine: {} cores ({}).", r.cores, r.cpu);
+    if r.quick {
+        let _ = writeln!(
+            out,
+            "- **Quick run** (`--quick`): a smoke test; the figures are rough."
+        );
+    }
+    let _ = writeln!(
+        out,
+        "- Direct: the client on the fake worker's own pipes. mcpvisor: the same client on \
+         `mcpvisor run -q --no-watch -- mcpvisor-fake-worker`.\n\
+         - Throughput cells: `bench/echo` with a params string of the payload size; the \
+         concurrency is the number of requests kept in flight on the one pipe. Each side \
+         runs {} s per round after a {} s warm-up on a fresh process, in {} round{}; the \
+         side that goes first alternates.\n\
+         - Memory: VmHWM of the mcpvisor process (not the worker) under 64 B requests at \
+         concurrency 32.\n\
+         - Every answer was checked byte for byte against its own request's payload; each \
+         request was answered exactly once.\n",
+        plan.cell_time.as_secs_f64(),
+        plan.warmup.as_secs_f64(),
+        plan.rounds,
+        if plan.rounds == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(out, "### Targets\n");
+    let _ = writeln!(
+        out,
+        "| target | goal | measured | |\n| --- | --- | --- | --- |"
+    );
+    for t in targets(r) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.what,
+            t.goal,
+            t.measured,
+            verdict(t.pass)
+        );
+    }
+    let _ = writeln!(out, "\n### Figures\n");
+    let _ = writeln!(
+        out,
+        "Reading them: the ratios compare the two sides of one run; the absolute figures \
+         move with the machine (on a virtual machine, a pipe hop to an idle vCPU costs far \
+         more than one to a busy vCPU, so the same build can show a direct round trip of \
+         10 µs or 75 µs). With 64 KiB payloads at concurrency 32 a direct client's writes \
+         wait on the full pipe, so fewer of the 32 requests are really in flight, while \
+         mcpvisor reads ahead into its bounded queues: there the latency ratio measures \
+         queueing, and throughput is the figure to compare.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| figure | direct | mcpvisor | mcpvisor ÷ direct |\n| --- | ---: | ---: | ---: |"
+    );
+    for row in rows(r) {
+        let direct = row.direct.map_or_else(|| "—".to_owned(), num);
+        let _ = writeln!(
+            out,
+            "| {} | {direct} | {} | {} |",
+            row.figure,
+            num(row.mcpvisor),
+            ratio(row.ratio)
+        );
+    }
+    out
+}
+
+/// Writes the markdown report to `path`, keeping the introduction above
+/// the marker line of an existing file.
+pub fn write_markdown(path: &Path, r: &Results, plan: &Plan) -> anyhow::Result<()> {
+    let header = match std::fs::read_to_string(path) {
+        Ok(old) => match old.find(MARKER) {
+            Some(at) => old[..at].to_owned(),
+            None => format!("{DEFAULT_HEADER}\n"),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => format!("{DEFAULT_HEADER}\n"),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let text = format!("{header}{MARKER}\n\n{}", markdown(r, plan));
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes the raw results as JSON.
+pub fn write_raw(path: &Path, r: &Results) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(r)?;
+    std::fs::write(path, json + "\n").with_context(|| format!("writing {}", path.display()))
+}
