@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
@@ -45,14 +46,67 @@ pub enum EnvelopeError {
 struct Wire<'a> {
     #[serde(default, borrow, deserialize_with = "present")]
     id: Option<&'a RawValue>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed_str")]
     method: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     params: Option<ParamsPeek<'a>>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    error: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "skipped")]
+    result: Option<IgnoredAny>,
+    #[serde(default, deserialize_with = "skipped")]
+    error: Option<IgnoredAny>,
+}
+
+/// A present member whose value is skipped, not kept (`null` included).
+fn skipped<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IgnoredAny>, D::Error> {
+    IgnoredAny::deserialize(d).map(Some)
+}
+
+/// A string borrowed from the line when it has no escapes (always, for
+/// method names in practice): no allocation per message.
+fn borrowed_str<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_owned()))
+        }
+    }
+    d.deserialize_str(Visit).map(Some)
+}
+
+/// The `params` keys mcpvisor routes by; every other key is `Other`.
+enum Key {
+    RequestId,
+    ProgressToken,
+    Meta,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Key;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+                Ok(match v {
+                    "requestId" => Key::RequestId,
+                    "progressToken" => Key::ProgressToken,
+                    "_meta" => Key::Meta,
+                    _ => Key::Other,
+                })
+            }
+        }
+        d.deserialize_identifier(Visit)
+    }
 }
 
 /// The `params` members that route a message, read in the same pass as the
@@ -77,13 +131,13 @@ impl<'de: 'a, 'a> Deserialize<'de> for ParamsPeek<'a> {
                 mut map: A,
             ) -> Result<Self::Value, A::Error> {
                 let mut peek = ParamsPeek::default();
-                while let Some(key) = map.next_key::<Cow<'_, str>>()? {
-                    match key.as_ref() {
-                        "requestId" => peek.request_id = Some(map.next_value()?),
-                        "progressToken" => peek.progress_token = Some(map.next_value()?),
-                        "_meta" => peek.meta = map.next_value::<Option<MetaPeek<'a>>>()?,
-                        _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::RequestId => peek.request_id = Some(map.next_value()?),
+                        Key::ProgressToken => peek.progress_token = Some(map.next_value()?),
+                        Key::Meta => peek.meta = map.next_value::<Option<MetaPeek<'a>>>()?,
+                        Key::Other => {
+                            map.next_value::<IgnoredAny>()?;
                         }
                     }
                 }
@@ -93,7 +147,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ParamsPeek<'a> {
                 self,
                 mut seq: A,
             ) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(ParamsPeek::default())
             }
             fn visit_unit<E>(self) -> Result<Self::Value, E> {
@@ -132,7 +186,12 @@ impl<'a> Envelope<'a> {
             serde_json::from_slice::<&RawValue>(line)?;
             return Err(EnvelopeError::Invalid("not an object"));
         }
-        let wire: Wire<'a> = serde_json::from_slice(line)?;
+        // One UTF-8 check of the whole line up front, so that skipping long
+        // strings inside the payload does not check them again.
+        let text = std::str::from_utf8(line).map_err(|_| {
+            EnvelopeError::Json(<serde_json::Error as serde::de::Error>::custom("the line is not valid UTF-8"))
+        })?;
+        let wire: Wire<'a> = serde_json::from_str(text)?;
         let kind = match (&wire.method, wire.id) {
             (Some(_), Some(id)) if is_null(id) => {
                 return Err(EnvelopeError::Invalid("request id is null"));

@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::os::fd::AsFd;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,9 @@ use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use crate::exit::{Exit, ExitStatus};
+
+/// The size asked for the worker's stdin and stdout pipes.
+const PIPE_BYTES: i32 = 1024 * 1024;
 
 /// What to run.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +107,11 @@ pub fn spawn(spec: &Spec, timeouts: StopTimeouts) -> Result<Spawned, SpawnError>
     else {
         unreachable!("all three pipes were requested");
     };
+    // Larger pipes move a big message in fewer wake-ups of either side. The
+    // kernel may refuse (a per-user limit): then the default stays.
+    for fd in [stdin.as_fd(), stdout.as_fd()] {
+        let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (exit_tx, exit_rx) = oneshot::channel();
     tokio::spawn(own(child, pid, stop_rx, exit_tx, timeouts));
@@ -249,6 +258,10 @@ async fn clear_group(group: Pid, grace: Duration) {
 }
 
 fn signal_group(group: Pid, signal: Signal) {
+    // 0 or 1 would signal our own group or every process: never.
+    if group.as_raw() <= 1 {
+        return;
+    }
     match killpg(group, signal) {
         Ok(()) | Err(Errno::ESRCH) => {}
         Err(e) => tracing::warn!(pid = group.as_raw(), error = %e, "cannot signal worker group"),
@@ -256,6 +269,9 @@ fn signal_group(group: Pid, signal: Signal) {
 }
 
 fn group_alive(group: Pid) -> bool {
+    if group.as_raw() <= 1 {
+        return false;
+    }
     // Signal 0 checks for existence. EPERM means a member exists that we may
     // not signal (it changed user), which we cannot clear either.
     matches!(killpg(group, None::<Signal>), Ok(()))

@@ -68,7 +68,8 @@ pub(crate) struct ServerReq {
 /// What the session's single timer queue can fire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Timer {
-    /// A request's idle deadline or ceiling.
+    /// A private request's time limit (a list read). Client requests are
+    /// swept instead (`Session::on_sweep`).
     Request(u64),
     /// A cancelled request's grace.
     CancelGrace(u64),

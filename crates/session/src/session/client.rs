@@ -11,7 +11,7 @@ use super::lifecycle::Route;
 use super::{Phase, Session, Waiting};
 use crate::reply;
 use crate::spawner::Spawner;
-use crate::table::{ClientReq, Owner, Req, Timer};
+use crate::table::{ClientReq, Owner, Req};
 
 impl<S: Spawner> Session<S> {
     pub(crate) async fn on_client_frame(&mut self, frame: Frame) {
@@ -107,9 +107,7 @@ impl<S: Spawner> Session<S> {
         let now = Instant::now();
         let idle_deadline = now + self.cfg.request_timeout;
         let ceiling = now + self.cfg.request_ceiling;
-        let timer = self
-            .timers
-            .insert_at(Timer::Request(wid), idle_deadline.min(ceiling));
+        self.arm_sweep();
         let progress_token = env
             .progress_token
             .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
@@ -131,7 +129,7 @@ impl<S: Spawner> Session<S> {
                     ceiling,
                 }),
                 generation: None,
-                timer: Some(timer),
+                timer: None,
             },
         );
         match self.route().await {

@@ -9,7 +9,10 @@ mod worker;
 
 pub(crate) use lists::ListKind;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+// Keys are our own counters and the client's ids: a fast hash, not a keyed one.
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -144,6 +147,9 @@ pub struct Session<S> {
     client_gone: bool,
     /// The client closed stdin; requests in flight may still finish.
     closing: bool,
+    /// The sweep of client request deadlines (see `timers::on_sweep`).
+    sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    sweep_armed: bool,
     /// A generation should be started once the current event is handled.
     start_pending: bool,
     /// Consecutive exits soon after start.
@@ -215,13 +221,13 @@ impl<S: Spawner> Session<S> {
             next_generation: 1,
             next_worker_id: 1,
             next_server_id: 1,
-            gens: HashMap::new(),
+            gens: HashMap::default(),
             current: None,
             unavailable: None,
-            reqs: HashMap::new(),
-            by_client_id: HashMap::new(),
-            by_token: HashMap::new(),
-            server_reqs: HashMap::new(),
+            reqs: HashMap::default(),
+            by_client_id: HashMap::default(),
+            by_token: HashMap::default(),
+            server_reqs: HashMap::default(),
             waiting: VecDeque::new(),
             handshake: Handshake::default(),
             timers: DelayQueue::new(),
@@ -231,6 +237,8 @@ impl<S: Spawner> Session<S> {
             client_gone: false,
             closing: false,
             start_pending: false,
+            sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
+            sweep_armed: false,
             quick_exits: 0,
             restart_timer: None,
             failed: None,
@@ -257,6 +265,7 @@ impl<S: Spawner> Session<S> {
                     None => s.start_drain(),
                 },
                 Some((generation, event)) = s.events_rx.recv() => s.on_worker_event(generation, event).await,
+                () = &mut s.sweep, if s.sweep_armed => s.on_sweep().await,
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
                     s.on_timer(expired.into_inner()).await;
                 }

@@ -1,6 +1,12 @@
 //! Everything the session's single timer queue fires, and cancellation.
 
+use std::time::Duration;
+
 use tokio::time::Instant;
+
+/// How often the deadlines of client requests are checked while any are in
+/// flight: timeouts fire within this much of their time.
+pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 
 use super::lifecycle::Why;
 use super::{Session, Waiting, display_status};
@@ -87,33 +93,60 @@ impl<S: Spawner> Session<S> {
         }
     }
 
+    /// A private request's timer (a list read) ran out.
     async fn on_request_timer(&mut self, wid: u64) {
-        let now = Instant::now();
         let Some(req) = self.reqs.get_mut(&wid) else {
             return;
         };
         req.timer = None;
-        let generation = req.generation;
-        let c = match &mut req.owner {
-            Owner::Client(c) => c,
-            Owner::List(_) => {
-                tracing::warn!(
-                    generation,
-                    "the server did not answer a list request in time"
-                );
-                self.remove_req(wid);
-                self.abandon_fetch();
-                return;
-            }
-            Owner::Replay => return,
-        };
-        let ceiling = now >= c.ceiling;
-        if !ceiling && now < c.idle_deadline {
-            // Progress moved the deadline after this timer was set.
-            let at = c.idle_deadline.min(c.ceiling);
-            req.timer = Some(self.timers.insert_at(Timer::Request(wid), at));
-            return;
+        if matches!(req.owner, Owner::List(_)) {
+            tracing::warn!(
+                generation = req.generation,
+                "the server did not answer a list request in time"
+            );
+            self.remove_req(wid);
+            self.abandon_fetch();
         }
+    }
+
+    /// The periodic sweep of client requests' deadlines. One coarse timer
+    /// for all of them instead of a timer each: arming a timer per request
+    /// costs a wake-up of the time driver per request.
+    pub(crate) async fn on_sweep(&mut self) {
+        let now = Instant::now();
+        let due: Vec<u64> = self
+            .reqs
+            .iter()
+            .filter_map(|(wid, r)| {
+                let c = r.client()?;
+                (!c.cancelled && now >= c.idle_deadline.min(c.ceiling)).then_some(*wid)
+            })
+            .collect();
+        for wid in due {
+            self.on_request_deadline(wid, now).await;
+        }
+        if self.reqs.is_empty() {
+            self.sweep_armed = false;
+        } else {
+            self.sweep.as_mut().reset(now + SWEEP);
+        }
+    }
+
+    /// Makes sure the sweep runs while requests are in flight.
+    pub(crate) fn arm_sweep(&mut self) {
+        if !self.sweep_armed {
+            self.sweep_armed = true;
+            self.sweep.as_mut().reset(Instant::now() + SWEEP);
+        }
+    }
+
+    async fn on_request_deadline(&mut self, wid: u64, now: Instant) {
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        let generation = req.generation;
+        let Some(c) = req.client_mut() else { return };
+        let ceiling = now >= c.ceiling;
         let id = c.id.clone();
         let after = if ceiling {
             self.cfg.request_ceiling
@@ -133,9 +166,8 @@ impl<S: Spawner> Session<S> {
             }
             Some(generation) if initialize && self.auth_extends(generation, ceiling_at) => {
                 let until = ceiling_at - self.cfg.request_ceiling + self.cfg.auth_timeout;
-                let key = self.timers.insert_at(Timer::Request(wid), until);
-                if let Some(req) = self.reqs.get_mut(&wid) {
-                    req.timer = Some(key);
+                if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
+                    c.idle_deadline = until;
                 }
             }
             Some(generation) if initialize => {
