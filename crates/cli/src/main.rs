@@ -21,11 +21,14 @@ use clap::Parser;
 
 /// The single-threaded runtime every subcommand runs on: one thread makes
 /// each hop between tasks a cheap wake-up (see BENCHMARKS.md).
+/// `MCPVISOR_RUNTIME=multi-thread` picks tokio's multi-threaded runtime
+/// instead, for measuring the difference.
 fn runtime() -> Option<tokio::runtime::Runtime> {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = match std::env::var("MCPVISOR_RUNTIME").as_deref() {
+        Ok("multi-thread") => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    match builder.enable_all().build() {
         Ok(rt) => Some(rt),
         Err(e) => {
             eprintln!("mcpvisor: cannot start the runtime: {e}");
