@@ -189,7 +189,9 @@ impl<'a> Envelope<'a> {
         // One UTF-8 check of the whole line up front, so that skipping long
         // strings inside the payload does not check them again.
         let text = std::str::from_utf8(line).map_err(|_| {
-            EnvelopeError::Json(<serde_json::Error as serde::de::Error>::custom("the line is not valid UTF-8"))
+            EnvelopeError::Json(<serde_json::Error as serde::de::Error>::custom(
+                "the line is not valid UTF-8",
+            ))
         })?;
         let wire: Wire<'a> = serde_json::from_str(text)?;
         let kind = match (&wire.method, wire.id) {

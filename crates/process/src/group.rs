@@ -1,8 +1,8 @@
 //! Spawning into a process group, and the task that owns the child.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
