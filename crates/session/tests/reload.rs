@@ -313,3 +313,52 @@ async fn a_tools_filter_hides_tools_from_lists_and_refuses_calls() {
             .is_some()
     );
 }
+
+/// Collects log lines written while it is the default subscriber.
+#[derive(Clone, Default)]
+struct Logs(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("logs").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_generation_with_other_capabilities_is_reported_and_served() {
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let spawner = TestSpawner::new(tools(&["a"]));
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    {
+        let mut b = spawner.behaviour.lock().expect("b");
+        b.protocol_version = Some("2025-11-25".into());
+        b.prompts = true;
+    }
+    reload(&c).await;
+    let r = c.call(json!(1), "a", json!({})).await;
+    assert_eq!(r["result"]["generation"], 2, "still served: {r}");
+    let text = String::from_utf8(logs.0.lock().expect("logs").clone()).expect("utf8");
+    assert!(
+        text.contains("protocol version \"2025-11-25\" instead of \"2025-06-18\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("declares capabilities added [\"prompts\"]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the client must reconnect to see it"),
+        "{text}"
+    );
+}

@@ -38,6 +38,8 @@ pub struct Behaviour {
     pub prompts: bool,
     /// Never read stdin (a stuck pipe).
     pub never_read: bool,
+    /// Answer initialize with this protocol version (default 2025-06-18).
+    pub protocol_version: Option<String>,
 }
 
 /// What every worker received, as (generation, message) pairs.
@@ -192,7 +194,11 @@ async fn worker(
             if b.prompts {
                 caps["prompts"] = json!({"listChanged": false});
             }
-            let _ = out_tx.send(reply(json!({"protocolVersion":"2025-06-18","capabilities":caps,"serverInfo":{"name":"test","version":"0"},"generation":generation})));
+            let version = b
+                .protocol_version
+                .clone()
+                .unwrap_or_else(|| "2025-06-18".into());
+            let _ = out_tx.send(reply(json!({"protocolVersion":version,"capabilities":caps,"serverInfo":{"name":"test","version":"0"},"generation":generation})));
             continue;
         }
         if method == "tools/list" || method == "prompts/list" {
