@@ -25,9 +25,16 @@
 //! a 16 MiB round trip, spawn to `initialize` answered, and a worker crash
 //! to the next call answered (compared with the worker's own start time,
 //! measured directly in the same run). mcpvisor's peak memory is its VmHWM
-//! from `/proc`, read after 100k and again after 1M requests. [`report`]
-//! prints the table and writes the markdown report and raw JSON.
+//! from `/proc`, read after 100k and again after 1M requests.
+//!
+//! Last, [`inspect`] times `mcpvisor inspect --json` on a real server
+//! (`@modelcontextprotocol/server-everything` under node, as the interop
+//! tier installs it) against that server's own spawn → `tools/list`
+//! answered, and polls the inspect process's VmHWM while it runs; without
+//! the server installed, that part is skipped and the report says so.
+//! [`report`] prints the table and writes the markdown report and raw JSON.
 
+mod inspect;
 mod load;
 mod machine;
 mod payload;
@@ -71,6 +78,11 @@ struct Args {
     /// Write the raw figures as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     raw: Option<PathBuf>,
+    /// server-everything's `dist/index.js`, for the `inspect` measurement
+    /// (skipped when it does not exist) [default: where
+    /// `tests/interop/setup.sh` installs it, under `.cache/interop/`].
+    #[arg(long, value_name = "PATH")]
+    everything: Option<PathBuf>,
     /// Let mcpvisor's and the worker's stderr through.
     #[arg(long, global = true)]
     show_stderr: bool,
@@ -113,7 +125,10 @@ fn run(args: Args) -> anyhow::Result<()> {
     } else {
         Plan::full()
     };
-    let results = runtime.block_on(scenario::run(&binaries, &plan))?;
+    let everything = args
+        .everything
+        .unwrap_or_else(|| PathBuf::from(inspect::DEFAULT_EVERYTHING));
+    let results = runtime.block_on(scenario::run(&binaries, &plan, &everything))?;
     print!("{}", report::text(&results));
     if let Some(path) = &args.out {
         report::write_markdown(path, &results, &plan)?;

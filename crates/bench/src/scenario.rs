@@ -1,5 +1,6 @@
 //! What one run measures, in order, and the figures it keeps.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -7,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::inspect::{self, InspectOutcome};
 use crate::load::{self, Load, Stop};
 use crate::machine;
 use crate::payload::Payloads;
@@ -34,6 +36,9 @@ pub struct Plan {
     pub memory_marks: [u64; 2],
     pub cold_samples: usize,
     pub crash_samples: usize,
+    /// Runs of `mcpvisor inspect` on server-everything, and as many direct
+    /// starts of it.
+    pub inspect_samples: usize,
 }
 
 impl Plan {
@@ -50,6 +55,7 @@ impl Plan {
             memory_marks: [100_000, 1_000_000],
             cold_samples: 20,
             crash_samples: 20,
+            inspect_samples: 5,
         }
     }
 
@@ -64,6 +70,7 @@ impl Plan {
             memory_marks: [10_000, 50_000],
             cold_samples: 4,
             crash_samples: 3,
+            inspect_samples: 2,
             ..Self::full()
         }
     }
@@ -147,10 +154,12 @@ pub struct Results {
     pub memory: Memory,
     pub cold_start: Pair<Samples>,
     pub crash: Crash,
+    pub inspect: InspectOutcome,
 }
 
 /// Runs the whole plan, reporting progress on stderr.
-pub async fn run(bins: &Binaries, plan: &Plan) -> anyhow::Result<Results> {
+/// `everything` is server-everything's `dist/index.js`.
+pub async fn run(bins: &Binaries, plan: &Plan, everything: &Path) -> anyhow::Result<Results> {
     let mut cells = Vec::new();
     for &(payload, concurrency) in &plan.cells {
         progress(format_args!(
@@ -172,6 +181,14 @@ pub async fn run(bins: &Binaries, plan: &Plan) -> anyhow::Result<Results> {
     let cold_start = cold_start(bins, plan).await?;
     progress(format_args!("crash recovery, {} times", plan.crash_samples));
     let crash = crash(bins, plan, cold_start.direct.median_ms).await?;
+    progress(format_args!(
+        "mcpvisor inspect on server-everything, {} times",
+        plan.inspect_samples
+    ));
+    let inspect = inspect::run(bins, everything, plan.inspect_samples).await?;
+    if let InspectOutcome::Skipped { reason } = &inspect {
+        progress(format_args!("skipped the inspect measurement: {reason}"));
+    }
     Ok(Results {
         date: machine::today(),
         cores: machine::cores(),
@@ -182,6 +199,7 @@ pub async fn run(bins: &Binaries, plan: &Plan) -> anyhow::Result<Results> {
         memory,
         cold_start,
         crash,
+        inspect,
     })
 }
 
@@ -242,7 +260,7 @@ async fn cell(
     })
 }
 
-fn samples(latencies: &Latencies) -> Samples {
+pub fn samples(latencies: &Latencies) -> Samples {
     Samples {
         median_ms: latencies.median_ms(),
         samples_ms: latencies.samples_ms(),
