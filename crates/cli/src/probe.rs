@@ -93,8 +93,10 @@ where
     let timeout = args.timeout;
     let json = args.json;
     let code = runtime.block_on(async move {
+        // The server's work is done once the answer is printed: a short grace
+        // before SIGTERM (servers with timers ignore stdin EOF).
         let stop = StopTimeouts {
-            after_close: Duration::from_millis(500),
+            after_close: Duration::from_millis(100),
             after_term: Duration::from_secs(2),
         };
         let spawner = mcpvisor_runner::spawner(&chosen.spec, stop, stderr);
