@@ -22,7 +22,7 @@ impl Client {
         let me =
             std::env::current_exe().map_err(|e| format!("cannot find the mcpvisor binary: {e}"))?;
         let mut child = Command::new(&me)
-            .args(["run", "--"])
+            .args(["run", "--no-watch", "--"])
             .arg(&me)
             .arg("example-server")
             .stdin(Stdio::piped())
