@@ -165,8 +165,8 @@ pub struct ServerArgs {
     /// Give up after this long in all (a first `npx`/`uvx` run downloads packages).
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Bound on initialize; a config entry's init_timeout wins.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// Bound on initialize (generous: a first `npx`/`uvx` run downloads before the server starts); a config entry's init_timeout wins.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub init_timeout: Duration,
     /// Bound on initialize while the server waits on an authorization link; a config entry's auth_timeout wins.
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
