@@ -347,3 +347,50 @@ fn logs_never_carry_payloads_even_at_trace_level() {
     assert!(log.contains("started worker"), "logging is on: {log}");
     assert!(!log.contains(marker), "a payload reached the log:\n{log}");
 }
+
+#[test]
+fn a_client_that_uses_a_socketpair_for_stdio_works() {
+    // Node (and so TypeScript SDK clients) give a child Unix sockets, not
+    // pipes, for its stdin and stdout.
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    let (ours, theirs) = UnixStream::pair().expect("socketpair");
+    let theirs_out = theirs.try_clone().expect("dup");
+    let mut child = std::process::Command::new(support::mcpvisor())
+        .args(["run", "--no-watch", "-q", "--"])
+        .arg(support::fake_worker())
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs,
+        )))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs_out,
+        )))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start");
+    ours.set_read_timeout(Some(WAIT)).expect("timeout");
+    let mut writer = ours.try_clone().expect("dup");
+    let mut lines = BufReader::new(ours.try_clone().expect("dup")).lines();
+    for id in 1..=3 {
+        writeln!(writer, r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#).expect("write");
+        let line = lines.next().expect("a line").expect("read");
+        assert_eq!(
+            line,
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+        );
+    }
+    // Closing our write half is the client's EOF.
+    ours.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mcpvisor did not exit on EOF"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success());
+}

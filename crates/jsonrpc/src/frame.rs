@@ -37,8 +37,22 @@ pub struct LineCodec {
 
 #[derive(Debug)]
 struct Discard {
-    head: Bytes,
+    /// The first [`OVERSIZE_HEAD`] bytes of the line, filled as they arrive.
+    head: Vec<u8>,
     len: usize,
+    /// The last byte seen, to tell a `\r\n` terminator split across reads.
+    last: u8,
+}
+
+impl Discard {
+    fn keep(&mut self, bytes: &[u8]) {
+        let room = OVERSIZE_HEAD.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..room.min(bytes.len())]);
+        self.len += bytes.len();
+        if let Some(&b) = bytes.last() {
+            self.last = b;
+        }
+    }
 }
 
 /// The stream failed underneath the codec.
@@ -99,16 +113,22 @@ impl Decoder for LineCodec {
                 match memchr::memchr(b'\n', buf) {
                     Some(pos) => {
                         let tail = buf.split_to(pos + 1);
-                        let mut len = discard.len + tail.len() - 1;
-                        if tail.len() >= 2 && tail[tail.len() - 2] == b'\r' {
+                        discard.keep(&tail[..pos]);
+                        // A `\r` before the newline belongs to the terminator.
+                        let cr = discard.last == b'\r';
+                        let mut len = discard.len;
+                        if cr {
                             len -= 1;
+                            if discard.head.len() == len + 1 {
+                                discard.head.pop();
+                            }
                         }
-                        let head = std::mem::take(&mut discard.head);
+                        let head = Bytes::from(std::mem::take(&mut discard.head));
                         self.discarding = None;
                         return Ok(Some(Frame::Oversize { len, head }));
                     }
                     None => {
-                        discard.len += buf.len();
+                        discard.keep(buf);
                         buf.clear();
                         return Ok(None);
                     }
@@ -136,11 +156,13 @@ impl Decoder for LineCodec {
                 }
                 None if buf.len() > self.max_bytes + 1 => {
                     // Over the limit with no end in sight: keep a head, drop the rest.
-                    let head = Bytes::copy_from_slice(&buf[..OVERSIZE_HEAD.min(buf.len())]);
-                    self.discarding = Some(Discard {
-                        head,
-                        len: buf.len(),
-                    });
+                    let mut discard = Discard {
+                        head: Vec::with_capacity(OVERSIZE_HEAD),
+                        len: 0,
+                        last: 0,
+                    };
+                    discard.keep(buf);
+                    self.discarding = Some(discard);
                     buf.clear();
                     self.scanned = 0;
                     return Ok(None);
@@ -158,10 +180,12 @@ impl Decoder for LineCodec {
             return Ok(Some(frame));
         }
         // A last line without a terminator still counts.
-        if let Some(discard) = self.discarding.take() {
+        if let Some(mut discard) = self.discarding.take() {
+            discard.keep(buf);
+            buf.clear();
             return Ok(Some(Frame::Oversize {
-                len: discard.len + buf.len(),
-                head: discard.head,
+                len: discard.len,
+                head: Bytes::from(discard.head),
             }));
         }
         if buf.is_empty() || is_blank(buf) {
@@ -255,6 +279,53 @@ mod tests {
             other => panic!("expected oversize, got {other:?}"),
         }
         assert_eq!(frames[1], line("{\"ok\":1}"));
+    }
+
+    /// Any way of cutting a stream into reads yields the same frames.
+    #[test]
+    fn frames_do_not_depend_on_how_reads_are_cut() {
+        let mut stream = Vec::new();
+        let mut want = Vec::new();
+        for i in 0..200u32 {
+            let body = "y".repeat((i as usize * 37) % 700);
+            let line = format!("{{\"id\":{i},\"b\":\"{body}\"}}");
+            if line.len() > 600 {
+                want.push(Frame::Oversize {
+                    len: line.len(),
+                    head: Bytes::copy_from_slice(&line.as_bytes()[..OVERSIZE_HEAD.min(line.len())]),
+                });
+            } else {
+                want.push(Frame::Line(Bytes::copy_from_slice(line.as_bytes())));
+            }
+            stream.extend_from_slice(line.as_bytes());
+            stream.extend_from_slice(if i % 3 == 0 { b"\r\n" } else { b"\n" });
+            if i % 17 == 0 {
+                stream.extend_from_slice(b"\n  \n");
+            }
+        }
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..50 {
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            while at < stream.len() {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let n = 1 + (seed % 900) as usize;
+                let end = (at + n).min(stream.len());
+                chunks.push(&stream[at..end]);
+                at = end;
+            }
+            let got = decode_all(&mut LineCodec::new(600), &chunks);
+            let first_bad = got.iter().zip(&want).position(|(g, w)| g != w);
+            assert!(
+                got.len() == want.len() && first_bad.is_none(),
+                "{} frames, {} expected; first difference at {first_bad:?}: {:?}",
+                got.len(),
+                want.len(),
+                first_bad.map(|i| (&got[i], &want[i]))
+            );
+        }
     }
 
     #[test]
