@@ -472,3 +472,31 @@ fn no_process_is_left_behind_after_ctrl_c() {
     assert_eq!(status.code(), Some(130));
     assert!(wait_gone(pid, WAIT), "grandchild {pid} left behind");
 }
+
+#[test]
+fn a_spinner_shows_the_wait_on_a_terminal_only() {
+    let w = worker();
+    let line = format!(
+        "{} inspect -- {w} --initialize-delay 600",
+        mcpvisor().display()
+    );
+    // util-linux `script` gives the command a pseudo-terminal.
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("script (util-linux) runs the command on a terminal");
+    let screen = text(&out.stdout);
+    assert!(
+        screen.contains("starting ") && screen.contains("(0.3s)"),
+        "{screen}"
+    );
+    assert!(screen.contains("tools ("), "the listing follows: {screen}");
+    // Without a terminal: no spinner in the output.
+    let out = run(&["inspect", "--", &w, "--initialize-delay", "300"]);
+    assert!(
+        !text(&out.stderr).contains("starting "),
+        "{}",
+        text(&out.stderr)
+    );
+}
