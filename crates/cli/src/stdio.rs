@@ -7,77 +7,53 @@
 //! falls back to tokio's blocking adapters.
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::pin::Pin;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::UnixStream;
+use tokio::net::unix::pipe;
 
 pub type Reader = Pin<Box<dyn AsyncRead + Send>>;
 pub type Writer = Pin<Box<dyn AsyncWrite + Send>>;
 
+/// A descriptor registered with the reactor: a pipe end or a socket.
+enum Registered<P> {
+    Pipe(P),
+    Socket(UnixStream),
+}
+
 /// Must be called inside the runtime.
 pub fn client_stdin() -> Reader {
-    if let Some(fd) = dup(std::io::stdin().as_fd()) {
-        let file = File::from(fd);
-        match kind(&file) {
-            Kind::Fifo => {
-                if let Ok(rx) = tokio::net::unix::pipe::Receiver::from_file(file) {
-                    return Box::pin(rx);
-                }
-            }
-            Kind::Socket => {
-                if let Ok(s) = socket(file) {
-                    return Box::pin(s);
-                }
-            }
-            Kind::Other => {}
-        }
+    match register(std::io::stdin().as_fd(), pipe::Receiver::from_file) {
+        Some(Registered::Pipe(rx)) => Box::pin(rx),
+        Some(Registered::Socket(s)) => Box::pin(s),
+        None => Box::pin(tokio::io::stdin()),
     }
-    Box::pin(tokio::io::stdin())
 }
 
 /// Must be called inside the runtime.
 pub fn client_stdout() -> Writer {
-    if let Some(fd) = dup(std::io::stdout().as_fd()) {
-        let file = File::from(fd);
-        match kind(&file) {
-            Kind::Fifo => {
-                if let Ok(tx) = tokio::net::unix::pipe::Sender::from_file(file) {
-                    return Box::pin(tx);
-                }
-            }
-            Kind::Socket => {
-                if let Ok(s) = socket(file) {
-                    return Box::pin(s);
-                }
-            }
-            Kind::Other => {}
-        }
-    }
-    Box::pin(tokio::io::stdout())
-}
-
-enum Kind {
-    Fifo,
-    Socket,
-    Other,
-}
-
-fn kind(file: &File) -> Kind {
-    match file.metadata().map(|m| m.file_type()) {
-        Ok(t) if t.is_fifo() => Kind::Fifo,
-        Ok(t) if t.is_socket() => Kind::Socket,
-        _ => Kind::Other,
+    match register(std::io::stdout().as_fd(), pipe::Sender::from_file) {
+        Some(Registered::Pipe(tx)) => Box::pin(tx),
+        Some(Registered::Socket(s)) => Box::pin(s),
+        None => Box::pin(tokio::io::stdout()),
     }
 }
 
-fn dup(fd: std::os::fd::BorrowedFd<'_>) -> Option<OwnedFd> {
-    fd.try_clone_to_owned().ok()
-}
-
-fn socket(file: File) -> std::io::Result<tokio::net::UnixStream> {
-    let std = std::os::unix::net::UnixStream::from(OwnedFd::from(file));
-    std.set_nonblocking(true)?;
-    tokio::net::UnixStream::from_std(std)
+/// Registers a duplicate of `fd` when it is a FIFO (with `pipe`) or a Unix
+/// socket; `None` for anything else, or when registering fails.
+fn register<P>(fd: BorrowedFd<'_>, pipe: fn(File) -> std::io::Result<P>) -> Option<Registered<P>> {
+    let file = File::from(fd.try_clone_to_owned().ok()?);
+    let kind = file.metadata().ok()?.file_type();
+    if kind.is_fifo() {
+        pipe(file).ok().map(Registered::Pipe)
+    } else if kind.is_socket() {
+        let std = std::os::unix::net::UnixStream::from(OwnedFd::from(file));
+        std.set_nonblocking(true).ok()?;
+        UnixStream::from_std(std).ok().map(Registered::Socket)
+    } else {
+        None
+    }
 }
