@@ -15,6 +15,13 @@ pub fn error(id: &str, code: i64, message: &str, data: Option<&serde_json::Value
     ))
 }
 
+/// A success response. `id` and `result` are raw JSON.
+pub fn result(id: &str, result: &str) -> Bytes {
+    Bytes::from(format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{result}}}"
+    ))
+}
+
 /// A request with raw `params` (or none).
 pub fn request(id: &str, method: &str, params: Option<&RawValue>) -> Bytes {
     let method = serde_json::to_string(method).unwrap_or_default();
@@ -77,5 +84,11 @@ mod tests {
         let p = RawValue::from_string("{\"a\":1}".into()).expect("raw");
         let r = request("\"mcpvisor:1\"", "initialize", Some(&p));
         assert_eq!(Envelope::peek(&r).expect("valid").kind, Kind::Request);
+        let ok = result("\"a\"", "{\"x\":1}");
+        let env = Envelope::peek(&ok).expect("valid");
+        assert_eq!(
+            (env.kind, env.id.map(RawValue::get)),
+            (Kind::Response, Some("\"a\""))
+        );
     }
 }

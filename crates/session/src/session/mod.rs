@@ -198,20 +198,12 @@ impl<S: Spawner> Session<S> {
     {
         let (events_tx, events_rx) = mpsc::channel(1024);
         let (client_tx, client_rx) = mpsc::channel(1024);
-        let client_done_tx = events_tx.clone();
+        // Resolves when the client stops reading our stdout.
+        let (client_gone_tx, mut client_gone_rx) = tokio::sync::oneshot::channel::<()>();
         let client_writer = tokio::spawn(async move {
-            let result = writer::write_lines(client_out, client_rx, None).await;
-            if let Err(e) = result {
+            if let Err(e) = writer::write_lines(client_out, client_rx, None).await {
                 tracing::debug!(error = %e, "client stdout closed");
-                let _ = client_done_tx
-                    .send((
-                        0,
-                        WorkerEvent::WriteFailed {
-                            closed: true,
-                            error: e.to_string(),
-                        },
-                    ))
-                    .await;
+                let _ = client_gone_tx.send(());
             }
         });
         let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
@@ -265,6 +257,7 @@ impl<S: Spawner> Session<S> {
                     None => s.start_drain(),
                 },
                 Some((generation, event)) = s.events_rx.recv() => s.on_worker_event(generation, event).await,
+                Ok(()) = &mut client_gone_rx, if !s.client_gone => s.client_gone = true,
                 () = &mut s.sweep, if s.sweep_armed => s.on_sweep().await,
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
                     s.on_timer(expired.into_inner()).await;

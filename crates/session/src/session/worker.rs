@@ -15,11 +15,6 @@ use serde_json::Value;
 
 impl<S: Spawner> Session<S> {
     pub(crate) async fn on_worker_event(&mut self, generation: u64, event: WorkerEvent) {
-        if generation == 0 {
-            // The client writer's channel: the client stopped reading.
-            self.client_gone = true;
-            return;
-        }
         match event {
             WorkerEvent::Frame(frame) => {
                 let live = self
@@ -191,11 +186,8 @@ impl<S: Spawner> Session<S> {
         if !changed {
             return None;
         }
-        let id = std::str::from_utf8(client_id).ok()?;
         let body = serde_json::to_string(&edited).ok()?;
-        Some(Bytes::from(format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{body}}}"
-        )))
+        Some(build::result(std::str::from_utf8(client_id).ok()?, &body))
     }
 
     async fn on_worker_notification(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
@@ -336,11 +328,8 @@ impl<S: Spawner> Session<S> {
                 .as_str()
                 .is_some_and(|n| self.cfg.tools.permits(n))
         });
-        let id = std::str::from_utf8(client_id).ok()?;
         let body = serde_json::to_string(&result).ok()?;
-        Some(Bytes::from(format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"result\":{body}}}"
-        )))
+        Some(build::result(std::str::from_utf8(client_id).ok()?, &body))
     }
 }
 
