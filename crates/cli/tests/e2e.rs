@@ -93,12 +93,17 @@ fn client_eof_stops_a_worker_that_ignores_sigterm_and_its_grandchildren() {
 }
 
 #[test]
-fn sigterm_stops_mcpvisor_and_the_worker_and_exits_zero() {
-    let mut p = Proc::fake(&[], &[]);
-    let me = p.whoami(json!(1));
-    signal(p.pid(), 15);
-    assert!(p.wait_exit(WAIT).success());
-    assert!(wait_gone(me["pid"].as_i64().expect("pid") as i32, WAIT));
+fn sigterm_and_sigint_stop_mcpvisor_and_the_worker_and_exit_zero() {
+    for sig in [15, 2] {
+        let mut p = Proc::fake(&[], &[]);
+        let me = p.whoami(json!(1));
+        signal(p.pid(), sig);
+        assert!(p.wait_exit(WAIT).success(), "signal {sig}");
+        assert!(
+            wait_gone(me["pid"].as_i64().expect("pid") as i32, WAIT),
+            "signal {sig}"
+        );
+    }
 }
 
 #[test]

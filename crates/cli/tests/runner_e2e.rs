@@ -500,3 +500,38 @@ fn a_spinner_shows_the_wait_on_a_terminal_only() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn inline_env_is_layered_over_the_env_file() {
+    let dir = temp_dir("env-layers");
+    let seen = dir.join("seen.log");
+    let script = wrapper(
+        &dir,
+        "server.sh",
+        &format!("echo \"$A $B\" >> {}", seen.display()),
+        "",
+    );
+    std::fs::write(dir.join(".env"), "A=from-file\nB=from-file\n").expect("env");
+    let cfg = dir.join("mcp.json");
+    std::fs::write(
+        &cfg,
+        json!({"mcpServers": {"s": {"command": script, "env": {"A": "from-entry"}, "env_file": ".env"}}}).to_string(),
+    )
+    .expect("config");
+    let cfg = cfg.display().to_string();
+    let out = run(&[
+        "call",
+        "--env",
+        "B=from-flag",
+        "--config",
+        &cfg,
+        "s",
+        "echo",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The env file overrides the entry's env; --env overrides both.
+    assert_eq!(
+        std::fs::read_to_string(&seen).expect("seen"),
+        "from-file from-flag\n"
+    );
+}

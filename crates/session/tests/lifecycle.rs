@@ -496,20 +496,9 @@ async fn client_eof_drains_in_flight_requests_first() {
     let mut c = Client::start(config(), TestSpawner::new(Behaviour::default()));
     c.initialize().await;
     c.send_call(json!(1), "sleep", json!({"ms": 1000})).await;
-    let Client {
-        tx,
-        mut rx,
-        session,
-        ..
-    } = c;
-    drop(tx);
-    let line = rx
-        .next_line()
-        .await
-        .expect("read")
-        .expect("answer before exit");
+    let (line, outcome) = c.hang_up_and_read().await;
     assert!(line.contains("\"slept\":1000"), "{line}");
-    assert_eq!(session.await.expect("task"), Outcome::ClientClosed);
+    assert_eq!(outcome, Outcome::ClientClosed);
 }
 
 #[tokio::test(start_paused = true)]
@@ -535,20 +524,9 @@ async fn a_client_that_left_gets_no_restarted_worker() {
     let mut c = Client::start(config(), spawner.clone());
     c.initialize().await;
     c.send_call(json!(1), "crash", json!({})).await;
-    let Client {
-        tx,
-        mut rx,
-        session,
-        ..
-    } = c;
-    drop(tx);
-    let lost = rx
-        .next_line()
-        .await
-        .expect("read")
-        .expect("the crash answer");
+    let (lost, outcome) = c.hang_up_and_read().await;
     assert!(lost.contains("-32098"), "{lost}");
-    assert_eq!(session.await.expect("task"), Outcome::ClientClosed);
+    assert_eq!(outcome, Outcome::ClientClosed);
     assert_eq!(
         spawner.generations(),
         [1],

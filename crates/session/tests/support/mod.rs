@@ -375,6 +375,24 @@ impl Client {
         self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}))
     }
 
+    /// Closes the session's stdin but keeps reading its stdout: the next
+    /// line it writes (within paused time), then how the session ended.
+    pub async fn hang_up_and_read(self) -> (String, Outcome) {
+        let Client {
+            tx,
+            mut rx,
+            session,
+            ..
+        } = self;
+        drop(tx);
+        let line = rx
+            .next_line()
+            .await
+            .expect("read")
+            .expect("a line before the session ends");
+        (line, session.await.expect("session task"))
+    }
+
     /// Closes the session's stdin and returns how it ended.
     pub async fn close(self) -> Outcome {
         drop(self.tx);
