@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use crate::cli::CallArgs;
+use crate::output;
 use crate::probe::{self, Failed, Probe};
 
 pub fn main(args: CallArgs) -> ExitCode {
@@ -80,13 +81,15 @@ async fn call(
     while let Some(note) = notes.as_mut().and_then(|n| n.try_recv().ok()) {
         show_progress(&note);
     }
-    if json_out {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&result).unwrap_or_default()
-        );
+    let text = if json_out {
+        let mut json = serde_json::to_string_pretty(&result).unwrap_or_default();
+        json.push('\n');
+        json
     } else {
-        print!("{}", render(&result));
+        render(&result)
+    };
+    if let Err(e) = output::print(&text) {
+        return Ok(e.report());
     }
     Ok(if result["isError"] == true { 1 } else { 0 })
 }

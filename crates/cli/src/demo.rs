@@ -10,6 +10,28 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::output;
+
+/// Why the demo ended early.
+enum Stop {
+    /// A step went wrong.
+    Failed(String),
+    /// stdout could not be written.
+    Output(output::Error),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+impl From<output::Error> for Stop {
+    fn from(e: output::Error) -> Self {
+        Stop::Output(e)
+    }
+}
+
 struct Client {
     child: Child,
     stdin: ChildStdin,
@@ -81,72 +103,84 @@ fn text(resp: &Value) -> String {
         .unwrap_or_else(|| resp.to_string())
 }
 
-fn step(n: u32, what: &str) {
-    println!("\n[{n}] {what}");
-    let _ = std::io::stdout().flush();
+/// One line of narration on stdout.
+fn say(line: &str) -> Result<(), output::Error> {
+    output::print(&format!("{line}\n"))
+}
+
+fn step(n: u32, what: &str) -> Result<(), output::Error> {
+    say(&format!("\n[{n}] {what}"))?;
     // Let mcpvisor's own log lines for the step land before the next one.
     std::thread::sleep(Duration::from_millis(150));
+    Ok(())
 }
 
 pub fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Stop::Output(e)) => ExitCode::from(e.report()),
+        Err(Stop::Failed(e)) => {
             eprintln!("demo failed: {e}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run() -> Result<(), String> {
-    println!("mcpvisor demo: a client talks to the bundled example server through `mcpvisor run`.");
-    println!("Lines from mcpvisor's log and the server's stderr appear as they happen.");
+fn run() -> Result<(), Stop> {
+    say("mcpvisor demo: a client talks to the bundled example server through `mcpvisor run`.")?;
+    say("Lines from mcpvisor's log and the server's stderr appear as they happen.")?;
     let mut c = Client::start()?;
     step(
         1,
         "initialize (the client's handshake, forwarded to generation 1)",
-    );
+    )?;
     let init = c.request(
         "initialize",
         json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "demo", "version": "1"}}),
     )?;
-    println!(
+    say(&format!(
         "    server: {}",
         init.pointer("/result/serverInfo")
             .cloned()
             .unwrap_or_default()
-    );
+    ))?;
     c.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))?;
-    step(2, "call whoami and add");
-    println!("    whoami -> {}", text(&c.call("whoami", json!({}))?));
-    println!(
+    step(2, "call whoami and add")?;
+    say(&format!(
+        "    whoami -> {}",
+        text(&c.call("whoami", json!({}))?)
+    ))?;
+    say(&format!(
         "    add(2, 3) -> {}",
         text(&c.call("add", json!({"a": 2, "b": 3}))?)
-    );
-    step(3, "call crash: the server process exits mid-request");
+    ))?;
+    step(3, "call crash: the server process exits mid-request")?;
     let crashed = c.call("crash", json!({}))?;
     let err = crashed.get("error").cloned().unwrap_or_default();
-    println!(
+    say(&format!(
         "    error {}: {}",
         err["code"],
         err["message"].as_str().unwrap_or_default()
-    );
+    ))?;
     step(
         4,
         "call whoami again: a new process, same client connection, handshake replayed",
-    );
-    println!("    whoami -> {}", text(&c.call("whoami", json!({}))?));
-    println!(
+    )?;
+    say(&format!(
+        "    whoami -> {}",
+        text(&c.call("whoami", json!({}))?)
+    ))?;
+    say(&format!(
         "    add(40, 2) -> {}",
         text(&c.call("add", json!({"a": 40, "b": 2}))?)
-    );
-    step(5, "close stdin: mcpvisor stops the server and exits 0");
+    ))?;
+    step(5, "close stdin: mcpvisor stops the server and exits 0")?;
     drop(c.stdin);
     let status = wait_bounded(&mut c.child, Duration::from_secs(15))?;
-    println!("    mcpvisor exited: {status}");
-    println!(
-        "\nThat is all. Put `mcpvisor run --` in front of your own server command to get the same."
-    );
+    say(&format!("    mcpvisor exited: {status}"))?;
+    say(
+        "\nThat is all. Put `mcpvisor run --` in front of your own server command to get the same.",
+    )?;
     Ok(())
 }
 

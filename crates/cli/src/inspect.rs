@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::cli::InspectArgs;
+use crate::output;
 use crate::probe::{self, Failed, Probe};
 
 /// Each list, by the capability that declares it.
@@ -25,15 +26,14 @@ pub fn main(args: InspectArgs) -> ExitCode {
         &args.command,
         move |probe| async move {
             let result = inspect(&probe, limit).await.map(|report| {
-                if json_out {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&report).unwrap_or_default()
-                    );
+                let text = if json_out {
+                    let mut json = serde_json::to_string_pretty(&report).unwrap_or_default();
+                    json.push('\n');
+                    json
                 } else {
-                    print!("{}", human(&report));
-                }
-                0
+                    human(&report)
+                };
+                output::print(&text).map_or_else(|e| e.report(), |()| 0)
             });
             (probe, result)
         },

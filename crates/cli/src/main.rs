@@ -9,6 +9,7 @@ mod call;
 mod cli;
 mod demo;
 mod inspect;
+mod output;
 mod probe;
 mod reload;
 mod run;
@@ -17,7 +18,7 @@ mod stdio;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 
 /// The single-threaded runtime every subcommand runs on: one thread makes
 /// each hop between tasks a cheap wake-up (see BENCHMARKS.md).
@@ -38,7 +39,10 @@ fn runtime() -> Option<tokio::runtime::Runtime> {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return output::clap_exit(&err),
+    };
     match cli.command {
         cli::Command::Run(args) => run::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),

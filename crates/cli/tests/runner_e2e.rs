@@ -12,13 +12,18 @@ use serde_json::{Value, json};
 use support::{Proc, WAIT, alive, fake_worker, mcpvisor, temp_dir, wait_gone};
 
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(mcpvisor())
+    let child = Command::new(mcpvisor())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start");
+    finish(child, args)
+}
+
+/// Waits (bounded) for a started command and collects what is left of its output.
+fn finish(mut child: std::process::Child, args: &[&str]) -> Output {
     let deadline = Instant::now() + WAIT;
     while child.try_wait().expect("wait").is_none() {
         assert!(
@@ -534,4 +539,104 @@ fn inline_env_is_layered_over_the_env_file() {
         std::fs::read_to_string(&seen).expect("seen"),
         "from-file from-flag\n"
     );
+}
+
+/// Where a command's stdout goes when it cannot be written.
+#[derive(Debug, Clone, Copy)]
+enum BadStdout {
+    /// A pipe whose reader is gone before anything is written (`| true`).
+    Closed,
+    /// `/dev/full`: every write fails with "no space left on device".
+    Full,
+}
+
+fn run_with_stdout(args: &[&str], stdout: BadStdout) -> Output {
+    let target = match stdout {
+        BadStdout::Closed => Stdio::piped(),
+        BadStdout::Full => Stdio::from(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("/dev/full"),
+        ),
+    };
+    let mut child = Command::new(mcpvisor())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(target)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    // Our end of the pipe is the only reader: dropping it closes the pipe.
+    drop(child.stdout.take());
+    finish(child, args)
+}
+
+/// Every command that prints, with the fake worker where it needs a server.
+fn printing_commands(w: &str) -> Vec<Vec<&str>> {
+    vec![
+        vec!["inspect", "--", w],
+        vec!["inspect", "--json", "--", w],
+        vec!["call", "echo", r#"{"a": 1}"#, "--", w],
+        vec!["call", "--json", "huge", r#"{"bytes": 122880}"#, "--", w],
+        vec!["demo"],
+        vec!["--help"],
+        vec!["--version"],
+        vec!["help", "call"],
+        vec!["run", "--help"],
+        vec!["inspect", "--help"],
+    ]
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly_with_exit_0() {
+    let w = worker();
+    for args in printing_commands(&w) {
+        let out = run_with_stdout(&args, BadStdout::Closed);
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}: a closed stdout is not worth a word");
+    }
+}
+
+#[test]
+fn a_full_stdout_is_one_line_on_stderr_and_exit_2() {
+    let w = worker();
+    for args in printing_commands(&w) {
+        let out = run_with_stdout(&args, BadStdout::Full);
+        let err = text(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err.lines().collect::<Vec<_>>(),
+            ["mcpvisor: cannot write to stdout: No space left on device (os error 28)"],
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_reader_that_stops_after_the_first_line_ends_call_quietly() {
+    // `mcpvisor call --json huge ... | head -1`: far more than a pipe holds
+    // is still unwritten when the reader goes away.
+    use std::io::BufRead;
+    let w = worker();
+    let args = ["call", "--json", "huge", r#"{"bytes": 1048576}"#, "--", &w];
+    let mut child = Command::new(mcpvisor())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("the first line");
+    assert_eq!(first, "{\n");
+    let out = finish(child, &args);
+    let err = text(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
 }

@@ -1,0 +1,73 @@
+//! What the commands print on stdout: listings, results, the demo's
+//! narration, help and version.
+//!
+//! Everything goes through [`print`], so every command ends the same way
+//! when stdout cannot be written: a reader that went away (`| head -1`,
+//! `| true`) ends the command quietly with exit status 0, as `rg` does;
+//! any other write error (a full disk) is one line on stderr and exit
+//! status 2. (`println!` panics in both cases.)
+//!
+//! `mcpvisor run` is not a user of this: its stdout belongs to the protocol
+//! and is written by the session, which ends quietly on a closed pipe too.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+/// Why printing stopped.
+#[derive(Debug)]
+pub enum Error {
+    /// The reader closed the pipe: nobody wants the rest.
+    Closed,
+    /// Any other write error.
+    Failed(io::Error),
+}
+
+/// Writes `text` to stdout and flushes it, so a failure is seen here and
+/// not lost at exit.
+pub fn print(text: &str) -> Result<(), Error> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(Error::from)
+}
+
+/// Prints clap's help, version or usage error and gives the exit status:
+/// 0 after help or version (unless it could not be written), 2 after a
+/// usage error.
+pub fn clap_exit(err: &clap::Error) -> ExitCode {
+    if err.use_stderr() {
+        // A usage error: if stderr cannot be written there is nobody to tell.
+        let _ = err.print();
+        return ExitCode::from(2);
+    }
+    match err.print().and_then(|()| io::stdout().flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => ExitCode::from(Error::from(e).report()),
+    }
+}
+
+// === impl Error ===
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            Error::Closed
+        } else {
+            Error::Failed(e)
+        }
+    }
+}
+
+impl Error {
+    /// Says what went wrong (nothing, for a closed pipe) and gives the
+    /// command's exit status.
+    pub fn report(&self) -> u8 {
+        match self {
+            Error::Closed => 0,
+            Error::Failed(e) => {
+                eprintln!("mcpvisor: cannot write to stdout: {e}");
+                2
+            }
+        }
+    }
+}
