@@ -101,32 +101,8 @@ impl Chosen {
 
 /// Fails early, with one clear line, for a command that cannot be started.
 pub fn check_program(program: &Path, cwd: Option<&Path>) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let shown = program.display();
-    let candidates: Vec<PathBuf> = if program.components().count() > 1 {
-        let base = cwd.map(Path::to_path_buf).unwrap_or_default();
-        vec![base.join(program)]
-    } else {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
-            .unwrap_or_default()
-    };
-    let mut found_not_executable = false;
-    for path in candidates {
-        if let Ok(meta) = std::fs::metadata(&path) {
-            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
-                return Ok(());
-            }
-            found_not_executable |= meta.is_file();
-        }
-    }
-    if found_not_executable {
-        Err(format!(
-            "cannot run `{shown}`: permission denied (the file is not executable)"
-        ))
-    } else if program.components().count() > 1 {
-        Err(format!("cannot run `{shown}`: no such file"))
-    } else {
-        Err(format!("cannot run `{shown}`: command not found on PATH"))
-    }
+    let path_var = std::env::var_os("PATH");
+    mcpvisor_config::find_program(program, cwd, path_var.as_deref())
+        .map(drop)
+        .map_err(|e| format!("cannot run `{}`: {e}", program.display()))
 }

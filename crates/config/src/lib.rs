@@ -22,17 +22,22 @@
 //! * [`report`] keeps a bounded tail of stderr and turns an exit into a
 //!   [`CrashReport`] that says what the server was doing, how it ended and
 //!   what it said last.
+//! * [`program`] finds the file a server's command runs (a path, or a name
+//!   on `PATH`), for the check before spawning and for the hot-reload
+//!   watcher, and says in a few words why a command cannot run.
 //!
 //! A worker's environment is meant to be layered, later wins: mcpvisor's
 //! own environment, then [`ServerDef::env`], then [`secrets::resolve_env`],
 //! then `--env KEY=VALUE` from the command line ([`secrets::parse_inline`]).
 
 pub mod auth;
+pub mod program;
 pub mod report;
 pub mod secrets;
 pub mod server;
 
 pub use auth::AuthDetector;
+pub use program::{ProgramError, find_program};
 pub use report::{CrashReport, ExitKind, Phase, StderrTail};
 pub use secrets::{Secret, SecretsError};
 pub use server::{ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer};

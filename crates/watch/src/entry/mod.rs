@@ -12,9 +12,11 @@
 //! - `python -m pkg.mod` (and `uv run -m`) resolves to `pkg/mod.py` or
 //!   `pkg/mod/__main__.py` under the working directory or its `src/`; a
 //!   module from an installed package resolves to nothing.
-//! - A bare program name is looked up on `PATH`; what it finds is watched
-//!   unless it lies under a system directory ([`SYSTEM_DIRS`]), where
-//!   package managers, not the user, change it. A program given as a path
+//! - A bare program name is looked up on `PATH` with
+//!   [`mcpvisor_config::find_program`], the lookup that checks the command
+//!   before it runs; what it finds is watched unless it lies under a system
+//!   directory ([`SYSTEM_DIRS`]), where package managers, not the user,
+//!   change it. A program given as a path
 //!   (`./server`, `/abs/server`) is always watched.
 //! - `node -r ./setup.js` and `--import ./hooks.mjs` preloads are entries
 //!   too when they are local files.
@@ -454,13 +456,7 @@ impl Finder<'_> {
             self.found.push(base.join(as_path));
             return;
         }
-        let Some(path_var) = self.path_var else {
-            return;
-        };
-        let Some(hit) = std::env::split_paths(path_var)
-            .map(|dir| base.join(dir).join(program))
-            .find(|candidate| is_executable(candidate))
-        else {
+        let Ok(hit) = mcpvisor_config::find_program(as_path, Some(base), self.path_var) else {
             return;
         };
         let real = hit.canonicalize().unwrap_or(hit);
@@ -490,10 +486,4 @@ fn is_python(name: &str) -> bool {
     };
     let version = version.strip_suffix(['t', 'w']).unwrap_or(version);
     version.chars().all(|c| c.is_ascii_digit() || c == '.')
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
