@@ -338,6 +338,25 @@ fn usage_errors_exit_2_with_one_clear_line() {
 }
 
 #[test]
+fn a_directory_given_as_the_command_is_called_a_directory() {
+    let dir = temp_dir("command-is-a-directory");
+    let shown = dir.display().to_string();
+    for sub in ["run", "inspect"] {
+        let out = std::process::Command::new(support::mcpvisor())
+            .args([sub, "--", &shown])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{sub}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("mcpvisor: cannot run `{shown}`: it is a directory, not a program\n"),
+            "{sub}"
+        );
+    }
+}
+
+#[test]
 fn logs_never_carry_payloads_even_at_trace_level() {
     let mut p = Proc::fake(&["-vv", "--worker-stderr", "discard"], &[]);
     p.initialize();

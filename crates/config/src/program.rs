@@ -20,6 +20,9 @@ pub enum ProgramError {
     /// A path to nothing.
     #[error("no such file")]
     NoSuchFile,
+    /// A path to a directory.
+    #[error("it is a directory, not a program")]
+    Directory,
     /// A file without execute permission (for a bare name: the only match
     /// on `PATH` is such a file).
     #[error("permission denied (the file is not executable)")]
@@ -44,9 +47,10 @@ pub fn find_program(
     if program.components().count() > 1 {
         let path = under_cwd(program);
         return match std::fs::metadata(&path) {
+            Err(_) => Err(ProgramError::NoSuchFile),
+            Ok(meta) if meta.is_dir() => Err(ProgramError::Directory),
             Ok(meta) if is_executable(&meta) => Ok(path),
-            Ok(meta) if meta.is_file() => Err(ProgramError::NotExecutable),
-            _ => Err(ProgramError::NoSuchFile),
+            Ok(_) => Err(ProgramError::NotExecutable),
         };
     }
     let mut found_not_executable = false;
@@ -114,6 +118,11 @@ mod tests {
             find("./bin/nothing", Some(&dir)),
             Err(ProgramError::NoSuchFile)
         );
+        assert_eq!(find("bin/sub", Some(&dir)), Err(ProgramError::Directory));
+        assert_eq!(
+            find(&dir.display().to_string(), None),
+            Err(ProgramError::Directory)
+        );
     }
 
     #[test]
@@ -156,6 +165,10 @@ mod tests {
     #[test]
     fn errors_read_after_the_program_name() {
         assert_eq!(ProgramError::NoSuchFile.to_string(), "no such file");
+        assert_eq!(
+            ProgramError::Directory.to_string(),
+            "it is a directory, not a program"
+        );
         assert_eq!(
             ProgramError::NotOnPath.to_string(),
             "command not found on PATH"
