@@ -300,9 +300,9 @@ impl RunArgs {
     }
 }
 
+/// The config files' grammar (`500ms`, `1.5h`, `1m 30s`), so a value works in both.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("`{s}` is not a duration ({e}); use forms like 500ms, 10s, 2m, 1h"))
+    mcpvisor_config::parse_duration(s).map_err(|e| format!("`{s}` is not a duration: {e}"))
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {

@@ -357,6 +357,68 @@ fn a_directory_given_as_the_command_is_called_a_directory() {
 }
 
 #[test]
+fn durations_mean_the_same_on_the_command_line_and_in_config_files() {
+    // Each way of giving `init_timeout`, ending at the same command that
+    // cannot run: reaching that error means the duration was accepted.
+    let dir = temp_dir("durations");
+    let stderr_of = |args: &[&str]| {
+        let out = std::process::Command::new(support::mcpvisor())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let both = |text: &str| {
+        let flag = stderr_of(&["run", "--init-timeout", text, "--", "no-such-command-xyz"]);
+        let cfg = dir.join("mcp.json");
+        std::fs::write(
+            &cfg,
+            json!({"mcpServers": {"s": {"command": "no-such-command-xyz", "init_timeout": text}}})
+                .to_string(),
+        )
+        .expect("config");
+        let file = stderr_of(&["run", "--config", &cfg.display().to_string(), "s"]);
+        (flag, file)
+    };
+    for good in [
+        "1.5h",
+        "1m30s",
+        "1h 2m 3s 4ms",
+        "500ms",
+        "10 sec",
+        "2 Minutes",
+    ] {
+        let (flag, file) = both(good);
+        for err in [flag, file] {
+            assert!(err.contains("command not found on PATH"), "{good}: {err}");
+        }
+    }
+    for (bad, why) in [
+        ("3d", "unknown unit \"d\" (use ms, s, m or h)"),
+        (
+            "30",
+            "expected a duration like \"30s\", \"5m\" or \"1500ms\"",
+        ),
+        (
+            "soon",
+            "expected a duration like \"30s\", \"5m\" or \"1500ms\"",
+        ),
+    ] {
+        let (flag, file) = both(bad);
+        assert!(
+            flag.contains(&format!("`{bad}` is not a duration: {why}")),
+            "{bad}: {flag}"
+        );
+        assert!(
+            file.contains(&format!("\"init_timeout\": {why}")),
+            "{bad}: {file}"
+        );
+    }
+}
+
+#[test]
 fn logs_never_carry_payloads_even_at_trace_level() {
     let mut p = Proc::fake(&["-vv", "--worker-stderr", "discard"], &[]);
     p.initialize();

@@ -22,6 +22,8 @@
 //! * [`report`] keeps a bounded tail of stderr and turns an exit into a
 //!   [`CrashReport`] that says what the server was doing, how it ended and
 //!   what it said last.
+//! * [`duration`] is the one grammar of durations, `"1500ms"`, `"1.5h"`,
+//!   `"1m 30s"`, for config files and command-line flags alike.
 //! * [`program`] finds the file a server's command runs (a path, or a name
 //!   on `PATH`), for the check before spawning and for the hot-reload
 //!   watcher, and says in a few words why a command cannot run.
@@ -31,12 +33,14 @@
 //! then `--env KEY=VALUE` from the command line ([`secrets::parse_inline`]).
 
 pub mod auth;
+pub mod duration;
 pub mod program;
 pub mod report;
 pub mod secrets;
 pub mod server;
 
 pub use auth::AuthDetector;
+pub use duration::{DurationError, parse_duration};
 pub use program::{ProgramError, find_program};
 pub use report::{CrashReport, ExitKind, Phase, StderrTail};
 pub use secrets::{Secret, SecretsError};

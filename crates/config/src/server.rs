@@ -15,7 +15,7 @@
 //! `startup_timeout_ms`, `enabled`, `enabled_tools` and `disabled_tools` are
 //! understood too. Any other field is kept in [`ServerDef::extra`] and
 //! ignored. Timeouts are a number of seconds or a string such as `"30s"`,
-//! `"5m"` or `"1500ms"`. A relative `cwd` or `env_file` is resolved against
+//! `"5m"` or `"1500ms"` ([`crate::duration`]). A relative `cwd` or `env_file` is resolved against
 //! the config file's directory. `${VAR}`-style placeholders are not expanded.
 //!
 //! Entries for other transports (`"type": "http"`, `"sse"`, or a `url` with
@@ -26,7 +26,6 @@
 //! there is one, and for syntax errors the line and column.
 
 mod document;
-mod duration;
 mod entry;
 #[cfg(test)]
 mod tests;
@@ -37,8 +36,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-
-pub use duration::{DurationError, parse_duration};
 
 /// How to start one stdio MCP server, and what mcpvisor should do around it.
 #[derive(Clone, Default, PartialEq)]

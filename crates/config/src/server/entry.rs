@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::duration::{parse_duration, seconds};
 use super::{Format, ServerDef, ToolFilter, UnsupportedServer};
+use crate::duration::{parse_duration, seconds};
 
 /// What one entry turned out to be.
 #[expect(

@@ -1,5 +1,6 @@
-//! Durations as people write them in config files: `30`, `2.5`, `"30s"`,
-//! `"5m"`, `"1500ms"`, `"1m30s"`.
+//! Durations as people write them in config files (`30`, `2.5`, `"30s"`,
+//! `"5m"`, `"1500ms"`, `"1m30s"`) and in command-line flags (`--timeout 1.5h`):
+//! one grammar, so a value that works in one place works in the other.
 
 use std::time::Duration;
 
