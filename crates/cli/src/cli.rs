@@ -27,8 +27,7 @@ pub enum Command {
     Call(CallArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
-    /// The bundled example MCP server (stdio).
-    #[command(hide = true)]
+    /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.
     ExampleServer,
 }
 

@@ -419,6 +419,21 @@ fn durations_mean_the_same_on_the_command_line_and_in_config_files() {
 }
 
 #[test]
+fn help_lists_the_example_server_the_readme_uses() {
+    let out = std::process::Command::new(support::mcpvisor())
+        .arg("--help")
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("example-server "))
+        .unwrap_or_else(|| panic!("no example-server in:\n{help}"));
+    assert!(line.contains("example MCP server"), "{line}");
+}
+
+#[test]
 fn logs_never_carry_payloads_even_at_trace_level() {
     let mut p = Proc::fake(&["-vv", "--worker-stderr", "discard"], &[]);
     p.initialize();
