@@ -19,7 +19,7 @@ fn concurrent_calls_crash_with_kill_9_and_a_strict_worker_keeps_working() {
     assert_eq!(p.recv()["id"], "fast");
     assert_eq!(p.recv()["id"], "slow");
     // SIGKILL mid-call: one -32098 with the signal, then a new generation.
-    p.send_call(json!("doomed"), "hang", json!({}));
+    p.start_call(json!("doomed"), "sleep", json!({"ms": 600_000}));
     signal(first["pid"].as_i64().expect("pid") as i32, 9);
     let r = p.response(&json!("doomed"));
     assert_eq!(r["error"]["code"], -32098, "{r}");

@@ -113,8 +113,7 @@ fn a_reload_lets_a_slow_call_finish_then_the_new_worker_appears() {
     let mut p = run(&dir, &[]);
     p.initialize();
     let old = p.whoami(json!(1));
-    p.send_call(json!("slow"), "sleep", json!({"ms": 1500}));
-    std::thread::sleep(Duration::from_millis(100));
+    p.start_call(json!("slow"), "sleep", json!({"ms": 1500}));
     append(&tools, "gamma");
     p.wait_stderr("reload waits for requests in flight");
     // New requests wait for the new worker; the slow one completes on the old.
@@ -225,7 +224,8 @@ fn a_crash_loop_backs_off_then_fails_with_data_and_an_edit_recovers() {
         elapsed >= Duration::from_millis(700),
         "backoff too short: {elapsed:?}"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Give a restart time to show; none may.
+    let _ = p.stderr_within("started worker", Duration::from_millis(500));
     assert_eq!(
         p.stderr_text().matches("started worker").count(),
         4,

@@ -154,6 +154,30 @@ impl Proc {
         self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}}));
     }
 
+    /// Sends a `tools/call` that asks for progress (its id is its token) and
+    /// returns at its first progress notification: the call is then running
+    /// in the worker. For tools that report progress (`sleep`); other
+    /// notifications before it are skipped, anything else is a failure.
+    pub fn start_call(&mut self, id: Value, tool: &str, args: Value) {
+        let meta = json!({"progressToken": id});
+        self.send(json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args,"_meta":meta}}));
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let m = self.recv_within(left).unwrap_or_else(|| {
+                panic!(
+                    "no progress from call {id}; stderr:\n{}",
+                    self.stderr_text()
+                )
+            });
+            match m["method"].as_str() {
+                Some("notifications/progress") if m["params"]["progressToken"] == id => return,
+                Some(_) => {}
+                None => panic!("call {id} ended before it reported progress: {m}"),
+            }
+        }
+    }
+
     pub fn initialize(&mut self) -> Value {
         let r = self.request(
             json!(0),
@@ -183,16 +207,23 @@ impl Proc {
 
     /// Waits for a stderr line containing `needle`; returns it.
     pub fn wait_stderr(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + WAIT;
+        self.stderr_within(needle, WAIT).unwrap_or_else(|| {
+            panic!(
+                "no stderr line with {needle:?}; stderr:\n{}",
+                self.stderr_text()
+            )
+        })
+    }
+
+    /// The next stderr line containing `needle`, if one comes within `limit`.
+    pub fn stderr_within(&mut self, needle: &str, limit: Duration) -> Option<String> {
+        let deadline = Instant::now() + limit;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.stderr_lines.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
+                Ok(line) if line.contains(needle) => return Some(line),
                 Ok(_) => {}
-                Err(_) => panic!(
-                    "no stderr line with {needle:?}; stderr:\n{}",
-                    self.stderr_text()
-                ),
+                Err(_) => return None,
             }
         }
     }
