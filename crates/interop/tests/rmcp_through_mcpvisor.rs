@@ -22,7 +22,9 @@ use rmcp::{
     service::RunningService,
     transport::TokioChildProcess,
 };
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+use tokio::sync::mpsc;
 
 /// JSON-RPC error code mcpvisor answers an in-flight request with when its worker dies.
 const WORKER_DIED: ErrorCode = ErrorCode(-32098);
@@ -32,6 +34,10 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 type Client = RunningService<RoleClient, ()>;
+
+/// The peer's stderr, line by line (through mcpvisor: its log and the
+/// server's own lines); each line is also passed on to the test's stderr.
+type StderrLines = mpsc::UnboundedReceiver<String>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -71,24 +77,50 @@ fn mcpvisor_exe() -> PathBuf {
 }
 
 fn command(route: Route) -> Command {
-    let mut cmd = match route {
+    match route {
         Route::Direct => Command::new(server_exe()),
         Route::Mcpvisor => {
             let mut cmd = Command::new(mcpvisor_exe());
             cmd.arg("run").arg("--").arg(server_exe());
             cmd
         }
-    };
-    cmd.stderr(Stdio::inherit());
-    cmd
+    }
 }
 
-async fn connect(route: Route, lifecycle: ClientLifecycleMode) -> Client {
-    let transport = TokioChildProcess::new(command(route)).expect("spawn the peer");
-    tokio::time::timeout(CALL_TIMEOUT, ().serve_with_lifecycle(transport, lifecycle))
+async fn connect(route: Route, lifecycle: ClientLifecycleMode) -> (Client, StderrLines) {
+    let (transport, stderr) = TokioChildProcess::builder(command(route))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the peer");
+    let (tx, lines) = mpsc::unbounded_channel();
+    let stderr = stderr.expect("the peer's stderr is piped");
+    tokio::spawn(async move {
+        let mut stderr = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            eprintln!("{line}");
+            // The test may have stopped listening; the line was shown anyway.
+            let _ = tx.send(line);
+        }
+    });
+    let client = tokio::time::timeout(CALL_TIMEOUT, ().serve_with_lifecycle(transport, lifecycle))
         .await
         .expect("handshake timed out")
-        .expect("handshake failed")
+        .expect("handshake failed");
+    (client, lines)
+}
+
+/// Waits (bounded) for a line of the peer's stderr that contains `needle`.
+async fn wait_stderr(lines: &mut StderrLines, needle: &str) {
+    let seen = tokio::time::timeout(CALL_TIMEOUT, async {
+        while let Some(line) = lines.recv().await {
+            if line.contains(needle) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(seen, Ok(true), "no stderr line with {needle:?}");
 }
 
 fn legacy() -> ClientLifecycleMode {
@@ -204,7 +236,7 @@ async fn crash_flow(
     lifecycle: ClientLifecycleMode,
     kill_from_outside: bool,
 ) -> (Died, Option<Vec<String>>) {
-    let client = connect(route, lifecycle).await;
+    let (client, mut stderr) = connect(route, lifecycle).await;
     let info = client.peer_info().expect("server info after the handshake");
     assert_eq!(
         info.server_info.as_ref().map(|i| i.name.as_str()),
@@ -228,7 +260,8 @@ async fn crash_flow(
                 tokio::time::timeout(CALL_TIMEOUT, peer.call_tool(params)).await
             })
         };
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The server says so once the call has reached it.
+        wait_stderr(&mut stderr, "rmcp-test-server: sleeping").await;
         kill9(old_pid);
         in_flight
             .await
@@ -302,7 +335,7 @@ async fn mcpvisor_discover_mode_crash_then_next_call_succeeds() {
 /// What a client observes of a healthy session: the handshake result, the full
 /// tool listing and an echo result, as JSON.
 async fn observe(route: Route) -> serde_json::Value {
-    let client = connect(route, legacy()).await;
+    let (client, _stderr) = connect(route, legacy()).await;
     let info = client.peer_info().expect("server info after the handshake");
     let tools = tokio::time::timeout(CALL_TIMEOUT, client.list_all_tools())
         .await

@@ -2,7 +2,8 @@
 //!
 //! Tools: `echo {text}` returns the text, `crash {code?}` exits the process at
 //! once without answering, `pid` returns this process's pid, and
-//! `sleep {millis}` answers after that long (so a test can kill it mid-call).
+//! `sleep {millis}` answers after that long (so a test can kill it mid-call;
+//! it says `rmcp-test-server: sleeping N ms` on stderr when it starts).
 //! rmcp enforces the legacy lifecycle strictly: any request or notification
 //! before `initialize` / `notifications/initialized` ends the connection.
 
@@ -64,6 +65,7 @@ impl TestServer {
 
     #[tool(description = "Sleep, then answer")]
     async fn sleep(&self, Parameters(SleepArgs { millis }): Parameters<SleepArgs>) -> String {
+        eprintln!("rmcp-test-server: sleeping {millis} ms");
         tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
         format!("slept {millis}")
     }
