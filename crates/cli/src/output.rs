@@ -1,7 +1,7 @@
 //! What the commands print on stdout: listings, results, the demo's
 //! narration, help and version.
 //!
-//! Everything goes through [`print`], so every command ends the same way
+//! Everything goes through [`print()`], so every command ends the same way
 //! when stdout cannot be written: a reader that went away (`| head -1`,
 //! `| true`) ends the command quietly with exit status 0, as `rg` does;
 //! any other write error (a full disk) is one line on stderr and exit
