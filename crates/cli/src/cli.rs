@@ -34,7 +34,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Most client requests in flight at once; more are refused with -32097.
+    /// Most client requests in flight at once; more are refused with -32011.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_in_flight: u32,
     /// Longest message in either direction, e.g. 64MiB, 512KiB, 1000000.
@@ -94,7 +94,7 @@ pub struct RunArgs {
     /// How long a crash loop refuses requests before trying again (a file change or SIGHUP retries at once).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub failed_cooldown: Duration,
-    /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32098.
+    /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32010.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reload_drain_timeout: Duration,
     /// Include the server's last stderr lines in error.data (stderr may hold secrets).

@@ -307,7 +307,7 @@ fn secrets_are_read_at_every_spawn_and_never_shown() {
     p.initialize();
     std::fs::write(dir.join(".env"), "API_TOKEN=second-s3cret-value\n").expect("env");
     let r = p.call(json!(1), "crash", json!({}));
-    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(r["error"]["code"], -32010);
     assert_eq!(p.whoami(json!(2))["generation"], 2);
     p.close_stdin();
     assert!(p.wait_exit(WAIT).success());
@@ -389,7 +389,7 @@ fn run_config_supervises_a_configured_server() {
     p.initialize();
     assert_eq!(
         p.call(json!(1), "crash", json!({}))["error"]["code"],
-        -32098
+        -32010
     );
     assert_eq!(p.whoami(json!(2))["generation"], 2);
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcpvisor_config::report::{CrashReport, ExitKind, Phase};
+use mcpvisor_jsonrpc::{METHOD_NOT_FOUND, NOT_STARTED, WORKER_LOST};
 use mcpvisor_session::writer::write_lines;
 use mcpvisor_session::{AuthPending, Config, Control, Outcome, ProcessSpawner, Session};
 use serde_json::{Value, json};
@@ -360,7 +361,7 @@ fn answer_server(method: &str, id: &Value, roots: Option<&std::path::Path>) -> V
             json!({"jsonrpc": "2.0", "id": id, "result": {"roots": roots}})
         }
         _ => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32601,
+            "code": METHOD_NOT_FOUND,
             "message": format!("{method} is not supported by mcpvisor's command-line client"),
         }}),
     }
@@ -373,8 +374,8 @@ fn error_of(answer: &Value) -> CallError {
     let code = err["code"].as_i64().unwrap_or(0);
     let message = err["message"].as_str().unwrap_or_default().to_owned();
     let data = err.get("data").cloned();
-    let crash =
-        matches!(code, -32098 | -32097) && data.as_ref().is_some_and(|d| d.get("phase").is_some());
+    let crash = matches!(code, WORKER_LOST | NOT_STARTED)
+        && data.as_ref().is_some_and(|d| d.get("phase").is_some());
     match data {
         Some(d) if crash => CallError::Crashed(Box::new(report_of(&d))),
         data => CallError::Rpc {

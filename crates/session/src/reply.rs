@@ -41,7 +41,7 @@ impl Loss {
     }
 }
 
-/// -32098: the worker went away with the request in flight.
+/// -32010: the worker went away with the request in flight.
 pub(crate) fn lost(id: &[u8], loss: &Loss) -> Bytes {
     let message = format!(
         "The MCP server stopped before answering ({}). The request may or may not have taken \
@@ -52,7 +52,7 @@ pub(crate) fn lost(id: &[u8], loss: &Loss) -> Bytes {
     build::error(as_str(id), WORKER_LOST, &message, Some(&loss.data()))
 }
 
-/// -32097: the request was never sent to a worker.
+/// -32011: the request was never sent to a worker.
 pub(crate) fn not_started(id: &[u8], reason: &str, data: Option<serde_json::Value>) -> Bytes {
     let message = format!("Request not started: {reason}. It is safe to retry.");
     let data = data.unwrap_or_else(|| json!({ "reason": reason }));

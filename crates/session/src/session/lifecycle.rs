@@ -227,7 +227,7 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    /// Answers everything waiting for a worker with -32097 and `data`.
+    /// Answers everything waiting for a worker with -32011 and `data`.
     pub(crate) async fn fail_waiting(&mut self, data: serde_json::Value) {
         let reason = data["reason"]
             .as_str()
