@@ -6,10 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcpvisor_config::report::{CrashReport, ExitKind, Phase};
-use mcpvisor_jsonrpc::{METHOD_NOT_FOUND, NOT_STARTED, WORKER_LOST};
+use mcpvisor_config::report::{CrashReport, ErrorData};
+use mcpvisor_jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, NOT_STARTED, WORKER_LOST};
 use mcpvisor_session::writer::write_lines;
 use mcpvisor_session::{AuthPending, Config, Control, Outcome, ProcessSpawner, Session};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -367,55 +368,33 @@ fn answer_server(method: &str, id: &Value, roots: Option<&std::path::Path>) -> V
     }
 }
 
-/// Turns an error answer into a [`CallError`]: mcpvisor's own codes carry a
-/// crash report in `error.data`.
+/// Turns an error answer into a [`CallError`]: mcpvisor's own codes carry
+/// an [`ErrorData`] in `error.data`, which says what the server did.
 fn error_of(answer: &Value) -> CallError {
-    let err = &answer["error"];
-    let code = err["code"].as_i64().unwrap_or(0);
-    let message = err["message"].as_str().unwrap_or_default().to_owned();
-    let data = err.get("data").cloned();
-    let crash = matches!(code, WORKER_LOST | NOT_STARTED)
-        && data.as_ref().is_some_and(|d| d.get("phase").is_some());
-    match data {
-        Some(d) if crash => CallError::Crashed(Box::new(report_of(&d))),
-        data => CallError::Rpc {
-            code,
-            message,
-            data,
-        },
+    #[derive(serde::Deserialize)]
+    struct RpcError {
+        #[serde(default)]
+        code: i64,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        data: Option<Value>,
     }
-}
-
-fn report_of(data: &Value) -> CrashReport {
-    let phase = match data["phase"].as_str() {
-        Some("spawn") => Phase::Spawn,
-        Some("initialize") => Phase::Initialize,
-        _ => Phase::Serving,
-    };
-    let exit = match (
-        data["exit"]["code"].as_i64(),
-        data["exit"]["signal"].as_i64(),
-    ) {
-        (Some(c), _) => Some(ExitKind::Code(c as i32)),
-        (None, Some(s)) => Some(ExitKind::signal(s as i32)),
-        _ if phase == Phase::Spawn => None,
-        _ => Some(ExitKind::Unknown),
-    };
-    let stderr_tail = data["stderr"]
-        .as_array()
-        .map(|lines| {
-            lines
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default();
-    CrashReport {
-        phase,
-        exit,
-        uptime: Duration::from_millis(data["uptime_ms"].as_u64().unwrap_or(0)),
-        stderr_tail,
-        reason: data["reason"].as_str().unwrap_or_default().to_owned(),
+    let err = RpcError::deserialize(&answer["error"]).unwrap_or(RpcError {
+        code: INTERNAL_ERROR,
+        message: "the answer had neither a result nor a valid error".into(),
+        data: None,
+    });
+    let report = matches!(err.code, WORKER_LOST | NOT_STARTED)
+        .then(|| ErrorData::deserialize(err.data.as_ref()?).ok())
+        .flatten()
+        .and_then(|data| data.crash_report());
+    match report {
+        Some(report) => CallError::Crashed(Box::new(report)),
+        None => CallError::Rpc {
+            code: err.code,
+            message: err.message,
+            data: err.data,
+        },
     }
 }

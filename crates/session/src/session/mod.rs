@@ -156,7 +156,7 @@ pub struct Session<S> {
     quick_exits: u32,
     restart_timer: Option<Key>,
     /// While crash-looping: the `error.data` new requests are refused with.
-    failed: Option<serde_json::Value>,
+    failed: Option<mcpvisor_config::report::ErrorData>,
     failed_timer: Option<Key>,
     reload_started: Option<Instant>,
     /// The `initialize` result the client saw (before mcpvisor's edits).
@@ -397,8 +397,11 @@ impl<S: Spawner> Session<S> {
 }
 
 fn display_status(exit: &Exit) -> String {
-    match exit.status {
-        Some(s) => s.to_string(),
-        None => "an unknown status".into(),
+    use mcpvisor_config::report::ExitKind;
+    match &exit.status {
+        ExitKind::Code(code) => format!("exit code {code}"),
+        ExitKind::Signal(number, name) if name.is_empty() => format!("signal {number}"),
+        ExitKind::Signal(number, name) => format!("signal {number} ({name})"),
+        ExitKind::Unknown => "an unknown status".into(),
     }
 }
