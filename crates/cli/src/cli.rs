@@ -97,7 +97,7 @@ pub struct RunArgs {
     /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32010.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reload_drain_timeout: Duration,
-    /// Include the server's last stderr lines in error.data (stderr may hold secrets).
+    /// Include the server's last stderr lines, and the start of any stdout lines that were not JSON-RPC, in error.data (both may hold secrets).
     #[arg(long)]
     pub stderr_in_errors: bool,
     /// Also watch this file or directory (recursive) for changes; repeatable.
@@ -286,6 +286,7 @@ impl RunArgs {
             failed_cooldown: self.failed_cooldown,
             reload_drain_timeout: self.reload_drain_timeout,
             stderr_in_errors: self.stderr_in_errors,
+            stdout_in_errors: self.stderr_in_errors,
             tools: chosen.spec.def.tools.clone(),
         };
         let stderr = match self.worker_stderr {

@@ -182,6 +182,7 @@ impl<S: Spawner> Session<S> {
             drain_timer: None,
             started: Instant::now(),
             stderr_tail,
+            stray_stdout: Default::default(),
             init_result: None,
             auth,
         }
@@ -268,6 +269,7 @@ impl<S: Spawner> Session<S> {
         }
         let exit = exit.or_else(|| g.exit.clone());
         let uptime = g.started.elapsed();
+        let stray_stdout = std::mem::take(&mut g.stray_stdout);
         if let Some(auth) = &g.auth {
             auth.clear();
         }
@@ -290,7 +292,7 @@ impl<S: Spawner> Session<S> {
             exit: Some(exit.map_or(ExitKind::Unknown, |e| e.status)),
             uptime_ms: Some(u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX)),
             stderr,
-            stray_stdout: Default::default(),
+            stray_stdout,
         };
         let held: Vec<u64> = self
             .reqs

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcpvisor_config::report::StderrTail;
+use mcpvisor_config::report::{StderrTail, StrayStdout};
 use mcpvisor_jsonrpc::{Frame, LineCodec};
 use mcpvisor_process::Exit;
 use serde_json::value::RawValue;
@@ -94,6 +94,8 @@ pub(crate) struct Generation {
     pub drain_timer: Option<Key>,
     pub started: Instant,
     pub stderr_tail: Arc<Mutex<StderrTail>>,
+    /// What it wrote to stdout that was not JSON-RPC.
+    pub stray_stdout: StrayStdout,
     /// Its answer to the replayed `initialize`.
     pub init_result: Option<serde_json::Value>,
     /// Set while it waits on an authorization link.
