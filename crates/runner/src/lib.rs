@@ -19,6 +19,7 @@
 //! file again at every start.
 
 mod connection;
+mod driver;
 mod spawner;
 
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
