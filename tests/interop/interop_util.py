@@ -27,7 +27,7 @@ FILESYSTEM_JS = NPM_MODULES / "server-filesystem" / "dist" / "index.js"
 ROUTES = ("direct", "mcpvisor")
 
 # JSON-RPC error code mcpvisor answers an in-flight request with when its worker dies.
-WORKER_DIED = -32098
+WORKER_DIED = -32010
 
 
 def node_bin() -> str:

@@ -239,7 +239,7 @@ async def test_roots(route: str, errlog, observed) -> None:
 
 async def test_crash_mid_call(route: str, errlog, observed) -> None:
     """SIGKILL the server during a long-running call. Through mcpvisor the call gets
-    -32098 and the next call succeeds on a new worker that got the replayed
+    -32010 and the next call succeeds on a new worker that got the replayed
     handshake (so it registers the same capability-dependent tools and asks for
     roots again). DIRECT, the session dies with its server."""
     peer = Peer()
@@ -290,7 +290,7 @@ async def test_crash_mid_call(route: str, errlog, observed) -> None:
 
 async def test_crash_while_client_answers_elicitation(route: str, errlog) -> None:
     """The server dies while its elicitation/create request waits on the client.
-    Through mcpvisor: the tool call gets -32098, the client is told (via
+    Through mcpvisor: the tool call gets -32010, the client is told (via
     notifications/cancelled) that the server-to-client request is void, so its
     elicitation callback is cancelled, and the next call works."""
     peer = Peer()

@@ -134,7 +134,7 @@ async def test_restart_asks_roots_again(route: str, errlog, tree) -> None:
 
 async def test_worker_died_code_in_flight(route: str, errlog, tree) -> None:
     """A call in flight when the filesystem server is killed (it is stopped with
-    SIGSTOP first so the call cannot finish): -32098 through mcpvisor."""
+    SIGSTOP first so the call cannot finish): -32010 through mcpvisor."""
     root, _outside = tree
     roots = Roots(root)
     async with connect(filesystem_params(route), errlog, list_roots_callback=roots) as client:

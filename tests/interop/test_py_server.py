@@ -164,7 +164,7 @@ async def test_crash_tool(route: str, mode: str, errlog, observed) -> None:
 @pytest.mark.parametrize("mode", MODES)
 async def test_sigkill_in_flight(route: str, mode: str, errlog) -> None:
     """SIGKILL the server while three calls are in flight: through mcpvisor each
-    gets -32098 and the next call runs on a fresh worker."""
+    gets -32010 and the next call runs on a fresh worker."""
     async with _client(route, mode, errlog) as client:
         old_pid = await _pid(client)
         assert server_process(route, "py_server.py") == old_pid

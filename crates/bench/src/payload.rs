@@ -200,7 +200,7 @@ mod tests {
         let mut short = answer.clone();
         short.remove(answer.len() - 5);
         assert!(p.check(&short).is_err());
-        let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32098,"message":"x"}}"#;
+        let error = br#"{"jsonrpc":"2.0","id":7,"error":{"code":-32010,"message":"x"}}"#;
         assert!(p.check(error).is_err());
         let note = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
         assert_eq!(p.check(note).expect("notification"), Answer::Notification);

@@ -93,7 +93,7 @@ fn rows(r: &Results) -> Vec<Row> {
         r.crash.recovery.median_ms,
     ));
     rows.push(Row {
-        figure: "crash → its -32098 error (ms, median)".to_owned(),
+        figure: "crash → its -32010 error (ms, median)".to_owned(),
         direct: None,
         mcpvisor: Some(r.crash.detection.median_ms),
         ratio: None,

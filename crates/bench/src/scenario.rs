@@ -15,8 +15,7 @@ use crate::payload::Payloads;
 use crate::peer::{Binaries, Peer, Via};
 use crate::stats::Latencies;
 
-/// mcpvisor's error code for a request whose worker died under it.
-const WORKER_LOST: i64 = -32098;
+use mcpvisor_jsonrpc::WORKER_LOST;
 
 /// How long and how often each part runs.
 #[derive(Debug, Clone)]
@@ -134,7 +133,7 @@ pub struct MemoryMark {
 pub struct Crash {
     /// From sending the `crash` call to the next call answered.
     pub recovery: Samples,
-    /// From sending the `crash` call to its `-32098` error.
+    /// From sending the `crash` call to its `-32010` error.
     pub detection: Samples,
     /// The fake worker's own spawn → `initialize` answer (the direct cold
     /// start of this run).

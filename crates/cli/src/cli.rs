@@ -33,7 +33,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Most client requests in flight at once; more are refused with -32097.
+    /// Most client requests in flight at once; more are refused with -32011.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_in_flight: u32,
     /// Longest message in either direction, e.g. 64MiB, 512KiB, 1000000.
@@ -93,10 +93,10 @@ pub struct RunArgs {
     /// How long a crash loop refuses requests before trying again (a file change or SIGHUP retries at once).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub failed_cooldown: Duration,
-    /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32098.
+    /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32010.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reload_drain_timeout: Duration,
-    /// Include the server's last stderr lines in error.data (stderr may hold secrets).
+    /// Include the server's last stderr lines, and the start of any stdout lines that were not JSON-RPC, in error.data (both may hold secrets).
     #[arg(long)]
     pub stderr_in_errors: bool,
     /// Also watch this file or directory (recursive) for changes; repeatable.
@@ -285,6 +285,7 @@ impl RunArgs {
             failed_cooldown: self.failed_cooldown,
             reload_drain_timeout: self.reload_drain_timeout,
             stderr_in_errors: self.stderr_in_errors,
+            stdout_in_errors: self.stderr_in_errors,
             tools: chosen.spec.def.tools.clone(),
         };
         let stderr = match self.worker_stderr {

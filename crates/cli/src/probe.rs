@@ -92,6 +92,7 @@ where
     );
     let timeout = args.timeout;
     let json = args.json;
+    let show_stderr = args.show_stderr;
     let code = runtime.block_on(async move {
         // The server's work is done once the answer is printed: a short grace
         // before SIGTERM (servers with timers ignore stdin EOF).
@@ -103,6 +104,8 @@ where
         let cfg = Config {
             stop,
             auth_timeout,
+            // What a stray print wrote is shown only on request.
+            stdout_in_errors: show_stderr,
             ..Config::default()
         };
         let conn = Connection::start(spawner, cfg, chosen.root());

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use mcpvisor_process::{ExitStatus, Spec, StopTimeouts};
+use mcpvisor_process::{Spec, StopTimeouts};
 use mcpvisor_session::Control;
 use mcpvisor_watch::{WatchConfig, Watcher};
 use tokio::io::AsyncReadExt;
@@ -148,7 +148,7 @@ async fn run_build(cmd: &str, cwd: Option<&PathBuf>, limit: Duration) -> Result<
             return Err(format!("`{cmd}` did not finish within {limit:?}"));
         }
     };
-    if exit.status.is_some_and(ExitStatus::success) {
+    if exit.status.success() {
         tracing::info!(
             "build `{cmd}` succeeded in {} ms",
             started.elapsed().as_millis()

@@ -18,11 +18,11 @@ fn concurrent_calls_crash_with_kill_9_and_a_strict_worker_keeps_working() {
     p.send_call(json!("fast"), "echo", json!({"x": 1}));
     assert_eq!(p.recv()["id"], "fast");
     assert_eq!(p.recv()["id"], "slow");
-    // SIGKILL mid-call: one -32098 with the signal, then a new generation.
+    // SIGKILL mid-call: one -32010 with the signal, then a new generation.
     p.start_call(json!("doomed"), "sleep", json!({"ms": 600_000}));
     signal(first["pid"].as_i64().expect("pid") as i32, 9);
     let r = p.response(&json!("doomed"));
-    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["code"], -32010, "{r}");
     assert_eq!(r["error"]["data"]["exit"]["signal"], 9, "{r}");
     let second = p.whoami(json!(2));
     assert_eq!(
@@ -43,7 +43,7 @@ fn the_handshake_is_replayed_to_every_generation_before_client_traffic() {
     p.initialize();
     for i in 0..3 {
         let r = p.call(json!(i), "crash", json!({}));
-        assert_eq!(r["error"]["code"], -32098);
+        assert_eq!(r["error"]["code"], -32010);
         let ok = p.call(json!(100 + i), "echo", json!({}));
         assert!(
             ok.get("result").is_some(),
@@ -185,7 +185,7 @@ fn garbage_on_worker_stdout_never_reaches_the_client() {
     let mut p = Proc::fake(&["--on-worker-garbage", "restart"], &[]);
     p.initialize();
     let r = p.call(json!(1), "garbage", json!({}));
-    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["code"], -32010, "{r}");
     assert_eq!(p.whoami(json!(2))["generation"], 2);
 }
 
@@ -253,7 +253,7 @@ fn cancel_reaches_the_worker_and_its_ack_stays_private() {
         if r.get("result").is_some() {
             break;
         }
-        assert_eq!(r["error"]["code"], -32097, "{r}");
+        assert_eq!(r["error"]["code"], -32011, "{r}");
         assert!(
             std::time::Instant::now() < deadline,
             "the slot was never released"
@@ -292,11 +292,11 @@ fn a_worker_that_cannot_be_started_gets_not_started_with_the_reason() {
     let mut p = Proc::spawn(&args);
     assert_eq!(
         p.call(json!(1), "crash", json!({}))["error"]["code"],
-        -32098
+        -32010
     );
     std::fs::remove_file(&script).expect("remove");
     let r = p.call(json!(2), "echo", json!({}));
-    assert_eq!(r["error"]["code"], -32097, "{r}");
+    assert_eq!(r["error"]["code"], -32011, "{r}");
     assert!(
         r["error"]["data"]["reason"]
             .as_str()
@@ -441,7 +441,7 @@ fn logs_never_carry_payloads_even_at_trace_level() {
     let r = p.call(json!(1), "echo", json!({"secret": marker}));
     assert!(r.to_string().contains(marker), "the answer carries it: {r}");
     let r = p.call(json!(2), "crash", json!({"note": marker}));
-    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(r["error"]["code"], -32010);
     p.close_stdin();
     assert!(p.wait_exit(WAIT).success());
     let log = p.stderr_text();

@@ -208,11 +208,11 @@ fn a_crash_loop_backs_off_then_fails_with_data_and_an_edit_recovers() {
     // The first request starts the worker, which dies under it; mcpvisor
     // restarts it eagerly and it keeps dying at once.
     let r = p.call(json!(1), "echo", json!({}));
-    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["code"], -32010, "{r}");
     p.wait_stderr("failing requests until");
     let elapsed = start.elapsed();
     let r = p.call(json!(2), "echo", json!({}));
-    assert_eq!(r["error"]["code"], -32097, "{r}");
+    assert_eq!(r["error"]["code"], -32011, "{r}");
     let data = &r["error"]["data"];
     assert_eq!(data["exit"]["code"], 3, "{data}");
     assert_eq!(data["phase"], "serving", "{data}");
@@ -233,7 +233,7 @@ fn a_crash_loop_backs_off_then_fails_with_data_and_an_edit_recovers() {
     );
     // In the failed state requests are refused at once.
     let quick = Instant::now();
-    assert_eq!(p.call(json!(3), "echo", json!({}))["error"]["code"], -32097);
+    assert_eq!(p.call(json!(3), "echo", json!({}))["error"]["code"], -32011);
     assert!(quick.elapsed() < Duration::from_secs(1));
     // Fix the file: the edit leaves the failed state.
     std::fs::write(&bad, good).expect("fix");

@@ -208,6 +208,47 @@ fn crash_reports_name_the_phase_exit_and_stderr() {
 }
 
 #[test]
+fn a_stray_print_is_counted_in_the_crash_report_and_shown_only_on_request() {
+    // The commonest way to break a stdio server: print() to stdout, then die.
+    let out = run(&["call", "echo", "--", "sh", "-c", "echo not json; exit 3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("server exited with code 3 during initialize"),
+        "{err}"
+    );
+    assert!(
+        err.contains("stdout: 1 line that is not JSON-RPC (8 bytes)"),
+        "{err}"
+    );
+    assert!(!err.contains("not json"), "the content is not shown: {err}");
+    // --json counts it too.
+    let w = worker();
+    let stray = [
+        "--stdout-garbage-at-start",
+        "not json",
+        "--exit-on-initialize",
+        "3",
+    ];
+    let mut args = vec!["inspect", "--json", "--", &w];
+    args.extend(stray);
+    let out = run(&args);
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json error");
+    assert_eq!(
+        v["error"]["crash"]["stray_stdout"],
+        json!({"lines": 1, "bytes": 8}),
+        "{v}"
+    );
+    // --show-stderr shows its head.
+    let mut args = vec!["call", "--show-stderr", "echo", "--", &w];
+    args.extend(stray);
+    let out = run(&args);
+    let err = text(&out.stderr);
+    assert!(err.contains("(8 bytes), starting:\n    not json"), "{err}");
+}
+
+#[test]
 fn every_config_format_runs_and_errors_point_at_the_file() {
     let dir = temp_dir("formats");
     let w = worker();
@@ -312,7 +353,7 @@ fn secrets_are_read_at_every_spawn_and_never_shown() {
     p.initialize();
     std::fs::write(dir.join(".env"), "API_TOKEN=second-s3cret-value\n").expect("env");
     let r = p.call(json!(1), "crash", json!({}));
-    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(r["error"]["code"], -32010);
     assert_eq!(p.whoami(json!(2))["generation"], 2);
     p.close_stdin();
     assert!(p.wait_exit(WAIT).success());
@@ -394,7 +435,7 @@ fn run_config_supervises_a_configured_server() {
     p.initialize();
     assert_eq!(
         p.call(json!(1), "crash", json!({}))["error"]["code"],
-        -32098
+        -32010
     );
     assert_eq!(p.whoami(json!(2))["generation"], 2);
 }

@@ -19,9 +19,10 @@
 //!   and generic ones) so that a handshake blocked on a person in a browser
 //!   can be shown for what it is and given `auth_timeout` instead of
 //!   `init_timeout`.
-//! * [`report`] keeps a bounded tail of stderr and turns an exit into a
-//!   [`CrashReport`] that says what the server was doing, how it ended and
-//!   what it said last.
+//! * [`report`] keeps a bounded tail of stderr, defines [`ErrorData`] (the
+//!   `error.data` of mcpvisor's own errors, written by the session and read
+//!   back by the runner) and turns it into a [`CrashReport`] that says what
+//!   the server was doing, how it ended and what it said last.
 //! * [`duration`] is the one grammar of durations, `"1500ms"`, `"1.5h"`,
 //!   `"1m 30s"`, for config files and command-line flags alike.
 //! * [`program`] finds the file a server's command runs (a path, or a name
@@ -42,6 +43,6 @@ pub mod server;
 pub use auth::AuthDetector;
 pub use duration::{DurationError, parse_duration};
 pub use program::{ProgramError, find_program};
-pub use report::{CrashReport, ExitKind, Phase, StderrTail};
+pub use report::{CrashPhase, CrashReport, ErrorData, ExitKind, StderrTail, StrayStdout};
 pub use secrets::{Secret, SecretsError};
 pub use server::{ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer};

@@ -3,8 +3,11 @@
 //! The stderr reader pushes every line into a [`StderrTail`], a small ring
 //! that keeps the last [`TAIL_MAX_LINES`] lines or [`TAIL_MAX_BYTES`] bytes,
 //! whichever is fewer, so a worker that floods stderr costs bounded memory.
-//! When the worker dies, a [`CrashReport`] puts the tail together with the
-//! [`Phase`] it died in, its [`ExitKind`] and its uptime. `Display` is for
+//! When the worker dies, the session answers the requests it held with an
+//! [`ErrorData`] in `error.data`: the [`CrashPhase`] it died in, its
+//! [`ExitKind`], its uptime, optionally the tail, and a count of the stdout
+//! lines it wrote that were not JSON-RPC ([`StrayStdout`]). The runner reads
+//! the same type back and makes a [`CrashReport`] of it: `Display` is for
 //! people (a summary line, then the tail indented); `Serialize` is for
 //! `--json` output and logs.
 
@@ -12,9 +15,13 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::auth::strip_ansi;
+
+mod error_data;
+
+pub use error_data::{ErrorData, StrayStdout};
 
 /// Most lines a [`StderrTail`] keeps.
 pub const TAIL_MAX_LINES: usize = 50;
@@ -31,9 +38,9 @@ pub struct StderrTail {
 }
 
 /// What the worker was doing when it stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Phase {
+pub enum CrashPhase {
     /// Starting the process.
     Spawn,
     /// The `initialize` handshake.
@@ -42,7 +49,8 @@ pub enum Phase {
     Serving,
 }
 
-/// How a process ended.
+/// How a process ended: what the process owner reports, what `error.data`
+/// carries and what a [`CrashReport`] shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExitKind {
     /// It exited with this status code.
@@ -58,7 +66,7 @@ pub enum ExitKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CrashReport {
     /// What the worker was doing.
-    pub phase: Phase,
+    pub phase: CrashPhase,
     /// How the process ended; `None` when it did not start or has not been
     /// reaped.
     pub exit: Option<ExitKind>,
@@ -70,6 +78,9 @@ pub struct CrashReport {
     /// What mcpvisor saw, e.g. `"stdout closed"` or an I/O error; may be
     /// empty.
     pub reason: String,
+    /// What it wrote to stdout that was not JSON-RPC.
+    #[serde(skip_serializing_if = "StrayStdout::is_empty")]
+    pub stray_stdout: StrayStdout,
 }
 
 // === impl StderrTail ===
@@ -149,14 +160,14 @@ fn truncate(line: &str, max: usize) -> String {
     format!("{}{MARK}", &line[..end])
 }
 
-// === impl Phase ===
+// === impl CrashPhase ===
 
-impl fmt::Display for Phase {
+impl fmt::Display for CrashPhase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Phase::Spawn => "spawn",
-            Phase::Initialize => "initialize",
-            Phase::Serving => "serving",
+            CrashPhase::Spawn => "spawn",
+            CrashPhase::Initialize => "initialize",
+            CrashPhase::Serving => "serving",
         })
     }
 }
@@ -167,6 +178,11 @@ impl ExitKind {
     /// A signal exit, named when the number is a well-known signal.
     pub fn signal(number: i32) -> Self {
         ExitKind::Signal(number, signal_name(number).unwrap_or_default().to_owned())
+    }
+
+    /// Whether the process exited with code 0.
+    pub fn success(&self) -> bool {
+        *self == ExitKind::Code(0)
     }
 }
 
@@ -285,13 +301,33 @@ impl fmt::Display for CrashReport {
         f.write_str(&self.summary())?;
         let tail = self.stderr_tail.trim_end();
         if tail.is_empty() {
-            return f.write_str("\n  stderr: (empty)");
+            f.write_str("\n  stderr: (empty)")?;
+        } else {
+            let count = tail.lines().count();
+            let plural = if count == 1 { "line" } else { "lines" };
+            write!(f, "\n  stderr (last {count} {plural}):")?;
+            for line in tail.lines() {
+                write!(f, "\n    {line}")?;
+            }
         }
-        let count = tail.lines().count();
-        let plural = if count == 1 { "line" } else { "lines" };
-        write!(f, "\n  stderr (last {count} {plural}):")?;
-        for line in tail.lines() {
-            write!(f, "\n    {line}")?;
+        let stray = &self.stray_stdout;
+        if !stray.is_empty() {
+            let (what, verb) = if stray.lines == 1 {
+                ("line", "is")
+            } else {
+                ("lines", "are")
+            };
+            write!(
+                f,
+                "\n  stdout: {} {what} that {verb} not JSON-RPC ({} bytes)",
+                stray.lines, stray.bytes
+            )?;
+            if !stray.heads.is_empty() {
+                f.write_str(", starting:")?;
+                for head in &stray.heads {
+                    write!(f, "\n    {head}")?;
+                }
+            }
         }
         Ok(())
     }

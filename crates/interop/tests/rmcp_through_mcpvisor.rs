@@ -27,7 +27,7 @@ use tokio::process::Command;
 use tokio::sync::mpsc;
 
 /// JSON-RPC error code mcpvisor answers an in-flight request with when its worker dies.
-const WORKER_DIED: ErrorCode = ErrorCode(-32098);
+const WORKER_DIED: ErrorCode = ErrorCode(mcpvisor_jsonrpc::WORKER_LOST as i32);
 /// Bound on every scenario.
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on one request.
@@ -188,7 +188,7 @@ async fn tool_names(client: &Client) -> Vec<String> {
 /// What happened to the call that was in flight when the server died.
 #[derive(Debug, PartialEq, Eq)]
 enum Died {
-    /// An error response with this code (mcpvisor's -32098).
+    /// An error response with this code (mcpvisor's -32010).
     Code(i32),
     /// The client's transport closed (what DIRECT shows: the session is gone).
     TransportClosed,

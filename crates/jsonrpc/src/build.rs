@@ -66,7 +66,7 @@ mod tests {
     #[test]
     fn built_messages_are_valid_envelopes() {
         let data = serde_json::json!({"generation": 2});
-        let e = error("\"x\"", -32098, "worker \"lost\"\n", Some(&data));
+        let e = error("\"x\"", -32010, "worker \"lost\"\n", Some(&data));
         let env = Envelope::peek(&e).expect("valid");
         assert_eq!(env.kind, Kind::Response);
         let v: serde_json::Value = serde_json::from_slice(&e).expect("json");

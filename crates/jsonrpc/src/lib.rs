@@ -33,7 +33,8 @@ pub const INTERNAL_ERROR: i64 = -32603;
 /// MCP SDKs' request-timeout code.
 pub const REQUEST_TIMEOUT: i64 = -32001;
 /// mcpvisor: the worker stopped while the request was in flight; the outcome
-/// is uncertain.
-pub const WORKER_LOST: i64 = -32098;
+/// is uncertain. (Implementation-defined range: MCP reserves
+/// -32020..-32099.)
+pub const WORKER_LOST: i64 = -32010;
 /// mcpvisor: the request was not started; it is safe to retry.
-pub const NOT_STARTED: i64 = -32097;
+pub const NOT_STARTED: i64 = -32011;

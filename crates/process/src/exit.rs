@@ -3,61 +3,34 @@
 use std::fmt;
 use std::time::Duration;
 
-/// The status a process ended with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ExitStatus {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal ended it.
-    Signal(i32),
-}
+use mcpvisor_config::ExitKind;
 
 /// The end of one worker process, as its owning task saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exit {
-    /// `None` if the status could not be read.
-    pub status: Option<ExitStatus>,
+    /// Its exit code or signal; [`ExitKind::Unknown`] if the status could
+    /// not be read.
+    pub status: ExitKind,
     /// How long the process ran.
     pub uptime: Duration,
     /// Whether mcpvisor asked it to stop (as opposed to it ending on its own).
     pub requested: bool,
 }
 
-impl ExitStatus {
-    pub(crate) fn from_std(status: std::process::ExitStatus) -> Option<Self> {
-        use std::os::unix::process::ExitStatusExt;
-        status
-            .code()
-            .map(ExitStatus::Code)
-            .or_else(|| status.signal().map(ExitStatus::Signal))
-    }
-
-    /// Whether the process exited with code 0.
-    pub fn success(self) -> bool {
-        self == ExitStatus::Code(0)
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            ExitStatus::Code(code) => write!(f, "exit code {code}"),
-            ExitStatus::Signal(sig) => match nix::sys::signal::Signal::try_from(sig) {
-                Ok(name) => write!(f, "signal {sig} ({})", name.as_str()),
-                Err(_) => write!(f, "signal {sig}"),
-            },
+impl Exit {
+    /// An exit whose status could not be read.
+    pub(crate) fn unknown(uptime: Duration, requested: bool) -> Self {
+        Self {
+            status: ExitKind::Unknown,
+            uptime,
+            requested,
         }
     }
 }
 
 impl fmt::Display for Exit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.status {
-            Some(status) => write!(f, "{status}")?,
-            None => f.write_str("unknown status")?,
-        }
-        write!(f, " after {:.1?}", self.uptime)
+        write!(f, "{} after {:.1?}", self.status, self.uptime)
     }
 }
 
@@ -67,8 +40,15 @@ mod tests {
 
     #[test]
     fn displays() {
-        assert_eq!(ExitStatus::Code(3).to_string(), "exit code 3");
-        assert_eq!(ExitStatus::Signal(9).to_string(), "signal 9 (SIGKILL)");
-        assert!(ExitStatus::Code(0).success());
+        let exit = Exit {
+            status: ExitKind::signal(9),
+            uptime: Duration::from_millis(1500),
+            requested: false,
+        };
+        assert_eq!(
+            exit.to_string(),
+            "was killed by SIGKILL (signal 9) after 1.5s"
+        );
+        assert!(ExitKind::Code(0).success());
     }
 }

@@ -12,7 +12,9 @@ use nix::unistd::Pid;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
-use crate::exit::{Exit, ExitStatus};
+use mcpvisor_config::ExitKind;
+
+use crate::exit::Exit;
 
 /// The size asked for the worker's stdin and stdout pipes.
 const PIPE_BYTES: i32 = 1024 * 1024;
@@ -145,16 +147,10 @@ impl Process {
     /// with an unknown status.
     pub async fn wait(&mut self) -> Exit {
         match self.exit.take() {
-            Some(rx) => rx.await.unwrap_or(Exit {
-                status: None,
-                uptime: Duration::ZERO,
-                requested: true,
-            }),
-            None => Exit {
-                status: None,
-                uptime: Duration::ZERO,
-                requested: true,
-            },
+            Some(rx) => rx
+                .await
+                .unwrap_or_else(|_| Exit::unknown(Duration::ZERO, true)),
+            None => Exit::unknown(Duration::ZERO, true),
         }
     }
 
@@ -195,7 +191,7 @@ async fn own(
         }
     };
     let exit = Exit {
-        status: status.and_then(ExitStatus::from_std),
+        status: status.map_or(ExitKind::Unknown, ExitKind::from),
         uptime: started.elapsed(),
         requested,
     };

@@ -19,5 +19,6 @@ mod exit;
 mod group;
 pub mod stderr;
 
-pub use exit::{Exit, ExitStatus};
+pub use exit::Exit;
 pub use group::{Process, SpawnError, Spawned, Spec, StopTimeouts, Stopper, spawn};
+pub use mcpvisor_config::ExitKind;

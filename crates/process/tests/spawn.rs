@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mcpvisor_process::{ExitStatus, Spec, StopTimeouts, spawn};
+use mcpvisor_process::{ExitKind, Spec, StopTimeouts, spawn};
 
 fn sh(script: &str) -> Spec {
     Spec {
@@ -29,7 +29,7 @@ async fn reports_exit_code() {
     let exit = tokio::time::timeout(Duration::from_secs(5), spawned.process.wait())
         .await
         .expect("exit in time");
-    assert_eq!(exit.status, Some(ExitStatus::Code(7)));
+    assert_eq!(exit.status, ExitKind::Code(7));
     assert!(!exit.requested);
 }
 
@@ -41,7 +41,7 @@ async fn closing_stdin_is_the_first_layer() {
     let exit = tokio::time::timeout(Duration::from_secs(5), spawned.process.wait())
         .await
         .expect("exit in time");
-    assert_eq!(exit.status, Some(ExitStatus::Code(0)));
+    assert_eq!(exit.status, ExitKind::Code(0));
     assert!(exit.requested);
 }
 
@@ -63,7 +63,7 @@ async fn sigkill_when_sigterm_is_ignored_and_grandchildren_die() {
     let exit = tokio::time::timeout(Duration::from_secs(5), spawned.process.wait())
         .await
         .expect("exit in time");
-    assert_eq!(exit.status, Some(ExitStatus::Signal(9)));
+    assert_eq!(exit.status, ExitKind::signal(9));
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     while alive(grandchild) && std::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -1,19 +1,21 @@
 //! The client end of an in-process session.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcpvisor_config::report::{CrashReport, ExitKind, Phase};
+use mcpvisor_config::report::{CrashReport, ErrorData};
+use mcpvisor_jsonrpc::{INTERNAL_ERROR, NOT_STARTED, WORKER_LOST};
 use mcpvisor_session::writer::write_lines;
 use mcpvisor_session::{AuthPending, Config, Control, Outcome, ProcessSpawner, Session};
+use serde::Deserialize as _;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+
+use crate::driver::{Command, Driver};
 
 /// Why a request got no result.
 #[derive(Debug, thiserror::Error)]
@@ -50,13 +52,11 @@ pub struct InitInfo {
     pub instructions: Option<String>,
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
-
 /// A running server, spoken to as its client.
 #[derive(Debug)]
 pub struct Connection {
-    out: Option<mpsc::Sender<bytes::Bytes>>,
-    pending: Pending,
+    /// To the task that owns the requests in flight ([`Driver`]).
+    commands: mpsc::Sender<Command>,
     next_id: AtomicU64,
     notes: Option<mpsc::Receiver<Notification>>,
     closer: Closer,
@@ -122,20 +122,11 @@ impl Connection {
         ));
         let (out, out_rx) = mpsc::channel(64);
         tokio::spawn(write_lines(ours_in, out_rx, None));
-        let pending: Pending = Arc::default();
         let (notes_tx, notes) = mpsc::channel(1024);
-        // A weak sender: answering the server must not keep the session's
-        // stdin open once the connection is closed.
-        tokio::spawn(read(
-            ours_out,
-            Arc::clone(&pending),
-            notes_tx,
-            out.downgrade(),
-            roots,
-        ));
+        let (commands, commands_rx) = mpsc::channel(64);
+        tokio::spawn(Driver::new(out, notes_tx, roots).run(ours_out, commands_rx));
         Self {
-            out: Some(out),
-            pending,
+            commands,
             next_id: AtomicU64::new(1),
             notes: Some(notes),
             closer: Closer {
@@ -177,12 +168,10 @@ impl Connection {
         extend: impl Fn() -> Option<Duration>,
     ) -> Result<Value, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, mut rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
-        }
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.send(msg).await?;
+        let (reply, mut rx) = oneshot::channel();
+        let msg = bytes::Bytes::from(msg.to_string());
+        self.command(Command::Request { id, msg, reply }).await?;
         let started = Instant::now();
         let mut deadline = started + limit;
         let answer = loop {
@@ -192,7 +181,7 @@ impl Connection {
             )
             .await
             {
-                Ok(Ok(answer)) => break answer,
+                Ok(Ok(answer)) => break answer?,
                 Ok(Err(_)) => return Err(CallError::Closed),
                 Err(_) if Instant::now() < deadline => {
                     if let Some(longer) = extend() {
@@ -200,15 +189,8 @@ impl Connection {
                     }
                 }
                 Err(_) => {
-                    if let Ok(mut p) = self.pending.lock() {
-                        p.remove(&id);
-                    }
-                    let _ = self
-                        .notify(
-                            "notifications/cancelled",
-                            json!({"requestId": id, "reason": "timed out"}),
-                        )
-                        .await;
+                    // Best effort: a closed connection has nothing to cancel.
+                    let _ = self.command(Command::Cancel { id }).await;
                     return Err(CallError::Timeout(deadline - started));
                 }
             }
@@ -221,13 +203,16 @@ impl Connection {
 
     /// Sends a notification.
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), CallError> {
-        self.send(json!({"jsonrpc": "2.0", "method": method, "params": params}))
-            .await
+        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let (reply, rx) = oneshot::channel();
+        let msg = bytes::Bytes::from(msg.to_string());
+        self.command(Command::Notify { msg, reply }).await?;
+        rx.await.unwrap_or(Err(CallError::Closed))
     }
 
-    async fn send(&self, msg: Value) -> Result<(), CallError> {
-        let out = self.out.as_ref().ok_or(CallError::Closed)?;
-        out.send(bytes::Bytes::from(msg.to_string()))
+    async fn command(&self, command: Command) -> Result<(), CallError> {
+        self.commands
+            .send(command)
             .await
             .map_err(|_| CallError::Closed)
     }
@@ -297,124 +282,43 @@ impl Connection {
     }
 
     /// Ends the session: the server is stopped in layers, bounded.
-    pub async fn close(mut self) {
-        self.out = None;
-        self.closer.wait().await;
+    pub async fn close(self) {
+        let Self {
+            commands, closer, ..
+        } = self;
+        // The last caller is gone: the task closes the session's stdin.
+        drop(commands);
+        closer.wait().await;
     }
 }
 
-/// Reads the session's output: answers go to their waiters, notifications
-/// to the caller, and the server's own requests are answered here.
-async fn read(
-    from: tokio::io::DuplexStream,
-    pending: Pending,
-    notes: mpsc::Sender<Notification>,
-    out: mpsc::WeakSender<bytes::Bytes>,
-    roots: Option<PathBuf>,
-) {
-    let mut lines = BufReader::new(from).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Ok(msg) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
-        match (method, msg.get("id")) {
-            (None, Some(id)) => {
-                let waiter = id.as_u64().and_then(|id| pending.lock().ok()?.remove(&id));
-                if let Some(tx) = waiter {
-                    let _ = tx.send(msg);
-                }
-            }
-            (Some(method), None) => {
-                let params = msg.get("params").cloned().unwrap_or(Value::Null);
-                let _ = notes.try_send(Notification { method, params });
-            }
-            (Some(method), Some(id)) => {
-                let answer = answer_server(&method, id, roots.as_deref());
-                if let Some(out) = out.upgrade() {
-                    let _ = out.send(bytes::Bytes::from(answer.to_string())).await;
-                }
-            }
-            (None, None) => {}
-        }
-    }
-    // The session is gone: wake every waiter.
-    if let Ok(mut p) = pending.lock() {
-        p.clear();
-    }
-}
-
-fn answer_server(method: &str, id: &Value, roots: Option<&std::path::Path>) -> Value {
-    match method {
-        "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
-        "roots/list" => {
-            let roots: Vec<Value> = roots
-                .map(|dir| {
-                    let name = dir
-                        .file_name()
-                        .map(|n| n.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    vec![json!({"uri": format!("file://{}", dir.display()), "name": name})]
-                })
-                .unwrap_or_default();
-            json!({"jsonrpc": "2.0", "id": id, "result": {"roots": roots}})
-        }
-        _ => json!({"jsonrpc": "2.0", "id": id, "error": {
-            "code": -32601,
-            "message": format!("{method} is not supported by mcpvisor's command-line client"),
-        }}),
-    }
-}
-
-/// Turns an error answer into a [`CallError`]: mcpvisor's own codes carry a
-/// crash report in `error.data`.
+/// Turns an error answer into a [`CallError`]: mcpvisor's own codes carry
+/// an [`ErrorData`] in `error.data`, which says what the server did.
 fn error_of(answer: &Value) -> CallError {
-    let err = &answer["error"];
-    let code = err["code"].as_i64().unwrap_or(0);
-    let message = err["message"].as_str().unwrap_or_default().to_owned();
-    let data = err.get("data").cloned();
-    let crash =
-        matches!(code, -32098 | -32097) && data.as_ref().is_some_and(|d| d.get("phase").is_some());
-    match data {
-        Some(d) if crash => CallError::Crashed(Box::new(report_of(&d))),
-        data => CallError::Rpc {
-            code,
-            message,
-            data,
-        },
+    #[derive(serde::Deserialize)]
+    struct RpcError {
+        #[serde(default)]
+        code: i64,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        data: Option<Value>,
     }
-}
-
-fn report_of(data: &Value) -> CrashReport {
-    let phase = match data["phase"].as_str() {
-        Some("spawn") => Phase::Spawn,
-        Some("initialize") => Phase::Initialize,
-        _ => Phase::Serving,
-    };
-    let exit = match (
-        data["exit"]["code"].as_i64(),
-        data["exit"]["signal"].as_i64(),
-    ) {
-        (Some(c), _) => Some(ExitKind::Code(c as i32)),
-        (None, Some(s)) => Some(ExitKind::signal(s as i32)),
-        _ if phase == Phase::Spawn => None,
-        _ => Some(ExitKind::Unknown),
-    };
-    let stderr_tail = data["stderr"]
-        .as_array()
-        .map(|lines| {
-            lines
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default();
-    CrashReport {
-        phase,
-        exit,
-        uptime: Duration::from_millis(data["uptime_ms"].as_u64().unwrap_or(0)),
-        stderr_tail,
-        reason: data["reason"].as_str().unwrap_or_default().to_owned(),
+    let err = RpcError::deserialize(&answer["error"]).unwrap_or(RpcError {
+        code: INTERNAL_ERROR,
+        message: "the answer had neither a result nor a valid error".into(),
+        data: None,
+    });
+    let report = matches!(err.code, WORKER_LOST | NOT_STARTED)
+        .then(|| ErrorData::deserialize(err.data.as_ref()?).ok())
+        .flatten()
+        .and_then(|data| data.crash_report());
+    match report {
+        Some(report) => CallError::Crashed(Box::new(report)),
+        None => CallError::Rpc {
+            code: err.code,
+            message: err.message,
+            data: err.data,
+        },
     }
 }

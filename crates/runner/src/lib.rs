@@ -8,8 +8,8 @@
 //! pair of in-memory pipes, and plays the client on the other end. So spawning
 //! in a process group, framing, the handshake, timeouts, layered stops,
 //! authorization prompts and crash reports are the session's code, not a
-//! second copy: a crash reaches the runner as the session's `-32098` (or
-//! `-32097`) error, whose `error.data` becomes a typed [`CrashReport`].
+//! second copy: a crash reaches the runner as the session's `-32010` (or
+//! `-32011`) error, whose `error.data` becomes a typed [`CrashReport`].
 //!
 //! [`Connection`] is the client end: it numbers requests, matches answers,
 //! hands notifications (progress) to the caller, and answers the server's own
@@ -19,6 +19,7 @@
 //! file again at every start.
 
 mod connection;
+mod driver;
 mod spawner;
 
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use mcpvisor_process::StopTimeouts;
 
-/// What to do with a worker stdout line that is not JSON-RPC.
+/// What to do with a worker stdout line that is not JSON-RPC. Either way it
+/// is counted for the generation's crash report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum GarbagePolicy {
     /// Log its size (never its content) and drop it.
@@ -80,6 +81,9 @@ pub struct Config {
     pub reload_drain_timeout: Duration,
     /// Put the worker's last stderr lines in `error.data` (may hold secrets).
     pub stderr_in_errors: bool,
+    /// Put the heads of the first stdout lines that were not JSON-RPC in
+    /// `error.data` (may hold secrets). Without it they are only counted.
+    pub stdout_in_errors: bool,
     /// Which tools the client may see and call (a config entry's `tools`).
     pub tools: mcpvisor_config::ToolFilter,
 }
@@ -107,6 +111,7 @@ impl Default for Config {
             failed_cooldown: Duration::from_secs(60),
             reload_drain_timeout: Duration::from_secs(30),
             stderr_in_errors: false,
+            stdout_in_errors: false,
             tools: mcpvisor_config::ToolFilter::default(),
         }
     }

@@ -2,61 +2,33 @@
 //! client may do next.
 
 use bytes::Bytes;
+use mcpvisor_config::report::ErrorData;
 use mcpvisor_jsonrpc::{
     INVALID_REQUEST, NOT_STARTED, PARSE_ERROR, REQUEST_TIMEOUT, WORKER_LOST, build,
 };
-use serde_json::json;
 
-/// Why a generation stopped, for the errors of the requests it held.
-#[derive(Debug, Clone)]
-pub(crate) struct Loss {
-    pub generation: u64,
-    pub cause: String,
-    pub phase: &'static str,
-    pub exit: Option<mcpvisor_process::ExitStatus>,
-    /// The worker's last stderr lines, only with --stderr-in-errors.
-    pub stderr: Option<Vec<String>>,
-    /// How long the worker ran.
-    pub uptime: std::time::Duration,
-}
-
-impl Loss {
-    pub fn data(&self) -> serde_json::Value {
-        let exit = match self.exit {
-            Some(mcpvisor_process::ExitStatus::Code(c)) => json!({"code": c}),
-            Some(mcpvisor_process::ExitStatus::Signal(s)) => json!({"signal": s}),
-            None => serde_json::Value::Null,
-        };
-        let mut data = json!({
-            "generation": self.generation,
-            "reason": self.cause,
-            "phase": self.phase,
-            "exit": exit,
-            "uptime_ms": u64::try_from(self.uptime.as_millis()).unwrap_or(u64::MAX),
-        });
-        if let Some(lines) = &self.stderr {
-            data["stderr"] = json!(lines);
-        }
-        data
-    }
-}
-
-/// -32098: the worker went away with the request in flight.
-pub(crate) fn lost(id: &[u8], loss: &Loss) -> Bytes {
+/// -32010: the worker went away with the request in flight.
+pub(crate) fn lost(id: &[u8], loss: &ErrorData) -> Bytes {
     let message = format!(
         "The MCP server stopped before answering ({}). The request may or may not have taken \
          effect: inspect state before retrying a mutation. mcpvisor will serve the next request \
          with a fresh server process.",
-        loss.cause
+        loss.reason
     );
-    build::error(as_str(id), WORKER_LOST, &message, Some(&loss.data()))
+    build::error(as_str(id), WORKER_LOST, &message, Some(&to_json(loss)))
 }
 
-/// -32097: the request was never sent to a worker.
-pub(crate) fn not_started(id: &[u8], reason: &str, data: Option<serde_json::Value>) -> Bytes {
+/// -32011: the request was never sent to a worker. Without `data`,
+/// `error.data` is just the reason.
+pub(crate) fn not_started(id: &[u8], reason: &str, data: Option<ErrorData>) -> Bytes {
     let message = format!("Request not started: {reason}. It is safe to retry.");
-    let data = data.unwrap_or_else(|| json!({ "reason": reason }));
-    build::error(as_str(id), NOT_STARTED, &message, Some(&data))
+    let data = data.unwrap_or_else(|| ErrorData::reason(reason));
+    build::error(as_str(id), NOT_STARTED, &message, Some(&to_json(&data)))
+}
+
+fn to_json(data: &ErrorData) -> serde_json::Value {
+    // Plain strings and numbers: serializing cannot fail.
+    serde_json::to_value(data).unwrap_or_default()
 }
 
 /// The client's request ran out of time.

@@ -83,7 +83,7 @@ async fn worker_death_fails_in_flight_once_and_the_handshake_is_replayed() {
     c.send_call(json!("b"), "sleep", json!({"ms": 60_000}))
         .await;
     let crash = c.call(json!("c"), "crash", json!({})).await;
-    // Three requests were in flight; each fails exactly once with -32098.
+    // Three requests were in flight; each fails exactly once with -32010.
     let mut failed = vec![crash];
     failed.push(c.recv().await);
     failed.push(c.recv().await);
@@ -94,7 +94,7 @@ async fn worker_death_fails_in_flight_once_and_the_handshake_is_replayed() {
     ids.sort();
     assert_eq!(ids, ["a", "b", "c"]);
     for r in &failed {
-        assert_eq!(r["error"]["code"], -32098, "{r}");
+        assert_eq!(r["error"]["code"], -32010, "{r}");
         assert!(
             r["error"]["message"]
                 .as_str()
@@ -125,7 +125,7 @@ async fn a_modern_client_gets_no_injected_handshake() {
     let mut c = Client::start(config(), spawner.clone());
     assert_eq!(
         c.call(json!(1), "crash", json!({})).await["error"]["code"],
-        -32098
+        -32010
     );
     assert_eq!(
         c.call(json!(2), "echo", json!({})).await["result"]["generation"],
@@ -148,7 +148,7 @@ async fn a_failed_replay_counts_as_a_crash_and_a_reload_recovers() {
     // Generation 1 crashed at once, generation 2 hangs in the replayed
     // initialize: two quick ends in a row are a crash loop here.
     let r = c.call(json!(2), "echo", json!({})).await;
-    assert_eq!(r["error"]["code"], -32097, "{r}");
+    assert_eq!(r["error"]["code"], -32011, "{r}");
     assert_eq!(r["error"]["data"]["phase"], "initialize", "{r}");
     let reason = r["error"]["data"]["reason"].as_str().expect("reason");
     assert!(
@@ -267,7 +267,7 @@ async fn cancel_grace_without_ack_releases_a_non_acking_worker_slot() {
     // Before the grace is over, the slot is still taken.
     assert_eq!(
         c.call(json!(2), "echo", json!({})).await["error"]["code"],
-        -32097
+        -32011
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let r = c.call(json!(3), "echo", json!({})).await;
@@ -290,7 +290,7 @@ async fn cancel_grace_stops_a_worker_that_speaks_acks_but_missed_one() {
     // The grace runs out, the generation is stopped: request 2 fails once.
     let r = c.recv().await;
     assert_eq!(r["id"], 2);
-    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(r["error"]["code"], -32010);
     assert_eq!(
         c.call(json!(3), "echo", json!({})).await["result"]["generation"],
         2
@@ -324,7 +324,7 @@ async fn bounds_answer_not_started() {
     c.initialize().await;
     c.send_call(json!(1), "hang", json!({})).await;
     let dup = c.call(json!(1), "echo", json!({})).await;
-    assert_eq!(dup["error"]["code"], -32097);
+    assert_eq!(dup["error"]["code"], -32011);
     assert!(
         dup["error"]["message"]
             .as_str()
@@ -333,7 +333,7 @@ async fn bounds_answer_not_started() {
     );
     c.send_call(json!(2), "hang", json!({})).await;
     let full = c.call(json!(3), "echo", json!({})).await;
-    assert_eq!(full["error"]["code"], -32097);
+    assert_eq!(full["error"]["code"], -32011);
     assert!(
         full["error"]["message"]
             .as_str()
@@ -350,7 +350,7 @@ async fn unavailable_worker_is_not_started_with_the_reason() {
     });
     let mut c = Client::start(config(), spawner);
     let r = c.call(json!(1), "echo", json!({})).await;
-    assert_eq!(r["error"]["code"], -32097);
+    assert_eq!(r["error"]["code"], -32011);
     assert_eq!(r["error"]["data"]["reason"], "command not found: nope");
 }
 
@@ -442,7 +442,7 @@ async fn garbage_restart_policy_replaces_the_worker() {
     let mut c = Client::start(cfg, TestSpawner::new(Behaviour::default()));
     c.initialize().await;
     let r = c.call(json!(5), "garbage", json!({})).await;
-    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["code"], -32010, "{r}");
     assert_eq!(
         c.call(json!(6), "echo", json!({})).await["result"]["generation"],
         2
@@ -525,7 +525,7 @@ async fn a_client_that_left_gets_no_restarted_worker() {
     c.initialize().await;
     c.send_call(json!(1), "crash", json!({})).await;
     let (lost, outcome) = c.hang_up_and_read().await;
-    assert!(lost.contains("-32098"), "{lost}");
+    assert!(lost.contains("-32010"), "{lost}");
     assert_eq!(outcome, Outcome::ClientClosed);
     assert_eq!(
         spawner.generations(),
@@ -549,7 +549,7 @@ async fn a_worker_that_stops_reading_its_stdin_is_stopped_after_the_write_timeou
     let big = "z".repeat(200_000);
     let start = tokio::time::Instant::now();
     let r = c.call(json!(1), "echo", json!({"t": big})).await;
-    assert_eq!(r["error"]["code"], -32098, "{r}");
+    assert_eq!(r["error"]["code"], -32010, "{r}");
     assert!(
         r["error"]["data"]["reason"]
             .as_str()

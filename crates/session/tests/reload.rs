@@ -114,7 +114,7 @@ async fn reload_drain_timeout_fails_leftovers_once() {
     reload(&c).await;
     let r = c.recv().await;
     assert_eq!(r["id"], "stuck");
-    assert_eq!(r["error"]["code"], -32098);
+    assert_eq!(r["error"]["code"], -32010);
     let waited = start.elapsed();
     assert!(
         waited >= Duration::from_secs(5) && waited < Duration::from_millis(5100),
@@ -178,7 +178,7 @@ async fn crash_restart_is_eager_then_backs_off_then_fails_with_data() {
     c.call(json!(5), "crash", json!({})).await;
     // Four quick exits: the failed state, refused at once with the story.
     let r = c.call(json!(6), "echo", json!({})).await;
-    assert_eq!(r["error"]["code"], -32097, "{r}");
+    assert_eq!(r["error"]["code"], -32011, "{r}");
     let data = &r["error"]["data"];
     assert_eq!(data["exit"]["code"], 3);
     assert_eq!(data["phase"], "serving");
@@ -231,7 +231,7 @@ async fn restart_never_refuses_until_a_reload() {
     c.initialize().await;
     c.call(json!(1), "crash", json!({})).await;
     let r = c.call(json!(2), "echo", json!({})).await;
-    assert_eq!(r["error"]["code"], -32097);
+    assert_eq!(r["error"]["code"], -32011);
     assert!(
         r["error"]["message"]
             .as_str()

@@ -64,11 +64,12 @@ fn tail_strips_line_endings_and_colours() {
 
 fn report(exit: Option<ExitKind>, uptime: Duration, tail: &str, reason: &str) -> CrashReport {
     CrashReport {
-        phase: Phase::Initialize,
+        phase: CrashPhase::Initialize,
         exit,
         uptime,
         stderr_tail: tail.to_owned(),
         reason: reason.to_owned(),
+        stray_stdout: StrayStdout::default(),
     }
 }
 
@@ -89,7 +90,7 @@ fn display_is_a_summary_then_the_indented_tail() {
     );
 
     let crash = CrashReport {
-        phase: Phase::Serving,
+        phase: CrashPhase::Serving,
         ..report(
             Some(ExitKind::signal(9)),
             Duration::from_secs(185),
@@ -104,7 +105,7 @@ fn display_is_a_summary_then_the_indented_tail() {
     );
 
     let crash = CrashReport {
-        phase: Phase::Spawn,
+        phase: CrashPhase::Spawn,
         ..report(
             None,
             Duration::from_micros(300),
@@ -167,7 +168,7 @@ fn json_shape() -> Result<(), serde_json::Error> {
         })
     );
     let crash = CrashReport {
-        phase: Phase::Spawn,
+        phase: CrashPhase::Spawn,
         ..report(None, Duration::ZERO, "", "")
     };
     assert_eq!(serde_json::to_value(&crash)?["exit"], json!(null));
@@ -184,7 +185,7 @@ fn json_shape() -> Result<(), serde_json::Error> {
         serde_json::to_value(ExitKind::Unknown)?,
         json!({"kind": "unknown"})
     );
-    assert_eq!(serde_json::to_value(Phase::Serving)?, json!("serving"));
+    assert_eq!(serde_json::to_value(CrashPhase::Serving)?, json!("serving"));
     Ok(())
 }
 
@@ -197,4 +198,124 @@ fn exit_kind_from_a_real_status() -> std::io::Result<()> {
     let status = Command::new("sh").args(["-c", "kill -9 $$"]).status()?;
     assert_eq!(ExitKind::from(status), ExitKind::signal(9));
     Ok(())
+}
+
+#[test]
+fn error_data_keeps_its_wire_shape_both_ways() -> Result<(), serde_json::Error> {
+    let lost = ErrorData {
+        generation: Some(2),
+        reason: "it exited with exit code 3".into(),
+        phase: Some(CrashPhase::Serving),
+        exit: Some(ExitKind::Code(3)),
+        uptime_ms: Some(1234),
+        stderr: Some(vec!["boom".into()]),
+        stray_stdout: StrayStdout::default(),
+    };
+    let wire = json!({
+        "generation": 2,
+        "reason": "it exited with exit code 3",
+        "phase": "serving",
+        "exit": {"code": 3},
+        "uptime_ms": 1234,
+        "stderr": ["boom"],
+    });
+    assert_eq!(serde_json::to_value(&lost)?, wire);
+    assert_eq!(serde_json::from_value::<ErrorData>(wire)?, lost);
+    // A signal, and a status not known: `null`, not absent.
+    let killed = json!({"reason": "r", "phase": "serving", "exit": {"signal": 9}});
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(killed.clone())?.exit,
+        Some(ExitKind::signal(9))
+    );
+    let unknown = ErrorData {
+        exit: Some(ExitKind::Unknown),
+        ..ErrorData::reason("r")
+    };
+    assert_eq!(serde_json::to_value(&unknown)?["exit"], json!(null));
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(serde_json::to_value(&unknown)?)?,
+        unknown
+    );
+    // Spawn failures and plain refusals carry no exit at all.
+    assert_eq!(
+        serde_json::to_value(ErrorData::spawn("no such file", Some(4)))?,
+        json!({"generation": 4, "reason": "no such file", "phase": "spawn"})
+    );
+    assert_eq!(
+        serde_json::to_value(ErrorData::reason("duplicate id"))?,
+        json!({"reason": "duplicate id"})
+    );
+    Ok(())
+}
+
+#[test]
+fn error_data_becomes_a_crash_report_only_with_a_phase() {
+    assert_eq!(ErrorData::reason("duplicate id").crash_report(), None);
+    let spawn = ErrorData::spawn("no such file", None)
+        .crash_report()
+        .expect("report");
+    assert_eq!((spawn.phase, spawn.exit), (CrashPhase::Spawn, None));
+    let lost = ErrorData {
+        phase: Some(CrashPhase::Initialize),
+        uptime_ms: Some(1500),
+        stderr: Some(vec!["a".into(), "b".into()]),
+        ..ErrorData::reason("it closed its stdout")
+    }
+    .crash_report()
+    .expect("report");
+    assert_eq!(lost.exit, Some(ExitKind::Unknown));
+    assert_eq!(lost.uptime, Duration::from_millis(1500));
+    assert_eq!(lost.stderr_tail, "a\nb");
+}
+
+#[test]
+fn stray_stdout_is_counted_and_its_content_kept_only_when_asked() {
+    let mut hidden = StrayStdout::default();
+    hidden.record(b"not json", false);
+    hidden.record(b"Loading model...\r", false);
+    assert_eq!((hidden.lines, hidden.bytes), (2, 25));
+    assert!(hidden.heads.is_empty());
+    let crash = CrashReport {
+        stray_stdout: hidden,
+        ..report(Some(ExitKind::Code(3)), Duration::ZERO, "", "")
+    };
+    let text = crash.to_string();
+    assert!(
+        text.ends_with("\n  stdout: 2 lines that are not JSON-RPC (25 bytes)"),
+        "{text}"
+    );
+    assert!(!text.contains("not json"), "{text}");
+    assert_eq!(
+        serde_json::to_value(&crash).expect("json")["stray_stdout"],
+        json!({"lines": 2, "bytes": 25})
+    );
+
+    let mut shown = StrayStdout::default();
+    let long = "x".repeat(1000);
+    for line in ["\x1b[1mnot json\x1b[0m", &long, "third", "fourth"] {
+        shown.record(line.as_bytes(), true);
+    }
+    assert_eq!(shown.lines, 4);
+    assert_eq!(shown.heads.len(), StrayStdout::MAX_HEADS);
+    assert_eq!(shown.heads[0], "not json");
+    assert!(shown.heads[1].len() <= StrayStdout::HEAD_BYTES);
+    let crash = CrashReport {
+        stray_stdout: shown,
+        ..report(Some(ExitKind::Code(3)), Duration::ZERO, "", "")
+    };
+    assert!(
+        crash
+            .to_string()
+            .contains("(1027 bytes), starting:\n    not json\n"),
+        "{crash}"
+    );
+    // A report without stray output looks as it always did.
+    let plain = report(Some(ExitKind::Code(3)), Duration::ZERO, "", "");
+    assert!(!plain.to_string().contains("stdout"));
+    assert!(
+        serde_json::to_value(&plain)
+            .expect("json")
+            .get("stray_stdout")
+            .is_none()
+    );
 }

@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 
 use futures_util::StreamExt;
-use mcpvisor_config::report::StderrTail;
+use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, StderrTail};
 use mcpvisor_jsonrpc::{LineCodec, build};
 use mcpvisor_process::Exit;
 use tokio::sync::mpsc;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
 use super::{Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, display_status};
-use crate::reply::{self, Loss};
+use crate::reply;
 use crate::spawner::{Spawner, WorkerIo};
 use crate::table::{Owner, Req, Timer};
 use crate::writer;
@@ -37,7 +37,7 @@ pub(crate) enum Route {
     Send(u64),
     Wait,
     /// Refused: the reason and the `error.data` to answer with.
-    Refuse(String, serde_json::Value),
+    Refuse(String, ErrorData),
 }
 
 impl<S: Spawner> Session<S> {
@@ -45,11 +45,7 @@ impl<S: Spawner> Session<S> {
     /// running and nothing else is about to start one.
     pub(crate) async fn route(&mut self) -> Route {
         if let Some(data) = &self.failed {
-            let reason = data["reason"]
-                .as_str()
-                .unwrap_or("the MCP server keeps failing")
-                .to_owned();
-            return Route::Refuse(reason, data.clone());
+            return Route::Refuse(data.reason.clone(), data.clone());
         }
         if self.current.is_none()
             && self.restart_timer.is_none()
@@ -62,10 +58,7 @@ impl<S: Spawner> Session<S> {
                     .clone()
                     .unwrap_or_else(|| "the MCP server is unavailable".into());
                 let text = format!("cannot start the MCP server: {reason}");
-                return Route::Refuse(
-                    text,
-                    serde_json::json!({ "reason": reason, "phase": "spawn" }),
-                );
+                return Route::Refuse(text, ErrorData::spawn(reason, None));
             }
         }
         match self.current {
@@ -95,7 +88,7 @@ impl<S: Spawner> Session<S> {
                 tracing::error!(generation = id, error = %e, "cannot start the MCP server");
                 self.unavailable = Some(e.0.clone());
                 self.quick_exits += 1;
-                let data = serde_json::json!({ "reason": e.0, "phase": "spawn", "generation": id });
+                let data = ErrorData::spawn(e.0, Some(id));
                 if self.quick_exits >= self.cfg.crash_loop_exits {
                     self.enter_failed(data).await;
                 } else {
@@ -189,6 +182,7 @@ impl<S: Spawner> Session<S> {
             drain_timer: None,
             started: Instant::now(),
             stderr_tail,
+            stray_stdout: Default::default(),
             init_result: None,
             auth,
         }
@@ -227,12 +221,9 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    /// Answers everything waiting for a worker with -32097 and `data`.
-    pub(crate) async fn fail_waiting(&mut self, data: serde_json::Value) {
-        let reason = data["reason"]
-            .as_str()
-            .unwrap_or("the MCP server is unavailable")
-            .to_owned();
+    /// Answers everything waiting for a worker with -32011 and `data`.
+    pub(crate) async fn fail_waiting(&mut self, data: ErrorData) {
+        let reason = data.reason.clone();
         let items: Vec<_> = self.waiting.drain(..).collect();
         for item in items {
             if let Waiting::Request(wid) = item {
@@ -253,8 +244,8 @@ impl<S: Spawner> Session<S> {
             return;
         };
         let phase = match g.phase {
-            Phase::Handshake => "initialize",
-            Phase::Ready | Phase::Draining => "serving",
+            Phase::Handshake => CrashPhase::Initialize,
+            Phase::Ready | Phase::Draining => CrashPhase::Serving,
             Phase::Dead => return,
         };
         // The first generation answers the client's own initialize.
@@ -262,7 +253,7 @@ impl<S: Spawner> Session<S> {
             r.generation == Some(id) && r.client().is_some_and(|c| c.initialize.is_some())
         });
         let phase = if client_init_in_flight {
-            "initialize"
+            CrashPhase::Initialize
         } else {
             phase
         };
@@ -278,6 +269,7 @@ impl<S: Spawner> Session<S> {
         }
         let exit = exit.or_else(|| g.exit.clone());
         let uptime = g.started.elapsed();
+        let stray_stdout = std::mem::take(&mut g.stray_stdout);
         if let Some(auth) = &g.auth {
             auth.clear();
         }
@@ -293,13 +285,14 @@ impl<S: Spawner> Session<S> {
         if self.current == Some(id) {
             self.current = None;
         }
-        let loss = Loss {
-            generation: id,
-            cause,
-            phase,
-            exit: exit.and_then(|e| e.status),
+        let loss = ErrorData {
+            generation: Some(id),
+            reason: cause,
+            phase: Some(phase),
+            exit: Some(exit.map_or(ExitKind::Unknown, |e| e.status)),
+            uptime_ms: Some(u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX)),
             stderr,
-            uptime,
+            stray_stdout,
         };
         let held: Vec<u64> = self
             .reqs

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcpvisor_config::report::StderrTail;
+use mcpvisor_config::report::{StderrTail, StrayStdout};
 use mcpvisor_jsonrpc::{Frame, LineCodec};
 use mcpvisor_process::Exit;
 use serde_json::value::RawValue;
@@ -94,6 +94,8 @@ pub(crate) struct Generation {
     pub drain_timer: Option<Key>,
     pub started: Instant,
     pub stderr_tail: Arc<Mutex<StderrTail>>,
+    /// What it wrote to stdout that was not JSON-RPC.
+    pub stray_stdout: StrayStdout,
     /// Its answer to the replayed `initialize`.
     pub init_result: Option<serde_json::Value>,
     /// Set while it waits on an authorization link.
@@ -156,7 +158,7 @@ pub struct Session<S> {
     quick_exits: u32,
     restart_timer: Option<Key>,
     /// While crash-looping: the `error.data` new requests are refused with.
-    failed: Option<serde_json::Value>,
+    failed: Option<mcpvisor_config::report::ErrorData>,
     failed_timer: Option<Key>,
     reload_started: Option<Instant>,
     /// The `initialize` result the client saw (before mcpvisor's edits).
@@ -397,8 +399,11 @@ impl<S: Spawner> Session<S> {
 }
 
 fn display_status(exit: &Exit) -> String {
-    match exit.status {
-        Some(s) => s.to_string(),
-        None => "an unknown status".into(),
+    use mcpvisor_config::report::ExitKind;
+    match &exit.status {
+        ExitKind::Code(code) => format!("exit code {code}"),
+        ExitKind::Signal(number, name) if name.is_empty() => format!("signal {number}"),
+        ExitKind::Signal(number, name) => format!("signal {number} ({name})"),
+        ExitKind::Unknown => "an unknown status".into(),
     }
 }

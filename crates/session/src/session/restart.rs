@@ -8,13 +8,13 @@ use tokio::time::Instant;
 use super::lifecycle::Why;
 use super::{Phase, Session};
 use crate::config::RestartPolicy;
-use crate::reply::Loss;
 use crate::spawner::Spawner;
 use crate::table::Timer;
+use mcpvisor_config::report::ErrorData;
 
 impl<S: Spawner> Session<S> {
     /// Restart policy and crash-loop detection after an unrequested end.
-    pub(crate) async fn after_crash(&mut self, loss: &Loss, uptime: Duration) {
+    pub(crate) async fn after_crash(&mut self, loss: &ErrorData, uptime: Duration) {
         if self.closing && self.waiting.is_empty() {
             // The client has left: nothing will need a new worker.
             return;
@@ -24,22 +24,20 @@ impl<S: Spawner> Session<S> {
         } else {
             self.quick_exits = 0;
         }
-        let mut data = loss.data();
+        let mut data = loss.clone();
         if self.cfg.restart == RestartPolicy::Never {
-            data["reason"] = format!(
+            data.reason = format!(
                 "the MCP server stopped ({}) and --restart is never",
-                loss.cause
-            )
-            .into();
+                loss.reason
+            );
             self.enter_failed(data).await;
             return;
         }
         if self.quick_exits >= self.cfg.crash_loop_exits {
-            data["reason"] = format!(
+            data.reason = format!(
                 "the MCP server is crash-looping: {} exits within {:?} of starting, the last because {}",
-                self.quick_exits, self.cfg.crash_loop_window, loss.cause
-            )
-            .into();
+                self.quick_exits, self.cfg.crash_loop_window, loss.reason
+            );
             self.enter_failed(data).await;
             return;
         }
@@ -65,7 +63,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// Refuses traffic until a reload, SIGHUP, or the cooldown.
-    pub(crate) async fn enter_failed(&mut self, data: serde_json::Value) {
+    pub(crate) async fn enter_failed(&mut self, data: ErrorData) {
         let until = if self.cfg.restart == RestartPolicy::Never {
             "a file changes or SIGHUP".to_owned()
         } else {
@@ -74,10 +72,7 @@ impl<S: Spawner> Session<S> {
                 self.cfg.failed_cooldown
             )
         };
-        tracing::error!(
-            reason = data["reason"].as_str().unwrap_or_default(),
-            "failing requests until {until}"
-        );
+        tracing::error!(reason = data.reason, "failing requests until {until}");
         self.failed = Some(data.clone());
         if let Some(key) = self.restart_timer.take() {
             let _ = self.timers.try_remove(&key);

@@ -66,6 +66,9 @@ impl<S: Spawner> Session<S> {
                     error = %e,
                     "server wrote a stdout line that is not a JSON-RPC message"
                 );
+                if let Some(g) = self.gens.get_mut(&generation) {
+                    g.stray_stdout.record(&line, self.cfg.stdout_in_errors);
+                }
                 if self.cfg.on_garbage == GarbagePolicy::Restart {
                     let cause = "it wrote a stdout line that is not JSON-RPC".into();
                     self.retire(generation, cause, None, Why::Crash).await;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use mcpvisor_process::{Exit, ExitStatus};
+use mcpvisor_process::{Exit, ExitKind};
 use mcpvisor_session::{Config, Control, Outcome, Session, SpawnFailure, Spawner, WorkerIo};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
@@ -92,8 +92,8 @@ impl Spawner for TestSpawner {
         let abort = task.abort_handle();
         tokio::spawn(async move {
             let status = match task.await {
-                Ok(code) => Some(ExitStatus::Code(code)),
-                Err(_) => Some(ExitStatus::Signal(15)),
+                Ok(code) => ExitKind::Code(code),
+                Err(_) => ExitKind::signal(15),
             };
             let _ = exit_tx.send(Exit {
                 status,
@@ -109,7 +109,7 @@ impl Spawner for TestSpawner {
             exited: exit_rx
                 .map(|r| {
                     r.unwrap_or(Exit {
-                        status: None,
+                        status: ExitKind::Unknown,
                         uptime: Duration::ZERO,
                         requested: true,
                     })

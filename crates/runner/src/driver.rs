@@ -1,0 +1,239 @@
+//! The connection's task: the one owner of the table of requests in flight.
+//!
+//! Callers never touch the table. They send the task a [`Command`] with a
+//! oneshot for the answer; the task records the request, queues its line for
+//! the session's stdin, and resolves the oneshot when the answer arrives, when
+//! the line cannot be written, or when the session's output ends. So every
+//! waiter is answered exactly once, and nothing is left behind by a send that
+//! failed.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::METHOD_NOT_FOUND;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::connection::{CallError, Notification};
+
+/// Where the answer to one request goes: the whole answer message.
+pub(crate) type Reply = oneshot::Sender<Result<Value, CallError>>;
+
+/// What a caller asks the connection's task to do.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Send request `id` (the line `msg`) and answer `reply` with its outcome.
+    Request { id: u64, msg: Bytes, reply: Reply },
+    /// Send a notification; `reply` learns whether it was queued.
+    Notify {
+        msg: Bytes,
+        reply: oneshot::Sender<Result<(), CallError>>,
+    },
+    /// The caller stopped waiting for request `id` (its deadline passed):
+    /// forget it and, if it was sent, tell the server.
+    Cancel { id: u64 },
+}
+
+/// Most lines queued for the session's stdin; callers wait beyond that.
+const OUTBOX: usize = 64;
+
+/// The state the connection's task owns.
+#[derive(Debug)]
+pub(crate) struct Driver {
+    /// Requests sent or queued, by id, with their waiters.
+    waiting: HashMap<u64, Reply>,
+    /// Lines for the session's stdin in order, each with the id of the
+    /// request it is (if it is one).
+    outbox: VecDeque<(Bytes, Option<u64>)>,
+    /// Feeds the writer of the session's stdin; `None` once that is closed.
+    out: Option<mpsc::Sender<Bytes>>,
+    notes: mpsc::Sender<Notification>,
+    /// Offered to the server when it asks for roots.
+    roots: Option<PathBuf>,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        out: mpsc::Sender<Bytes>,
+        notes: mpsc::Sender<Notification>,
+        roots: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            waiting: HashMap::new(),
+            outbox: VecDeque::new(),
+            out: Some(out),
+            notes,
+            roots,
+        }
+    }
+
+    /// Runs until the session's output ends, then answers every waiter
+    /// with [`CallError::Closed`]. When every caller is gone, the session's
+    /// stdin is closed once the queued lines are written, so the session
+    /// ends too.
+    pub(crate) async fn run<R>(mut self, from: R, mut commands: mpsc::Receiver<Command>)
+    where
+        R: AsyncRead + Unpin,
+    {
+        let mut lines = BufReader::new(from).lines();
+        let mut callers = true;
+        loop {
+            if !callers && self.outbox.is_empty() {
+                self.out = None;
+            }
+            tokio::select! {
+                permit = reserve(self.out.clone()), if !self.outbox.is_empty() => {
+                    self.write(permit);
+                }
+                command = commands.recv(), if callers && self.outbox.len() < OUTBOX => {
+                    match command {
+                        Some(command) => self.on_command(command),
+                        None => callers = false,
+                    }
+                }
+                line = lines.next_line() => match line {
+                    Ok(Some(line)) => self.on_line(&line),
+                    Ok(None) | Err(_) => break,
+                },
+            }
+        }
+        self.close();
+    }
+
+    pub(crate) fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Request { id, msg, reply } => {
+                if self.out.is_none() {
+                    let _ = reply.send(Err(CallError::Closed));
+                    return;
+                }
+                // Callers that went away without their answer (a dropped
+                // future) leave a closed oneshot: forget those here.
+                self.waiting.retain(|_, r| !r.is_closed());
+                self.waiting.insert(id, reply);
+                self.outbox.push_back((msg, Some(id)));
+            }
+            Command::Notify { msg, reply } => {
+                let queued = if self.out.is_some() {
+                    self.outbox.push_back((msg, None));
+                    Ok(())
+                } else {
+                    Err(CallError::Closed)
+                };
+                let _ = reply.send(queued);
+            }
+            Command::Cancel { id } => {
+                if self.waiting.remove(&id).is_none() {
+                    return;
+                }
+                let unsent = self.outbox.len();
+                self.outbox.retain(|(_, r)| *r != Some(id));
+                if self.outbox.len() == unsent {
+                    let note = json!({
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": id, "reason": "timed out"},
+                    });
+                    self.outbox.push_back((Bytes::from(note.to_string()), None));
+                }
+            }
+        }
+    }
+
+    /// Writes the first queued line, or, when the session's stdin is closed
+    /// (`permit` is `None`), fails every queued request: none will be sent.
+    pub(crate) fn write(&mut self, permit: Option<mpsc::OwnedPermit<Bytes>>) {
+        match permit {
+            Some(permit) => {
+                if let Some((msg, _)) = self.outbox.pop_front() {
+                    permit.send(msg);
+                }
+            }
+            None => {
+                self.out = None;
+                for (_, id) in std::mem::take(&mut self.outbox) {
+                    if let Some(reply) = id.and_then(|id| self.waiting.remove(&id)) {
+                        let _ = reply.send(Err(CallError::Closed));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One line of the session's output: an answer goes to its waiter, a
+    /// notification to the caller, and the server's own request is answered.
+    pub(crate) fn on_line(&mut self, line: &str) {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            return;
+        };
+        let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+        match (method, msg.get("id")) {
+            (None, Some(id)) => {
+                let waiter = id.as_u64().and_then(|id| self.waiting.remove(&id));
+                if let Some(reply) = waiter {
+                    let _ = reply.send(Ok(msg));
+                }
+            }
+            (Some(method), None) => {
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                let _ = self.notes.try_send(Notification { method, params });
+            }
+            (Some(method), Some(id)) => {
+                if self.out.is_some() {
+                    let answer = answer_server(&method, id, self.roots.as_deref());
+                    self.outbox
+                        .push_back((Bytes::from(answer.to_string()), None));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// The session's output ended: no answer will come.
+    pub(crate) fn close(&mut self) {
+        self.out = None;
+        self.outbox.clear();
+        for (_, reply) in self.waiting.drain() {
+            let _ = reply.send(Err(CallError::Closed));
+        }
+    }
+
+    /// Requests whose waiters have not been answered.
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// Room for one line on the way to the session's stdin; `None` once it is
+/// closed.
+async fn reserve(out: Option<mpsc::Sender<Bytes>>) -> Option<mpsc::OwnedPermit<Bytes>> {
+    out?.reserve_owned().await.ok()
+}
+
+fn answer_server(method: &str, id: &Value, roots: Option<&Path>) -> Value {
+    match method {
+        "ping" => json!({"jsonrpc": "2.0", "id": id, "result": {}}),
+        "roots/list" => {
+            let roots: Vec<Value> = roots
+                .map(|dir| {
+                    let name = dir
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    vec![json!({"uri": format!("file://{}", dir.display()), "name": name})]
+                })
+                .unwrap_or_default();
+            json!({"jsonrpc": "2.0", "id": id, "result": {"roots": roots}})
+        }
+        _ => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": METHOD_NOT_FOUND,
+            "message": format!("{method} is not supported by mcpvisor's command-line client"),
+        }}),
+    }
+}
+
+#[cfg(test)]
+mod tests;

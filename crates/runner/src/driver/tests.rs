@@ -1,0 +1,143 @@
+use std::time::Duration;
+
+use tokio::io::{AsyncWriteExt, DuplexStream};
+
+use super::*;
+
+/// Bound on every wait: paused time, so it costs nothing unless broken.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn driver() -> (Driver, mpsc::Receiver<Bytes>) {
+    let (out, out_rx) = mpsc::channel(8);
+    let (notes, _) = mpsc::channel(8);
+    (Driver::new(out, notes, None), out_rx)
+}
+
+fn request(id: u64) -> (Command, oneshot::Receiver<Result<Value, CallError>>) {
+    let (reply, rx) = oneshot::channel();
+    let msg = Bytes::from(json!({"jsonrpc": "2.0", "id": id, "method": "ping"}).to_string());
+    (Command::Request { id, msg, reply }, rx)
+}
+
+async fn answer(rx: oneshot::Receiver<Result<Value, CallError>>) -> Result<Value, CallError> {
+    tokio::time::timeout(WAIT, rx)
+        .await
+        .expect("answered in time")
+        .expect("answered, not dropped")
+}
+
+async fn next_line(out: &mut mpsc::Receiver<Bytes>) -> Value {
+    let line = tokio::time::timeout(WAIT, out.recv())
+        .await
+        .expect("a line in time")
+        .expect("a line");
+    serde_json::from_slice(&line).expect("json")
+}
+
+/// A driver task over in-memory pipes: the session's output end, the
+/// commands, and what it writes to the session's stdin.
+struct Running {
+    session_out: DuplexStream,
+    commands: mpsc::Sender<Command>,
+    written: mpsc::Receiver<Bytes>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn running() -> Running {
+    let (d, written) = driver();
+    let (session_out, ours) = tokio::io::duplex(1 << 16);
+    let (commands, commands_rx) = mpsc::channel(8);
+    let task = tokio::spawn(d.run(ours, commands_rx));
+    Running {
+        session_out,
+        commands,
+        written,
+        task,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_send_leaves_nothing_behind() {
+    let (mut d, written) = driver();
+    // The session's stdin is gone.
+    drop(written);
+    let (command, rx) = request(1);
+    d.on_command(command);
+    assert_eq!(d.in_flight(), 1);
+    let permit = reserve(d.out.clone()).await;
+    assert!(permit.is_none());
+    d.write(permit);
+    assert_eq!(d.in_flight(), 0, "the failed request was forgotten");
+    assert!(matches!(answer(rx).await, Err(CallError::Closed)));
+    // Later requests are refused at once and leave nothing either.
+    let (command, rx) = request(2);
+    d.on_command(command);
+    assert_eq!(d.in_flight(), 0);
+    assert!(matches!(answer(rx).await, Err(CallError::Closed)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_connection_answers_every_waiter_with_closed() {
+    let mut r = running();
+    let (first, first_rx) = request(1);
+    let (second, second_rx) = request(2);
+    r.commands.send(first).await.expect("task alive");
+    r.commands.send(second).await.expect("task alive");
+    // Both were written to the session, which then ends without answering.
+    next_line(&mut r.written).await;
+    next_line(&mut r.written).await;
+    drop(r.session_out);
+    assert!(matches!(answer(first_rx).await, Err(CallError::Closed)));
+    assert!(matches!(answer(second_rx).await, Err(CallError::Closed)));
+    tokio::time::timeout(WAIT, r.task)
+        .await
+        .expect("the task ends")
+        .expect("no panic");
+    // Nobody is left to take a new request.
+    let (late, _) = request(3);
+    assert!(r.commands.send(late).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_reach_their_waiters_and_the_server_is_answered() {
+    let mut r = running();
+    let (command, rx) = request(7);
+    r.commands.send(command).await.expect("task alive");
+    assert_eq!(next_line(&mut r.written).await["id"], 7);
+    r.session_out
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"ok\":true}}\n")
+        .await
+        .expect("write");
+    let answer = answer(rx).await.expect("an answer");
+    assert_eq!(answer["result"]["ok"], true);
+    let pong = next_line(&mut r.written).await;
+    assert_eq!(
+        (pong["id"].clone(), pong["result"].clone()),
+        (json!(0), json!({}))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_request_is_forgotten_and_the_server_told() {
+    let (mut d, mut written) = driver();
+    let (command, rx) = request(1);
+    d.on_command(command);
+    let permit = reserve(d.out.clone()).await;
+    d.write(permit);
+    assert_eq!(next_line(&mut written).await["id"], 1);
+    d.on_command(Command::Cancel { id: 1 });
+    assert_eq!(d.in_flight(), 0);
+    let permit = reserve(d.out.clone()).await;
+    d.write(permit);
+    let note = next_line(&mut written).await;
+    assert_eq!(note["method"], "notifications/cancelled");
+    assert_eq!(note["params"]["requestId"], 1);
+    // Its late answer is dropped; the waiter was released.
+    d.on_line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    assert!(rx.await.is_err());
+    // A request cancelled before it was written is never sent at all.
+    let (command, _rx) = request(2);
+    d.on_command(command);
+    d.on_command(Command::Cancel { id: 2 });
+    assert_eq!((d.in_flight(), d.outbox.len()), (0, 0));
+}
