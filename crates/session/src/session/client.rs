@@ -12,6 +12,7 @@ use super::{Phase, Session, Waiting};
 use crate::reply;
 use crate::spawner::Spawner;
 use crate::table::{ClientReq, Owner, Req};
+use mcpvisor_config::report::ErrorData;
 
 impl<S: Spawner> Session<S> {
     pub(crate) async fn on_client_frame(&mut self, frame: Frame) {
@@ -62,51 +63,61 @@ impl<S: Spawner> Session<S> {
     async fn on_client_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
-        if self.by_client_id.contains_key(&id) {
-            let reason = "a request with this id is still in flight";
-            self.emit(reply::not_started(&id, reason, None)).await;
+        if let Some(refusal) = self.refusal(&id, line, env) {
+            self.emit(refusal).await;
             return;
+        }
+        let wid = self.record_request(id, env, line);
+        let msg = splice(line, raw_id, wid.to_string().as_bytes());
+        match self.route().await {
+            Route::Send(generation) => self.send_request(wid, generation, msg).await,
+            Route::Wait => self.queue_request(wid, msg),
+            Route::Refuse(reason, data) => self.refuse_request(wid, &reason, data).await,
+        }
+    }
+
+    /// The answer to a request that is refused before it is recorded: a
+    /// duplicate id, one too many in flight, or a tool the filter hides.
+    fn refusal(&self, id: &Bytes, line: &Bytes, env: &Envelope<'_>) -> Option<Bytes> {
+        if self.by_client_id.contains_key(id) {
+            let reason = "a request with this id is still in flight";
+            return Some(reply::not_started(id, reason, None));
         }
         if self.by_client_id.len() >= self.cfg.max_in_flight {
             let reason = format!(
                 "{} requests are already in flight (--max-in-flight)",
                 self.cfg.max_in_flight
             );
-            self.emit(reply::not_started(&id, &reason, None)).await;
-            return;
+            return Some(reply::not_started(id, &reason, None));
         }
-        let filtering = !self.cfg.tools.is_open();
-        if filtering && env.method() == "tools/call" {
+        if !self.cfg.tools.is_open() && env.method() == "tools/call" {
             let name = tool_name(line);
             if !name.as_deref().is_some_and(|n| self.cfg.tools.permits(n)) {
                 let message = format!(
                     "Unknown tool: {} (not allowed by this server's tools filter)",
                     name.as_deref().unwrap_or("(none)")
                 );
-                self.emit(mcpvisor_jsonrpc::build::error(
-                    raw_id.get(),
+                return Some(mcpvisor_jsonrpc::build::error(
+                    std::str::from_utf8(id).unwrap_or("null"),
                     mcpvisor_jsonrpc::INVALID_PARAMS,
                     &message,
                     None,
-                ))
-                .await;
-                return;
+                ));
             }
         }
-        let initialize = if env.method() == "initialize" {
-            Some(
-                raw_params(line)
-                    .map(RawValue::to_owned)
-                    .unwrap_or_else(empty_object),
-            )
-        } else {
-            None
-        };
+        None
+    }
+
+    /// Records a client request under a fresh worker-side id, with its
+    /// deadlines, not yet sent anywhere.
+    fn record_request(&mut self, id: Bytes, env: &Envelope<'_>, line: &Bytes) -> u64 {
+        let initialize = (env.method() == "initialize").then(|| {
+            raw_params(line)
+                .map(RawValue::to_owned)
+                .unwrap_or_else(empty_object)
+        });
         let wid = self.next_worker_id();
-        let msg = splice(line, raw_id, wid.to_string().as_bytes());
         let now = Instant::now();
-        let idle_deadline = now + self.cfg.request_timeout;
-        let ceiling = now + self.cfg.request_ceiling;
         self.arm_sweep();
         let progress_token = env
             .progress_token
@@ -119,37 +130,44 @@ impl<S: Spawner> Session<S> {
             wid,
             Req {
                 owner: Owner::Client(ClientReq {
-                    id: id.clone(),
+                    id,
                     cancelled: false,
                     initialize,
-                    filter_tools: filtering && env.method() == "tools/list",
+                    filter_tools: !self.cfg.tools.is_open() && env.method() == "tools/list",
                     progress_token,
                     unsent: None,
-                    idle_deadline,
-                    ceiling,
+                    idle_deadline: now + self.cfg.request_timeout,
+                    ceiling: now + self.cfg.request_ceiling,
                 }),
                 generation: None,
                 timer: None,
             },
         );
-        match self.route().await {
-            Route::Send(generation) => {
-                if let Some(req) = self.reqs.get_mut(&wid) {
-                    req.generation = Some(generation);
-                }
-                self.send_to(generation, msg).await;
-            }
-            Route::Wait => {
-                if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
-                    c.unsent = Some(msg);
-                }
-                self.waiting.push_back(Waiting::Request(wid));
-            }
-            Route::Refuse(reason, data) => {
-                self.remove_req(wid);
-                self.emit(reply::not_started(&id, &reason, Some(data)))
-                    .await;
-            }
+        wid
+    }
+
+    async fn send_request(&mut self, wid: u64, generation: u64, msg: Bytes) {
+        if let Some(req) = self.reqs.get_mut(&wid) {
+            req.generation = Some(generation);
+        }
+        self.send_to(generation, msg).await;
+    }
+
+    /// Keeps a request until a generation is ready for it.
+    fn queue_request(&mut self, wid: u64, msg: Bytes) {
+        if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
+            c.unsent = Some(msg);
+        }
+        self.waiting.push_back(Waiting::Request(wid));
+    }
+
+    async fn refuse_request(&mut self, wid: u64, reason: &str, data: ErrorData) {
+        if let Some(c) = self.remove_req(wid).and_then(|r| match r.owner {
+            Owner::Client(c) => Some(c),
+            _ => None,
+        }) {
+            self.emit(reply::not_started(&c.id, reason, Some(data)))
+                .await;
         }
     }
 

@@ -1,11 +1,11 @@
 //! Worker generations: start, handshake, reload, end, restart.
 //!
-//! A generation moves `Handshake -> Ready -> (Draining ->) Dead`. Exactly one
-//! generation at a time is `current` and takes new traffic. A reload turns the
-//! current generation `Draining`: it keeps serving what it holds while new
-//! traffic waits; when it is idle, or the drain timeout passes, it is retired
-//! and its successor starts. A generation that ends without being asked
-//! counts towards crash-loop detection and is restarted per the policy.
+//! A generation moves `Handshake -> Ready -> Dead`. The session's
+//! [`WorkerState`] says which generation takes new traffic: the one
+//! `Running`. A reload turns it `Draining`: it keeps serving what it holds
+//! while new traffic waits; when it is idle, or the drain timeout passes, it
+//! is retired and its successor starts. A generation that ends without being
+//! asked counts towards crash-loop detection and is restarted per the policy.
 
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +17,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
-use super::{Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, display_status};
+use super::{
+    ClientState, Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, WorkerState,
+    display_status,
+};
 use crate::reply;
 use crate::spawner::{Spawner, WorkerIo};
 use crate::table::{Owner, Req, Timer};
@@ -28,7 +31,7 @@ use crate::writer;
 pub(crate) enum Why {
     /// It ended or broke on its own (or mcpvisor stopped it as broken).
     Crash,
-    /// A reload replaces it; the successor is started by the caller.
+    /// A reload replaces it; the caller has already decided its successor.
     Reload,
 }
 
@@ -44,64 +47,68 @@ impl<S: Spawner> Session<S> {
     /// Decides where new traffic goes, starting a generation when none is
     /// running and nothing else is about to start one.
     pub(crate) async fn route(&mut self) -> Route {
-        if let Some(data) = &self.failed {
-            return Route::Refuse(data.reason.clone(), data.clone());
-        }
-        if self.current.is_none()
-            && self.restart_timer.is_none()
-            && self.draining_generation().is_none()
-        {
-            self.start_generation().await;
-            if self.current.is_none() {
-                let reason = self
-                    .unavailable
-                    .clone()
-                    .unwrap_or_else(|| "the MCP server is unavailable".into());
-                let text = format!("cannot start the MCP server: {reason}");
-                return Route::Refuse(text, ErrorData::spawn(reason, None));
+        let startable = matches!(
+            self.worker,
+            WorkerState::Idle | WorkerState::Starting { .. }
+        );
+        if startable {
+            if let Err(reason) = self.start_generation().await {
+                return refuse_spawn(&reason);
             }
         }
-        match self.current {
-            Some(id)
+        match &self.worker {
+            WorkerState::Failed { report, .. } => {
+                Route::Refuse(report.reason.clone(), report.clone())
+            }
+            WorkerState::Running(id)
                 if self.waiting.is_empty()
-                    && matches!(self.gens.get(&id).map(|g| &g.phase), Some(Phase::Ready)) =>
+                    && matches!(self.gens.get(id).map(|g| &g.phase), Some(Phase::Ready)) =>
             {
-                Route::Send(id)
+                Route::Send(*id)
             }
+            WorkerState::Idle if startable => refuse_spawn("the MCP server is unavailable"),
             _ => Route::Wait,
         }
     }
 
-    pub(crate) fn draining_generation(&self) -> Option<u64> {
-        self.gens
-            .iter()
-            .find(|(_, g)| matches!(g.phase, Phase::Draining))
-            .map(|(id, _)| *id)
+    /// Moves to `next`, cancelling the timer the state left behind waited
+    /// on. Not for the handler of that timer: a fired key may be reused.
+    pub(crate) fn replace_worker(&mut self, next: WorkerState) {
+        if let Some(key) = std::mem::replace(&mut self.worker, next).timer() {
+            let _ = self.timers.try_remove(&key);
+        }
     }
 
-    pub(crate) async fn start_generation(&mut self) {
+    /// Starts a generation (from `Idle` or `Starting`). A spawn failure is
+    /// answered to everything waiting and returned for the request that
+    /// asked, if any.
+    pub(crate) async fn start_generation(&mut self) -> Result<(), String> {
+        let reload = match self.worker {
+            WorkerState::Starting { reload } => reload,
+            _ => None,
+        };
         let id = self.next_generation;
         self.next_generation += 1;
         let io = match self.spawner.spawn(id) {
             Ok(io) => io,
             Err(e) => {
                 tracing::error!(generation = id, error = %e, "cannot start the MCP server");
-                self.unavailable = Some(e.0.clone());
+                self.worker = WorkerState::Idle;
                 self.quick_exits += 1;
-                let data = ErrorData::spawn(e.0, Some(id));
+                let data = ErrorData::spawn(e.0.clone(), Some(id));
                 if self.quick_exits >= self.cfg.crash_loop_exits {
                     self.enter_failed(data).await;
                 } else {
                     self.fail_waiting(data).await;
                 }
-                return;
+                return Err(e.0);
             }
         };
-        self.unavailable = None;
         tracing::info!(generation = id, pid = io.pid, "started worker");
-        let generation = self.wire_up(id, io);
+        let mut generation = self.wire_up(id, io);
+        generation.reload = reload;
         self.gens.insert(id, generation);
-        self.current = Some(id);
+        self.replace_worker(WorkerState::Running(id));
         let wid = self.next_worker_id;
         match self.handshake.init_params.as_deref() {
             Some(params) => {
@@ -125,6 +132,7 @@ impl<S: Spawner> Session<S> {
             }
             None => self.become_ready(id).await,
         }
+        Ok(())
     }
 
     /// Starts the helper tasks of a new generation.
@@ -179,8 +187,8 @@ impl<S: Spawner> Session<S> {
             stdout_closed: false,
             exit: None,
             exit_wait: None,
-            drain_timer: None,
             started: Instant::now(),
+            reload: None,
             stderr_tail,
             stray_stdout: Default::default(),
             init_result: None,
@@ -211,7 +219,7 @@ impl<S: Spawner> Session<S> {
                     self.send_to(id, msg).await;
                 }
             }
-            if self.current != Some(id) {
+            if !matches!(self.worker, WorkerState::Running(g) if g == id) {
                 // Sending failed and retired the generation; the rest waits.
                 return;
             }
@@ -238,15 +246,28 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    /// Fences generation `id`, stops its process and fails what it held.
+    /// Fences generation `id`, stops its process, fails what it held and,
+    /// when it ended on its own, decides what takes new traffic next. A
+    /// reload decides that itself before it retires the old generation.
     pub(crate) async fn retire(&mut self, id: u64, cause: String, exit: Option<Exit>, why: Why) {
-        let Some(g) = self.gens.get_mut(&id) else {
+        let Some(loss) = self.fence(id, cause, exit, why) else {
             return;
         };
+        self.fail_held(id, &loss).await;
+        self.withdraw_server_requests(id).await;
+        if why == Why::Crash {
+            self.after_loss(id, &loss).await;
+        }
+    }
+
+    /// Marks generation `id` dead and asks its process to stop. Returns
+    /// what its requests are failed with; `None` if it was already dead.
+    fn fence(&mut self, id: u64, cause: String, exit: Option<Exit>, why: Why) -> Option<ErrorData> {
+        let g = self.gens.get_mut(&id)?;
         let phase = match g.phase {
             Phase::Handshake => CrashPhase::Initialize,
-            Phase::Ready | Phase::Draining => CrashPhase::Serving,
-            Phase::Dead => return,
+            Phase::Ready => CrashPhase::Serving,
+            Phase::Dead => return None,
         };
         // The first generation answers the client's own initialize.
         let client_init_in_flight = self.reqs.values().any(|r| {
@@ -257,14 +278,10 @@ impl<S: Spawner> Session<S> {
         } else {
             phase
         };
-        let was_draining = matches!(g.phase, Phase::Draining);
         g.phase = Phase::Dead;
         g.tx = None;
         (g.stop)();
         if let Some(key) = g.exit_wait.take() {
-            let _ = self.timers.try_remove(&key);
-        }
-        if let Some(key) = g.drain_timer.take() {
             let _ = self.timers.try_remove(&key);
         }
         let exit = exit.or_else(|| g.exit.clone());
@@ -282,10 +299,7 @@ impl<S: Spawner> Session<S> {
         } else {
             tracing::warn!(generation = id, pid = g.pid, cause = %cause, "worker stopped");
         }
-        if self.current == Some(id) {
-            self.current = None;
-        }
-        let loss = ErrorData {
+        Some(ErrorData {
             generation: Some(id),
             reason: cause,
             phase: Some(phase),
@@ -293,7 +307,12 @@ impl<S: Spawner> Session<S> {
             uptime_ms: Some(u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX)),
             stderr,
             stray_stdout,
-        };
+        })
+    }
+
+    /// Fails each request generation `id` held exactly once: -32010 to the
+    /// client's, nothing for cancelled or private ones.
+    async fn fail_held(&mut self, id: u64, loss: &ErrorData) {
         let held: Vec<u64> = self
             .reqs
             .iter()
@@ -306,13 +325,17 @@ impl<S: Spawner> Session<S> {
             };
             if let Owner::Client(c) = req.owner {
                 if !c.cancelled {
-                    self.emit(reply::lost(&c.id, &loss)).await;
+                    self.emit(reply::lost(&c.id, loss)).await;
                 }
             }
         }
         if self.fetch.as_ref().is_some_and(|f| f.generation == id) {
             self.fetch = None;
         }
+    }
+
+    /// Cancels, towards the client, the requests generation `id` asked it.
+    async fn withdraw_server_requests(&mut self, id: u64) {
         let asked: Vec<u64> = self
             .server_reqs
             .iter()
@@ -324,11 +347,28 @@ impl<S: Spawner> Session<S> {
             let note = build::cancelled(&cid.to_string(), "the MCP server that asked has stopped");
             self.emit(note).await;
         }
-        if why == Why::Crash && was_draining {
-            // It was being replaced anyway: start the successor now.
-            self.start_pending = true;
-        } else if why == Why::Crash {
-            self.after_crash(&loss, uptime).await;
+    }
+
+    /// Generation `id` ended on its own: what takes new traffic now.
+    async fn after_loss(&mut self, id: u64, loss: &ErrorData) {
+        match self.worker {
+            WorkerState::Running(g) if g == id => {
+                self.worker = WorkerState::Idle;
+                self.after_crash(
+                    loss,
+                    std::time::Duration::from_millis(loss.uptime_ms.unwrap_or(0)),
+                )
+                .await;
+            }
+            WorkerState::Draining {
+                generation, since, ..
+            } if generation == id => {
+                // It was being replaced anyway: start the successor now.
+                self.replace_worker(WorkerState::Starting {
+                    reload: Some(since),
+                });
+            }
+            _ => {}
         }
     }
 
@@ -343,25 +383,26 @@ impl<S: Spawner> Session<S> {
     /// Runs after every event: finishes a drained reload and starts a
     /// generation that was decided on while handling the event.
     pub(crate) async fn settle(&mut self) {
-        if let Some(id) = self.draining_generation() {
-            if self.held_by(id) == 0 {
-                self.retire(
-                    id,
-                    "reloading (its requests are done)".into(),
-                    None,
-                    Why::Reload,
-                )
-                .await;
-                self.start_pending = true;
+        if let WorkerState::Draining {
+            generation, since, ..
+        } = self.worker
+        {
+            if self.held_by(generation) == 0 {
+                self.replace_worker(WorkerState::Starting {
+                    reload: Some(since),
+                });
+                let cause = "reloading (its requests are done)".into();
+                self.retire(generation, cause, None, Why::Reload).await;
             }
         }
-        if std::mem::take(&mut self.start_pending)
-            && !(self.closing && self.waiting.is_empty())
-            && self.current.is_none()
-            && self.failed.is_none()
-            && self.draining_generation().is_none()
-        {
-            self.start_generation().await;
+        if let WorkerState::Starting { .. } = self.worker {
+            if self.client == ClientState::Closing && self.waiting.is_empty() {
+                // The client has left: nothing will need a new worker.
+                self.worker = WorkerState::Idle;
+            } else {
+                // A failure was answered to everything waiting.
+                let _ = self.start_generation().await;
+            }
         }
     }
 
@@ -403,4 +444,9 @@ fn tail_lines(tail: &Arc<Mutex<StderrTail>>) -> Vec<String> {
     tail.lock()
         .map(|t| t.lines().map(str::to_owned).collect())
         .unwrap_or_default()
+}
+
+fn refuse_spawn(reason: &str) -> Route {
+    let text = format!("cannot start the MCP server: {reason}");
+    Route::Refuse(text, ErrorData::spawn(reason.to_owned(), None))
 }

@@ -250,7 +250,11 @@ impl<S: Spawner> Session<S> {
             let note = format!("notifications/{}/list_changed", kind.capability());
             self.emit(build::notification(&note, None)).await;
         }
-        let took = self.reload_started.take().map(|t| Instant::now() - t);
+        let took = self
+            .gens
+            .get(&fetch.generation)
+            .and_then(|g| g.reload)
+            .map(|t| Instant::now() - t);
         let what = if took.is_some() {
             "reloaded"
         } else {

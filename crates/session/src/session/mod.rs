@@ -4,10 +4,12 @@ mod client;
 mod lifecycle;
 mod lists;
 mod restart;
+mod state;
 mod timers;
 mod worker;
 
 pub(crate) use lists::ListKind;
+use state::{ClientState, WorkerState};
 
 use std::collections::VecDeque;
 
@@ -72,9 +74,9 @@ pub(crate) enum WorkerEvent {
 pub(crate) enum Phase {
     /// Waiting for the answer to the replayed `initialize` (worker-side id).
     Handshake,
+    /// Serving. Whether it takes new traffic is the session's
+    /// [`WorkerState`]: a generation being replaced drains instead.
     Ready,
-    /// Being replaced: serves what it holds, takes nothing new.
-    Draining,
     /// Fenced: nothing more is sent to or taken from it.
     Dead,
 }
@@ -91,8 +93,9 @@ pub(crate) struct Generation {
     pub stdout_closed: bool,
     pub exit: Option<Exit>,
     pub exit_wait: Option<Key>,
-    pub drain_timer: Option<Key>,
     pub started: Instant,
+    /// When the reload that started it was asked, if one did.
+    pub reload: Option<Instant>,
     pub stderr_tail: Arc<Mutex<StderrTail>>,
     /// What it wrote to stdout that was not JSON-RPC.
     pub stray_stdout: StrayStdout,
@@ -132,10 +135,11 @@ pub struct Session<S> {
     next_worker_id: u64,
     next_server_id: u64,
     gens: HashMap<u64, Generation>,
-    /// The generation new traffic goes to.
-    current: Option<u64>,
-    /// Why the last start failed, while no worker is running.
-    unavailable: Option<String>,
+    /// What takes new traffic.
+    worker: WorkerState,
+    /// Consecutive exits soon after start: a history across worker states,
+    /// for crash-loop detection and the restart backoff.
+    quick_exits: u32,
     reqs: HashMap<u64, Req>,
     by_client_id: HashMap<Bytes, u64>,
     by_token: HashMap<Bytes, u64>,
@@ -146,21 +150,10 @@ pub struct Session<S> {
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
     client_tx: mpsc::Sender<Bytes>,
-    client_gone: bool,
-    /// The client closed stdin; requests in flight may still finish.
-    closing: bool,
+    client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
     sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
     sweep_armed: bool,
-    /// A generation should be started once the current event is handled.
-    start_pending: bool,
-    /// Consecutive exits soon after start.
-    quick_exits: u32,
-    restart_timer: Option<Key>,
-    /// While crash-looping: the `error.data` new requests are refused with.
-    failed: Option<mcpvisor_config::report::ErrorData>,
-    failed_timer: Option<Key>,
-    reload_started: Option<Instant>,
     /// The `initialize` result the client saw (before mcpvisor's edits).
     init_result: Option<serde_json::Value>,
     snapshot: Option<lists::Snapshot>,
@@ -170,7 +163,8 @@ pub struct Session<S> {
 impl<S> std::fmt::Debug for Session<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Session")
-            .field("current", &self.current)
+            .field("worker", &self.worker)
+            .field("client", &self.client)
             .field("in_flight", &self.reqs.len())
             .finish_non_exhaustive()
     }
@@ -216,8 +210,8 @@ impl<S: Spawner> Session<S> {
             next_worker_id: 1,
             next_server_id: 1,
             gens: HashMap::default(),
-            current: None,
-            unavailable: None,
+            worker: WorkerState::Idle,
+            quick_exits: 0,
             reqs: HashMap::default(),
             by_client_id: HashMap::default(),
             by_token: HashMap::default(),
@@ -228,29 +222,21 @@ impl<S: Spawner> Session<S> {
             events_tx,
             events_rx,
             client_tx,
-            client_gone: false,
-            closing: false,
-            start_pending: false,
+            client: ClientState::Open,
             sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
             sweep_armed: false,
-            quick_exits: 0,
-            restart_timer: None,
-            failed: None,
-            failed_timer: None,
-            reload_started: None,
             init_result: None,
             snapshot: None,
             fetch: None,
         };
         let outcome = loop {
-            if s.client_gone {
-                break Outcome::ClientGone;
-            }
-            if s.closing && s.awaited() == 0 {
-                break Outcome::ClientClosed;
+            match s.client {
+                ClientState::Gone => break Outcome::ClientGone,
+                ClientState::Closing if s.awaited() == 0 => break Outcome::ClientClosed,
+                ClientState::Open | ClientState::Closing => {}
             }
             tokio::select! {
-                frame = input.next(), if !s.closing => match frame {
+                frame = input.next(), if s.client == ClientState::Open => match frame {
                     Some(Ok(frame)) => s.on_client_frame(frame).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");
@@ -259,7 +245,9 @@ impl<S: Spawner> Session<S> {
                     None => s.start_drain(),
                 },
                 Some((generation, event)) = s.events_rx.recv() => s.on_worker_event(generation, event).await,
-                Ok(()) = &mut client_gone_rx, if !s.client_gone => s.client_gone = true,
+                Ok(()) = &mut client_gone_rx, if s.client != ClientState::Gone => {
+                    s.client = ClientState::Gone;
+                }
                 () = &mut s.sweep, if s.sweep_armed => s.on_sweep().await,
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
                     s.on_timer(expired.into_inner()).await;
@@ -283,11 +271,11 @@ impl<S: Spawner> Session<S> {
 
     /// Queues a message for the client.
     async fn emit(&mut self, msg: Bytes) {
-        if self.client_gone {
+        if self.client == ClientState::Gone {
             return;
         }
         if self.client_tx.send(msg).await.is_err() {
-            self.client_gone = true;
+            self.client = ClientState::Gone;
         }
     }
 
@@ -346,10 +334,10 @@ impl<S: Spawner> Session<S> {
     // === shutdown ===
 
     fn start_drain(&mut self) {
-        if self.closing {
+        if self.client != ClientState::Open {
             return;
         }
-        self.closing = true;
+        self.client = ClientState::Closing;
         let awaited = self.awaited();
         if awaited > 0 {
             tracing::info!(

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::lifecycle::Why;
-use super::{Phase, Session};
+use super::{ClientState, Phase, Session, WorkerState};
 use crate::config::RestartPolicy;
 use crate::spawner::Spawner;
 use crate::table::Timer;
@@ -15,7 +15,7 @@ use mcpvisor_config::report::ErrorData;
 impl<S: Spawner> Session<S> {
     /// Restart policy and crash-loop detection after an unrequested end.
     pub(crate) async fn after_crash(&mut self, loss: &ErrorData, uptime: Duration) {
-        if self.closing && self.waiting.is_empty() {
+        if self.client == ClientState::Closing && self.waiting.is_empty() {
             // The client has left: nothing will need a new worker.
             return;
         }
@@ -44,10 +44,11 @@ impl<S: Spawner> Session<S> {
         if self.cfg.restart == RestartPolicy::Always || !self.waiting.is_empty() {
             let delay = self.backoff();
             if delay.is_zero() {
-                self.start_pending = true;
+                self.replace_worker(WorkerState::Starting { reload: None });
             } else {
                 tracing::info!(delay = ?delay, "restarting the MCP server after a pause");
-                self.restart_timer = Some(self.timers.insert(Timer::Restart, delay));
+                let timer = self.timers.insert(Timer::Restart, delay);
+                self.replace_worker(WorkerState::Restarting { timer });
             }
         }
     }
@@ -73,49 +74,57 @@ impl<S: Spawner> Session<S> {
             )
         };
         tracing::error!(reason = data.reason, "failing requests until {until}");
-        self.failed = Some(data.clone());
-        if let Some(key) = self.restart_timer.take() {
-            let _ = self.timers.try_remove(&key);
-        }
-        if self.cfg.restart != RestartPolicy::Never {
-            self.failed_timer = Some(
-                self.timers
-                    .insert(Timer::Cooldown, self.cfg.failed_cooldown),
-            );
-        }
+        let timer = (self.cfg.restart != RestartPolicy::Never).then(|| {
+            self.timers
+                .insert(Timer::Cooldown, self.cfg.failed_cooldown)
+        });
+        self.replace_worker(WorkerState::Failed {
+            report: data.clone(),
+            timer,
+        });
         self.fail_waiting(data).await;
     }
 
-    /// Leaves the failed state: one more quick crash re-enters it.
-    pub(crate) async fn leave_failed(&mut self) {
-        self.failed_timer = None;
-        if self.failed.take().is_some() {
+    /// The cooldown is over: one more quick crash re-enters the failed state.
+    pub(crate) fn leave_failed(&mut self) {
+        if let WorkerState::Failed { .. } = self.worker {
             tracing::info!("retrying the MCP server");
             self.quick_exits = self.cfg.crash_loop_exits.saturating_sub(1);
-            if self.cfg.restart == RestartPolicy::Always {
-                self.start_pending = true;
-            }
+            // The fired timer is gone: the state is replaced, not left.
+            self.worker = if self.cfg.restart == RestartPolicy::Always {
+                WorkerState::Starting { reload: None }
+            } else {
+                WorkerState::Idle
+            };
         }
     }
 
     /// A reload was asked for (file change or SIGHUP).
     pub(crate) async fn reload(&mut self, reason: &str) {
         tracing::info!(reason, "reload requested");
-        self.reload_started = Some(Instant::now());
-        if let Some(key) = self.failed_timer.take() {
-            let _ = self.timers.try_remove(&key);
-        }
-        self.failed = None;
+        let asked = Instant::now();
         self.quick_exits = 0;
-        if let Some(key) = self.restart_timer.take() {
-            let _ = self.timers.try_remove(&key);
-        }
-        let Some(id) = self.current else {
-            if self.draining_generation().is_none() {
-                self.start_pending = true;
+        match &mut self.worker {
+            WorkerState::Running(id) => {
+                let id = *id;
+                self.reload_running(id, asked).await;
             }
-            return;
-        };
+            // A reload already waits for it; the successor answers this one too.
+            WorkerState::Draining { since, .. } => *since = asked,
+            WorkerState::Idle
+            | WorkerState::Starting { .. }
+            | WorkerState::Restarting { .. }
+            | WorkerState::Failed { .. } => {
+                self.replace_worker(WorkerState::Starting {
+                    reload: Some(asked),
+                });
+            }
+        }
+    }
+
+    /// Replaces the running generation: at once when it holds nothing (or
+    /// is still in its handshake), or once what it holds is done.
+    async fn reload_running(&mut self, id: u64, asked: Instant) {
         let in_flight = self.held_by(id);
         let ready = matches!(self.gens.get(&id).map(|g| &g.phase), Some(Phase::Ready));
         if ready && in_flight > 0 {
@@ -124,17 +133,19 @@ impl<S: Spawner> Session<S> {
                 in_flight,
                 "reload waits for requests in flight"
             );
-            self.current = None;
-            let key = self
+            let timer = self
                 .timers
                 .insert(Timer::ReloadDrain(id), self.cfg.reload_drain_timeout);
-            if let Some(g) = self.gens.get_mut(&id) {
-                g.phase = Phase::Draining;
-                g.drain_timer = Some(key);
-            }
+            self.worker = WorkerState::Draining {
+                generation: id,
+                timer,
+                since: asked,
+            };
         } else {
+            self.worker = WorkerState::Starting {
+                reload: Some(asked),
+            };
             self.retire(id, "reloading".into(), None, Why::Reload).await;
-            self.start_pending = true;
         }
     }
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 pub(crate) const SWEEP: Duration = Duration::from_millis(100);
 
 use super::lifecycle::Why;
-use super::{Session, Waiting, display_status};
+use super::{Session, Waiting, WorkerState, display_status};
 use crate::config::CancelAckPolicy;
 use crate::reply;
 use crate::spawner::Spawner;
@@ -21,75 +21,101 @@ impl<S: Spawner> Session<S> {
         match timer {
             Timer::Request(wid) => self.on_request_timer(wid).await,
             Timer::CancelGrace(wid) => self.on_cancel_grace(wid).await,
-            Timer::Handshake(generation) => {
-                // The fired key must not be removed again: it may be reused.
-                let mut replay = None;
-                for (wid, req) in self.reqs.iter_mut() {
-                    if req.generation == Some(generation) && matches!(req.owner, Owner::Replay) {
-                        req.timer = None;
-                        replay = Some(*wid);
-                    }
+            Timer::Handshake(generation) => self.on_handshake_timeout(generation).await,
+            Timer::ExitWait(generation) => self.on_exit_wait(generation).await,
+            Timer::ReloadDrain(generation) => self.on_drain_timeout(generation).await,
+            Timer::Restart => self.on_restart_timer(),
+            Timer::Cooldown => self.leave_failed(),
+            Timer::Closing => self.on_closing_timeout(),
+        }
+    }
+
+    /// A replayed `initialize` went unanswered: retire the generation,
+    /// unless it waits on an authorization link and may wait longer.
+    async fn on_handshake_timeout(&mut self, generation: u64) {
+        // The fired key must not be removed again: it may be reused.
+        let mut replay = None;
+        for (wid, req) in self.reqs.iter_mut() {
+            if req.generation == Some(generation) && matches!(req.owner, Owner::Replay) {
+                req.timer = None;
+                replay = Some(*wid);
+            }
+        }
+        let waiting_on_auth = self
+            .gens
+            .get(&generation)
+            .and_then(|g| g.auth_url().map(|u| (u, g.started)));
+        if let (Some(wid), Some((url, started))) = (replay, waiting_on_auth) {
+            let until = started + self.cfg.auth_timeout;
+            if Instant::now() < until {
+                tracing::warn!(generation, "initialize waits for authorization at {url}");
+                let key = self.timers.insert_at(Timer::Handshake(generation), until);
+                if let Some(req) = self.reqs.get_mut(&wid) {
+                    req.timer = Some(key);
                 }
-                let waiting_on_auth = self
-                    .gens
-                    .get(&generation)
-                    .and_then(|g| g.auth_url().map(|u| (u, g.started)));
-                if let (Some(wid), Some((url, started))) = (replay, waiting_on_auth) {
-                    let until = started + self.cfg.auth_timeout;
-                    if Instant::now() < until {
-                        tracing::warn!(generation, "initialize waits for authorization at {url}");
-                        let key = self.timers.insert_at(Timer::Handshake(generation), until);
-                        if let Some(req) = self.reqs.get_mut(&wid) {
-                            req.timer = Some(key);
-                        }
-                        return;
-                    }
-                }
-                let cause = format!(
-                    "it did not answer the replayed initialize within {:?}",
-                    self.cfg.init_timeout
-                );
-                self.retire(generation, cause, None, Why::Crash).await;
+                return;
             }
-            Timer::ExitWait(generation) => {
-                let Some(g) = self.gens.get_mut(&generation) else {
-                    return;
-                };
-                g.exit_wait = None;
-                let exit = g.exit.clone();
-                let cause = match &exit {
-                    Some(e) => format!("it exited with {}", display_status(e)),
-                    None if g.stdout_closed => "it closed its stdout".into(),
-                    None => "it closed its stdin".into(),
-                };
-                self.retire(generation, cause, exit, Why::Crash).await;
-            }
-            Timer::ReloadDrain(generation) => {
-                if let Some(g) = self.gens.get_mut(&generation) {
-                    g.drain_timer = None;
-                }
-                let cause = format!(
-                    "reloading: its requests did not finish within --reload-drain-timeout ({:?})",
-                    self.cfg.reload_drain_timeout
-                );
-                self.retire(generation, cause, None, Why::Reload).await;
-                self.start_pending = true;
-            }
-            Timer::Restart => {
-                self.restart_timer = None;
-                self.start_pending = true;
-            }
-            Timer::Cooldown => self.leave_failed().await,
-            Timer::Closing => {
-                tracing::info!(
-                    in_flight = self.reqs.len(),
-                    "client closed stdin; drain time is up"
-                );
-                let all: Vec<u64> = self.reqs.keys().copied().collect();
-                for wid in all {
-                    self.remove_req(wid);
-                }
-            }
+        }
+        let cause = format!(
+            "it did not answer the replayed initialize within {:?}",
+            self.cfg.init_timeout
+        );
+        self.retire(generation, cause, None, Why::Crash).await;
+    }
+
+    /// One half of a generation's end came and the other did not follow.
+    async fn on_exit_wait(&mut self, generation: u64) {
+        let Some(g) = self.gens.get_mut(&generation) else {
+            return;
+        };
+        g.exit_wait = None;
+        let exit = g.exit.clone();
+        let cause = match &exit {
+            Some(e) => format!("it exited with {}", display_status(e)),
+            None if g.stdout_closed => "it closed its stdout".into(),
+            None => "it closed its stdin".into(),
+        };
+        self.retire(generation, cause, exit, Why::Crash).await;
+    }
+
+    /// A draining generation's time is up: its leftovers fail, its
+    /// successor starts.
+    async fn on_drain_timeout(&mut self, generation: u64) {
+        let since = match self.worker {
+            WorkerState::Draining {
+                generation: g,
+                since,
+                ..
+            } if g == generation => since,
+            _ => return,
+        };
+        // The fired timer is gone: the state is replaced, not left.
+        self.worker = WorkerState::Starting {
+            reload: Some(since),
+        };
+        let cause = format!(
+            "reloading: its requests did not finish within --reload-drain-timeout ({:?})",
+            self.cfg.reload_drain_timeout
+        );
+        self.retire(generation, cause, None, Why::Reload).await;
+    }
+
+    fn on_restart_timer(&mut self) {
+        if let WorkerState::Restarting { .. } = self.worker {
+            // The fired timer is gone: the state is replaced, not left.
+            self.worker = WorkerState::Starting { reload: None };
+        }
+    }
+
+    /// The client closed stdin and its requests in flight had their time.
+    fn on_closing_timeout(&mut self) {
+        tracing::info!(
+            in_flight = self.reqs.len(),
+            "client closed stdin; drain time is up"
+        );
+        let all: Vec<u64> = self.reqs.keys().copied().collect();
+        for wid in all {
+            self.remove_req(wid);
         }
     }
 

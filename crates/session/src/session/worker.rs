@@ -7,7 +7,7 @@ use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, build
 use tokio::time::Instant;
 
 use super::lifecycle::Why;
-use super::{Phase, Session, WorkerEvent};
+use super::{ClientState, Phase, Session, WorkerEvent};
 use crate::config::GarbagePolicy;
 use crate::spawner::Spawner;
 use crate::table::{Owner, ServerReq, Timer};
@@ -256,7 +256,7 @@ impl<S: Spawner> Session<S> {
 
     async fn on_worker_request(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
-        if self.closing {
+        if self.client == ClientState::Closing {
             // The client closed stdin: it cannot answer. Say so at once
             // rather than leave the worker waiting.
             let msg = build::error(
