@@ -19,8 +19,10 @@
 //! file again at every start.
 
 mod connection;
+pub mod link;
 mod spawner;
 
+pub use link::Link;
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
 pub use mcpvisor_config::CrashReport;
 pub use spawner::{ServerSpec, spawner};
