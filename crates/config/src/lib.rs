@@ -35,4 +35,6 @@ pub mod server;
 pub use auth::AuthDetector;
 pub use report::{CrashReport, ExitKind, Phase, StderrTail};
 pub use secrets::{Secret, SecretsError};
-pub use server::{ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer};
+pub use server::{
+    ConfigEntry, ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer,
+};

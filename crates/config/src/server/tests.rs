@@ -499,3 +499,32 @@ fn server_def_new_has_defaults() {
     assert!(def.args.is_empty() && def.env.is_empty() && !def.disabled);
     assert!(def.tools.is_open());
 }
+
+#[test]
+fn entries_keep_the_file_order() -> Result<(), ConfigError> {
+    let names = |file: &ConfigFile| -> Vec<String> {
+        file.entries()
+            .map(|entry| match entry {
+                ConfigEntry::Stdio(def) => def.name.clone(),
+                ConfigEntry::Unsupported(other) => format!("{}({})", other.name, other.transport),
+            })
+            .collect()
+    };
+    let json = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"zeta": {"command": "z"}, "web": {"url": "https://x"},
+            "alpha": {"command": "a"}}}"#,
+    )?;
+    assert_eq!(names(&json), ["zeta", "web(http)", "alpha"]);
+    let vscode = parse_at(
+        "settings.json",
+        r#"{"mcp": {"servers": {"b": {"command": "b"}, "a": {"command": "a"}}}}"#,
+    )?;
+    assert_eq!(names(&vscode), ["b", "a"]);
+    let toml = parse_at(
+        "c.toml",
+        "[mcp_servers.zeta]\ncommand = \"z\"\n[mcp_servers.alpha]\ncommand = \"a\"\n",
+    )?;
+    assert_eq!(names(&toml), ["zeta", "alpha"]);
+    Ok(())
+}
