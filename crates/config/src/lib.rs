@@ -36,5 +36,6 @@ pub use auth::AuthDetector;
 pub use report::{CrashReport, ExitKind, Phase, StderrTail};
 pub use secrets::{Secret, SecretsError};
 pub use server::{
-    ConfigEntry, ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer,
+    ConfigEntry, ConfigError, ConfigFile, Dialect, RestartMode, ServerDef, SessionMode, StartMode,
+    Supervision, Timer, ToolFilter, UnsupportedServer,
 };

@@ -10,9 +10,11 @@
 //!
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
-//! `init_timeout`, `auth_timeout`, `disabled` and `tools`
-//! (`{"allow": [...], "deny": [...]}`). Codex's `startup_timeout_sec`,
-//! `startup_timeout_ms`, `enabled`, `enabled_tools` and `disabled_tools` are
+//! `init_timeout`, `auth_timeout`, `disabled`, `tools`
+//! (`{"allow": [...], "deny": [...]}`) and the supervision overrides of
+//! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
+//! `sessions`, ...). Codex's `startup_timeout_sec`, `startup_timeout_ms`,
+//! `tool_timeout_sec`, `enabled`, `enabled_tools` and `disabled_tools` are
 //! understood too. Any other field is kept in [`ServerDef::extra`] and
 //! ignored. Timeouts are a number of seconds or a string such as `"30s"`,
 //! `"5m"` or `"1500ms"`. A relative `cwd` or `env_file` is resolved against
@@ -28,6 +30,7 @@
 mod document;
 mod duration;
 mod entry;
+mod supervision;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +42,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 pub use duration::{DurationError, parse_duration};
+pub use supervision::{RestartMode, SessionMode, StartMode, Supervision, Timer};
 
 /// How to start one stdio MCP server, and what mcpvisor should do around it.
 #[derive(Clone, Default, PartialEq)]
@@ -68,6 +72,9 @@ pub struct ServerDef {
     pub disabled: bool,
     /// Which tools the server may expose.
     pub tools: ToolFilter,
+    /// How this server wants to be supervised where it differs from the
+    /// defaults; see [`Supervision`].
+    pub supervision: Supervision,
     /// Fields mcpvisor does not know, kept as they were.
     pub extra: Map<String, Value>,
 }
@@ -405,6 +412,7 @@ impl fmt::Debug for ServerDef {
             .field("auth_timeout", &self.auth_timeout)
             .field("disabled", &self.disabled)
             .field("tools", &self.tools)
+            .field("supervision", &self.supervision)
             .field("extra", &Redacted(self.extra.keys()))
             .finish()
     }

@@ -378,11 +378,12 @@ mod tests {
         let (_, order) = parse(json, Path::new("c.json"), Format::Json).expect("valid JSON");
         assert_eq!(order.keys(), ["z", "mcpServers"]);
         let servers = order.at(&["mcpServers"]).expect("an object");
-        assert_eq!(servers.keys(), ["b", "a", "c"], "a repeated key counts once");
         assert_eq!(
-            servers.at(&["b", "y"]).map(KeyOrder::keys),
-            Some(vec!["k"])
+            servers.keys(),
+            ["b", "a", "c"],
+            "a repeated key counts once"
         );
+        assert_eq!(servers.at(&["b", "y"]).map(KeyOrder::keys), Some(vec!["k"]));
         assert_eq!(order.at(&["nope"]), None);
 
         let toml = "[mcp_servers.zeta]\ncommand = \"z\"\n[mcp_servers.alpha]\ncommand = \"a\"\n\
