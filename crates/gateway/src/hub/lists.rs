@@ -252,18 +252,39 @@ impl Hub {
         }
         let items: Vec<String> = match kind {
             Kind::Tools | Kind::Prompts => {
-                let named: Vec<(String, String)> = entries
-                    .iter()
-                    .map(|(id, item)| (self.backends[id].plan.name.clone(), item.name.clone()))
-                    .collect();
-                let table = NameTable::build(&self.settings.separator, &named);
-                for c in table.collisions() {
-                    tracing::warn!("name collision: {c}");
+                let mut builder = NameTable::builder(self.settings.separator.clone());
+                let mut index_of: HashMap<BackendId, usize> = HashMap::new();
+                let mut i = 0;
+                while i < entries.len() {
+                    let id = entries[i].0;
+                    let names: Vec<String> = entries[i..]
+                        .iter()
+                        .take_while(|(b, _)| *b == id)
+                        .map(|(_, item)| item.name.clone())
+                        .collect();
+                    i += names.len();
+                    let server = builder.server(self.backends[&id].plan.name.clone(), names);
+                    index_of.insert(id, server);
+                }
+                let (table, collisions) = builder.build();
+                for c in collisions {
+                    tracing::warn!(
+                        "name collision: {} is kept by {:?}; renamed: {:?}",
+                        c.exposed,
+                        c.kept.name,
+                        c.renamed.iter().map(|(o, n)| format!("{} -> {n}", o.name)).collect::<Vec<_>>()
+                    );
                 }
                 let mut routes = HashMap::new();
                 let mut out = Vec::with_capacity(entries.len());
-                for (i, (id, item)) in entries.iter().enumerate() {
-                    let exposed = table.exposed(i).to_owned();
+                for (id, item) in &entries {
+                    let Some(exposed) = table.exposed(index_of[id], &item.name) else {
+                        continue;
+                    };
+                    let exposed = exposed.to_owned();
+                    if routes.contains_key(&exposed) {
+                        continue;
+                    }
                     let text = RawObject::parse(item.raw.get())
                         .map(|o| o.with("name", &raw::quote(&exposed)))
                         .unwrap_or_else(|| item.raw.get().to_owned());

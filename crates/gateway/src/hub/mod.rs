@@ -34,7 +34,7 @@ use lists::Merged;
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// Between the server's name and a tool's or prompt's own name.
-    pub separator: String,
+    pub separator: crate::naming::Separator,
     /// The longest the front's `initialize` or a list waits for servers
     /// that are still starting.
     pub list_timeout: Duration,
@@ -55,7 +55,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            separator: "__".into(),
+            separator: crate::naming::Separator::default(),
             list_timeout: Duration::from_secs(5),
             max_in_flight: 1024,
             max_message_bytes: 64 * 1024 * 1024,
