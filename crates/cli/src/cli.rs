@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
     Run(Box<RunArgs>),
+    /// Serve every server of one or more config files as one MCP server: `mcpvisor serve --config FILE`
+    Serve(Box<crate::serve::ServeArgs>),
     /// Start a server, show what it offers (tools, prompts, resources), stop it.
     Inspect(InspectArgs),
     /// Call one tool of a server from the shell.

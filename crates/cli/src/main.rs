@@ -12,6 +12,7 @@ mod inspect;
 mod probe;
 mod reload;
 mod run;
+mod serve;
 mod server;
 mod stdio;
 
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     match cli.command {
         cli::Command::Run(args) => run::main(*args),
+        cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),
         cli::Command::Call(args) => call::main(args),
         cli::Command::Demo => demo::main(),

@@ -33,6 +33,10 @@ pub struct ServerPlan {
     pub lazy: bool,
     /// Stop the server after this long without a request.
     pub idle_timeout: Option<Duration>,
+    /// Ping it this often while it is idle (`None`: never).
+    pub health_interval: Option<Duration>,
+    /// This many unanswered pings in a row restart it.
+    pub health_misses: u32,
     /// The lists cached from an earlier run, for a lazy server.
     pub cached: Option<crate::hub::lists::Cached>,
     /// Where its lists are cached, when the cache is on.
@@ -834,11 +838,10 @@ impl Hub {
     // === health and idleness ===
 
     fn arm_health(&mut self, id: BackendId) {
-        let interval = self.settings.health_interval;
-        if interval.is_zero() {
-            return;
-        }
         if let Some(b) = self.backends.get_mut(&id) {
+            let Some(interval) = b.plan.health_interval else {
+                return;
+            };
             if let Some(key) = b.health_timer.take() {
                 self.timers.try_remove(&key);
             }
@@ -847,10 +850,10 @@ impl Hub {
     }
 
     pub(crate) async fn on_health(&mut self, id: BackendId) {
-        let misses_allowed = self.settings.health_misses.max(1);
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
+        let misses_allowed = b.plan.health_misses.max(1);
         b.health_timer = None;
         if b.state != State::Ready || b.link.is_none() {
             return;

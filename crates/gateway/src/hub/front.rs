@@ -54,16 +54,16 @@ impl Hub {
             }
         };
         match env.kind {
-            Kind::Request => self.on_front_request(&line, &env).await,
+            Kind::Request => self.on_front_request(&line, &env, false).await,
             Kind::Notification => self.on_front_notification(&line, &env).await,
             Kind::Response => self.on_front_response(&line, &env),
         }
     }
 
-    async fn on_front_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    async fn on_front_request(&mut self, line: &Bytes, env: &Envelope<'_>, retry: bool) {
         let Some(raw_id) = env.id else { return };
         let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
-        if self.by_front_id.contains_key(&id) {
+        if !retry && self.parked.iter().any(|p| p.id == id) || self.by_front_id.contains_key(&id) {
             let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
             self.emit(build::error(
                 raw_id.get(),
@@ -74,7 +74,7 @@ impl Hub {
             .await;
             return;
         }
-        if self.front_awaited() >= self.settings.max_in_flight {
+        if !retry && self.front_awaited() >= self.settings.max_in_flight {
             let msg = format!(
                 "Request not started: {} requests are already in flight (--max-in-flight). It is safe to retry.",
                 self.settings.max_in_flight
@@ -117,6 +117,9 @@ impl Hub {
                     return self.call_found_tool(id, env, &obj).await;
                 }
                 let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
                     let msg = format!("Unknown tool: {name}");
                     return self.invalid_params(raw_id.get(), &msg).await;
                 };
@@ -129,6 +132,9 @@ impl Hub {
                 };
                 let name = obj.str("name").unwrap_or_default();
                 let Some((backend, original)) = self.merged.prompts.get(&name).cloned() else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
                     let msg = format!("Unknown prompt: {name}");
                     return self.invalid_params(raw_id.get(), &msg).await;
                 };
@@ -141,6 +147,9 @@ impl Hub {
                 };
                 let uri = obj.str("uri").unwrap_or_default();
                 let Some(backend) = self.backend_for_uri(&uri) else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
                     let msg = format!("Resource not found: {uri}");
                     let data = json!({"uri": uri});
                     self.emit(build::error(
@@ -220,6 +229,20 @@ impl Hub {
         self.front.modern = false;
     }
 
+    /// Holds a routed request whose target is not known yet, while servers
+    /// are still starting.
+    fn park_line(&mut self, id: Bytes, line: &Bytes) {
+        let wait = self.settings.list_timeout;
+        self.parked.push_back(Parked {
+            id,
+            method: String::new(),
+            params: None,
+            deadline: Instant::now() + wait,
+            line: Some(line.clone()),
+        });
+        self.timers.insert(Timer::Parked, wait);
+    }
+
     /// Holds a request the gateway answers itself until the servers that
     /// are starting have settled, at most `--list-timeout`.
     fn park(&mut self, id: Bytes, method: String, cursor: Option<String>) {
@@ -229,6 +252,7 @@ impl Hub {
             method,
             params: cursor,
             deadline: Instant::now() + wait,
+            line: None,
         });
         self.timers.insert(Timer::Parked, wait);
     }
@@ -238,6 +262,12 @@ impl Hub {
     }
 
     pub(crate) async fn answer_parked(&mut self, p: Parked) {
+        if let Some(line) = &p.line {
+            if let Ok(env) = Envelope::peek(line) {
+                self.on_front_request(line, &env, true).await;
+            }
+            return;
+        }
         let id = String::from_utf8_lossy(&p.id).into_owned();
         let result = match p.method.as_str() {
             "initialize" => Ok(self.initialize_result()),

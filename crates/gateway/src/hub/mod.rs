@@ -42,10 +42,6 @@ pub struct Settings {
     pub max_in_flight: usize,
     /// Longest message from the front client.
     pub max_message_bytes: usize,
-    /// A `ping` to an idle server this often.
-    pub health_interval: Duration,
-    /// This many unanswered pings in a row restart the server.
-    pub health_misses: u32,
     /// Replace the tool list with a search tool and a call tool.
     pub tool_search: bool,
     /// Where lazy servers' lists are cached; `None` turns the cache off.
@@ -59,8 +55,6 @@ impl Default for Settings {
             list_timeout: Duration::from_secs(5),
             max_in_flight: 1024,
             max_message_bytes: 64 * 1024 * 1024,
-            health_interval: Duration::from_secs(30),
-            health_misses: 3,
             tool_search: false,
             cache_dir: None,
         }
@@ -120,6 +114,9 @@ pub(crate) struct Parked {
     pub method: String,
     pub params: Option<String>,
     pub deadline: Instant,
+    /// A routed request whose target was not known yet: the whole line,
+    /// handled again once servers have settled.
+    pub line: Option<Bytes>,
 }
 
 /// Timers of the owning task.
