@@ -23,5 +23,8 @@
 //!   (`^[A-Za-z0-9_-]{1,64}$`), the same from one run to the next and from
 //!   one server to many, with collisions resolved deterministically and
 //!   reported; a [`naming::NameTable`] maps both ways.
+//! * [`search`]: the `--tool-search` mode, where the client sees a search
+//!   tool instead of hundreds of tools: BM25 over names and descriptions.
 
 pub mod naming;
+pub mod search;
