@@ -25,6 +25,10 @@
 //!   reported; a [`naming::NameTable`] maps both ways.
 //! * [`search`]: the `--tool-search` mode, where the client sees a search
 //!   tool instead of hundreds of tools: BM25 over names and descriptions.
+//! * [`cache`]: the lists (and `initialize` result) of lazily started
+//!   servers, kept on disk so that the gateway can answer `tools/list`
+//!   without starting every server, keyed by what would change them.
 
+pub mod cache;
 pub mod naming;
 pub mod search;
