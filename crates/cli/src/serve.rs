@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use clap::Args;
 use mcpvisor_config::{RestartMode, ServerSet, StartMode, Timer};
+use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::naming::Separator;
-use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
+use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_session::RestartPolicy;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
@@ -144,6 +145,7 @@ struct Defaults {
     lazy: bool,
     health_interval: Duration,
     health_misses: u32,
+    cache: Option<Cache>,
 }
 
 impl From<&ServeArgs> for Defaults {
@@ -156,6 +158,7 @@ impl From<&ServeArgs> for Defaults {
             lazy: args.lazy,
             health_interval: args.health_interval,
             health_misses: args.health_misses,
+            cache: Cache::from_env(),
         }
     }
 }
@@ -206,6 +209,11 @@ impl Defaults {
             };
         }
         session.tools = def.tools.clone();
+        let cache_key = self.cache.as_ref().map(|_| Key::new(def, entry_mtime(def)));
+        let cached = match (&self.cache, &cache_key) {
+            (Some(cache), Some(key)) => cache.get(key).map(|l| Cached::from_lists(&l)),
+            _ => None,
+        };
         let timer = |t: Option<Timer>, default: Option<Duration>| match t {
             Some(Timer::Off) => None,
             Some(Timer::On(d)) => Some(d),
@@ -224,8 +232,8 @@ impl Defaults {
             idle_timeout: timer(own.idle_timeout, None),
             health_interval: timer(own.health_interval, Some(self.health_interval)),
             health_misses: own.health_misses.unwrap_or(self.health_misses),
-            cached: None,
-            cache_key: None,
+            cached,
+            cache_key,
         }
     }
 }
@@ -242,7 +250,7 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         max_in_flight: args.sup.max_in_flight as usize,
         max_message_bytes: args.sup.max_message_bytes,
         tool_search: args.tool_search,
-        cache_dir: None,
+        cache_dir: mcpvisor_gateway::cache::default_dir(),
     };
     Ok((settings, plans))
 }
@@ -343,4 +351,18 @@ fn watch_servers(
         }));
     }
     tasks
+}
+
+/// When the file a server runs last changed (its entry file: the script or
+/// binary its command names), so that an edit invalidates cached lists.
+fn entry_mtime(def: &mcpvisor_config::ServerDef) -> Option<std::time::SystemTime> {
+    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
+        .chain(def.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let files = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .max()
 }

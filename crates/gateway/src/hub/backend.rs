@@ -61,7 +61,6 @@ pub(crate) enum State {
 }
 
 pub(crate) struct Backend {
-    pub id: BackendId,
     pub plan: ServerPlan,
     pub state: State,
     pub link: Option<Link>,
@@ -102,7 +101,7 @@ const BACKEND_CAPABILITIES: &str =
 const BACKEND_PROTOCOL: &str = "2025-11-25";
 
 impl Backend {
-    pub fn new(id: BackendId, plan: ServerPlan) -> Self {
+    pub fn new(plan: ServerPlan) -> Self {
         let state = if plan.def.disabled {
             State::Disabled
         } else {
@@ -115,7 +114,6 @@ impl Backend {
             init = cached.init.clone();
         }
         Self {
-            id,
             plan,
             state,
             link: None,
@@ -162,7 +160,7 @@ impl Hub {
     pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
         let id = BackendId(self.next_backend);
         self.next_backend += 1;
-        let backend = Backend::new(id, plan);
+        let backend = Backend::new(plan);
         let eager = !backend.plan.lazy && backend.state == State::Idle;
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
         self.backends.insert(id, backend);
@@ -445,7 +443,7 @@ impl Hub {
                     .await;
                 }
                 Some(Pending::Private {
-                    what: Private::SetLevel(f) | Private::Subscribe(f),
+                    what: Private::SetLevel(f),
                     ..
                 }) => self.fanout_done(f).await,
                 _ => {}
@@ -636,7 +634,7 @@ impl Hub {
                     }
                 }
             }
-            Private::SetLevel(f) | Private::Subscribe(f) => self.fanout_done(f).await,
+            Private::SetLevel(f) => self.fanout_done(f).await,
         }
     }
 

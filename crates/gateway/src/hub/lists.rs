@@ -105,42 +105,48 @@ pub struct Cached {
 }
 
 impl Cached {
-    /// From the cache's JSON (`{"init":…, "tools":[…], …}`); unreadable
-    /// parts are left out.
-    pub fn from_json(value: &Value) -> Self {
+    /// From the list cache's record; unreadable items are left out.
+    pub fn from_lists(lists: &crate::cache::Lists) -> Self {
         let mut cached = Cached {
-            init: value.get("init").cloned(),
+            init: Some(lists.initialize.clone()).filter(|v| !v.is_null()),
             ..Cached::default()
         };
-        for kind in KINDS {
-            if let Some(items) = value.get(kind.key()).and_then(Value::as_array) {
-                let list = items
-                    .iter()
-                    .filter_map(|v| serde_json::value::to_raw_value(v).ok())
-                    .filter_map(|raw| Item::read(kind, raw))
-                    .collect();
-                cached.lists[kind.index()] = Some(list);
-            }
+        let by_kind = [
+            (Kind::Tools, &lists.tools),
+            (Kind::Prompts, &lists.prompts),
+            (Kind::Resources, &lists.resources),
+            (Kind::Templates, &lists.resource_templates),
+        ];
+        for (kind, items) in by_kind {
+            let list = items
+                .iter()
+                .filter_map(|v| serde_json::value::to_raw_value(v).ok())
+                .filter_map(|raw| Item::read(kind, raw))
+                .collect();
+            cached.lists[kind.index()] = Some(list);
         }
         cached
     }
 
-    /// The cache's JSON for a backend's lists.
-    pub(crate) fn to_json(lists: &[Option<Vec<Item>>; 4], init: Option<&Value>) -> Value {
-        let mut out = serde_json::Map::new();
-        if let Some(init) = init {
-            out.insert("init".into(), init.clone());
+    /// The list cache's record of a backend's lists.
+    pub(crate) fn to_lists(
+        lists: &[Option<Vec<Item>>; 4],
+        init: Option<&Value>,
+    ) -> crate::cache::Lists {
+        let values = |kind: Kind| -> Vec<Value> {
+            lists[kind.index()]
+                .iter()
+                .flatten()
+                .filter_map(|i| serde_json::from_str(i.raw.get()).ok())
+                .collect()
+        };
+        crate::cache::Lists {
+            initialize: init.cloned().unwrap_or(Value::Null),
+            tools: values(Kind::Tools),
+            prompts: values(Kind::Prompts),
+            resources: values(Kind::Resources),
+            resource_templates: values(Kind::Templates),
         }
-        for kind in KINDS {
-            if let Some(items) = &lists[kind.index()] {
-                let values: Vec<Value> = items
-                    .iter()
-                    .filter_map(|i| serde_json::from_str(i.raw.get()).ok())
-                    .collect();
-                out.insert(kind.key().into(), Value::Array(values));
-            }
-        }
-        Value::Object(out)
     }
 }
 
@@ -384,8 +390,8 @@ impl Hub {
         };
         let Some(cache) = &self.cache else { return };
         let Some(key) = &b.plan.cache_key else { return };
-        let json = Cached::to_json(&b.lists, b.init.as_ref());
-        if let Err(e) = cache.put(key, &json) {
+        let lists = Cached::to_lists(&b.lists, b.init.as_ref());
+        if let Err(e) = cache.put(key, &lists) {
             tracing::debug!(server = %b.plan.name, error = %e, "list cache not written");
         }
     }

@@ -172,8 +172,6 @@ pub(crate) enum Private {
     Ping,
     /// `logging/setLevel` fanned out; the front's answer goes when all came.
     SetLevel(u64),
-    /// `resources/subscribe` or `unsubscribe` fanned out likewise.
-    Subscribe(u64),
 }
 
 /// A fan-out request: one front request, several backend answers.
@@ -272,6 +270,7 @@ impl Hub {
             }
         });
         let mut input = FramedRead::new(input, LineCodec::new(settings.max_message_bytes));
+        let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
         let mut hub = Hub {
             settings,
             backends: HashMap::new(),
@@ -288,7 +287,7 @@ impl Hub {
             front: FrontInfo::default(),
             subscriptions: Default::default(),
             merged: Merged::default(),
-            cache: None,
+            cache,
             timers: DelayQueue::new(),
             events_tx,
             events_rx,
