@@ -142,7 +142,7 @@ impl Backend {
 
     /// Whether a front request should wait for it (bounded).
     pub fn settling(&self) -> bool {
-        matches!(self.state, State::Starting) && !self.plan.lazy || self.reading > 0
+        matches!(self.state, State::Starting) || self.reading > 0
     }
 
     fn declares(&self, capability: &str) -> bool {

@@ -298,6 +298,8 @@ impl Hub {
         for plan in servers {
             hub.add_backend(plan);
         }
+        // Lazy servers' cached lists count from the start.
+        hub.remerge_all().await;
         let mut drain_deadline: Option<Instant> = None;
         let outcome = loop {
             if hub.front_gone {
