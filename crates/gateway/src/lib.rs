@@ -13,9 +13,9 @@
 //!
 //! Toward the client the gateway is one server. Its lists are the union of
 //! the backends' lists, each name prefixed with its server's name
-//! (`github__create_issue`); a call is routed by looking the exposed name
-//! up, never by parsing it. The name `mcpvisor` is kept for the gateway's
-//! own tools.
+//! (`github__search_repositories`); a call is routed by looking the
+//! exposed name up, never by parsing it. The name `mcpvisor` is kept for
+//! the gateway's own tools.
 //!
 //! This crate holds the pure parts of that, each tested on its own:
 //!
