@@ -57,7 +57,7 @@ fn characters_clients_refuse_become_underscores() {
     assert_eq!(exposed_name(&sep, "s", "get-sum"), "s__get-sum");
     assert_eq!(exposed_name(&sep, "", ""), "__");
     let dash = Separator::new("-").expect("valid separator");
-    assert_eq!(exposed_name(&dash, "gh", "create_issue"), "gh-create_issue");
+    assert_eq!(exposed_name(&dash, "gh", "get_file"), "gh-get_file");
 }
 
 #[test]
