@@ -12,22 +12,14 @@
 //! delays or breaks the others; its tools are simply not there (or answer
 //! with its crash report) until it recovers.
 //!
-<<<<<<< HEAD
 //! [`Hub::run`] is the one owning task. It is each backend's client: it
 //! initializes every backend itself with one fixed set of client
 //! capabilities, reads its lists, and keeps the merged lists and routing
 //! tables. Toward the front client it is one server. Its lists are the
 //! union of the backends' lists, each name prefixed with its server's name
-//! (`github__search_repositories`); a call is routed by looking the exposed name
-//! up, never by parsing it. The name `mcpvisor` is kept for the gateway's
-//! own tools.
-=======
-//! Toward the client the gateway is one server. Its lists are the union of
-//! the backends' lists, each name prefixed with its server's name
 //! (`github__search_repositories`); a call is routed by looking the
 //! exposed name up, never by parsing it. The name `mcpvisor` is kept for
 //! the gateway's own tools.
->>>>>>> wt-e
 //!
 //! The pure parts are modules of their own, each tested on its own:
 //!
