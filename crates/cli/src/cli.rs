@@ -21,6 +21,8 @@ pub struct Cli {
 pub enum Command {
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
     Run(Box<RunArgs>),
+    /// Serve every server of one or more config files as one MCP server: `mcpvisor serve --config FILE`
+    Serve(Box<crate::serve::ServeArgs>),
     /// Start a server, show what it offers (tools, prompts, resources), stop it.
     Inspect(InspectArgs),
     /// Call one tool of a server from the shell.
@@ -33,6 +35,51 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub sup: Supervision,
+    /// Also watch this file or directory (recursive) for changes; repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub watch: Vec<PathBuf>,
+    /// Ignore changes to paths matching this glob; repeatable. .gitignore files are honoured too.
+    #[arg(long, value_name = "GLOB")]
+    pub ignore: Vec<String>,
+    /// Do not watch anything (no hot reload; SIGHUP still reloads).
+    #[arg(long, conflicts_with_all = ["watch", "poll"])]
+    pub no_watch: bool,
+    /// Poll for changes at this interval instead of using file-system events.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub poll: Option<Duration>,
+    /// Wait this long after the last change before reloading.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub debounce: Duration,
+    /// Run this shell command before each reload; if it fails, the old server stays.
+    #[arg(long, value_name = "CMD")]
+    pub build: Option<String>,
+    /// Bound on --build.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub build_timeout: Duration,
+    /// Working directory of the server.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+    /// Extra environment for the server (repeatable).
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    #[command(flatten)]
+    pub log: Logging,
+    /// Run the server NAME from this config file (Claude Desktop, Cursor, VS Code or Codex format).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// With --config: the server's name in the file.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// The server command and its arguments, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// How a server is supervised: `run`'s flags, and `serve`'s defaults for every server.
+#[derive(Debug, Args)]
+pub struct Supervision {
     /// Most client requests in flight at once; more are refused with -32011.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_in_flight: u32,
@@ -99,33 +146,11 @@ pub struct RunArgs {
     /// Include the server's last stderr lines, and the start of any stdout lines that were not JSON-RPC, in error.data (both may hold secrets).
     #[arg(long)]
     pub stderr_in_errors: bool,
-    /// Also watch this file or directory (recursive) for changes; repeatable.
-    #[arg(long, value_name = "PATH")]
-    pub watch: Vec<PathBuf>,
-    /// Ignore changes to paths matching this glob; repeatable. .gitignore files are honoured too.
-    #[arg(long, value_name = "GLOB")]
-    pub ignore: Vec<String>,
-    /// Do not watch anything (no hot reload; SIGHUP still reloads).
-    #[arg(long, conflicts_with_all = ["watch", "poll"])]
-    pub no_watch: bool,
-    /// Poll for changes at this interval instead of using file-system events.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
-    pub poll: Option<Duration>,
-    /// Wait this long after the last change before reloading.
-    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
-    pub debounce: Duration,
-    /// Run this shell command before each reload; if it fails, the old server stays.
-    #[arg(long, value_name = "CMD")]
-    pub build: Option<String>,
-    /// Bound on --build.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    pub build_timeout: Duration,
-    /// Working directory of the server.
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<PathBuf>,
-    /// Extra environment for the server (repeatable).
-    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
-    pub env: Vec<(String, String)>,
+}
+
+/// Where mcpvisor's own log goes.
+#[derive(Debug, Args)]
+pub struct Logging {
     /// Write logs to this file instead of stderr.
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
@@ -135,15 +160,6 @@ pub struct RunArgs {
     /// Less logging: only warnings and errors.
     #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
-    /// Run the server NAME from this config file (Claude Desktop, Cursor, VS Code or Codex format).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// With --config: the server's name in the file.
-    #[arg(value_name = "NAME")]
-    pub name: Option<String>,
-    /// The server command and its arguments, after `--`.
-    #[arg(last = true, value_name = "CMD")]
-    pub command: Vec<OsString>,
 }
 
 /// How `inspect` and `call` pick and run a server.
@@ -246,6 +262,21 @@ impl RunArgs {
             self.cwd.as_deref(),
             &self.env,
         )?;
+        let mut config = self.sup.session_config()?;
+        config.init_timeout = chosen.init_timeout(self.sup.init_timeout);
+        config.auth_timeout = chosen.auth_timeout(self.sup.auth_timeout);
+        config.tools = chosen.spec.def.tools.clone();
+        Ok(Resolved {
+            config,
+            server: chosen,
+            stderr: self.sup.stderr(),
+        })
+    }
+}
+
+impl Supervision {
+    /// The session settings these flags give, before a config entry's own.
+    pub fn session_config(&self) -> Result<Config, String> {
         if self.request_ceiling < self.request_timeout {
             return Err("--request-ceiling must not be shorter than --request-timeout".into());
         }
@@ -253,7 +284,7 @@ impl RunArgs {
             after_close: self.stop_grace,
             after_term: self.term_grace,
         };
-        let config = Config {
+        Ok(Config {
             max_in_flight: self.max_in_flight as usize,
             max_message_bytes: self.max_message_bytes,
             request_timeout: self.request_timeout,
@@ -266,8 +297,8 @@ impl RunArgs {
                 CancelAck::Release => CancelAckPolicy::Release,
             },
             write_timeout: self.write_timeout,
-            init_timeout: chosen.init_timeout(self.init_timeout),
-            auth_timeout: chosen.auth_timeout(self.auth_timeout),
+            init_timeout: self.init_timeout,
+            auth_timeout: self.auth_timeout,
             on_garbage: match self.on_worker_garbage {
                 Garbage::Drop => GarbagePolicy::Drop,
                 Garbage::Restart => GarbagePolicy::Restart,
@@ -286,22 +317,20 @@ impl RunArgs {
             reload_drain_timeout: self.reload_drain_timeout,
             stderr_in_errors: self.stderr_in_errors,
             stdout_in_errors: self.stderr_in_errors,
-            tools: chosen.spec.def.tools.clone(),
-        };
-        let stderr = match self.worker_stderr {
+            tools: mcpvisor_config::ToolFilter::default(),
+        })
+    }
+
+    /// Where the servers' stderr goes.
+    pub fn stderr(&self) -> Passthrough {
+        match self.worker_stderr {
             WorkerStderr::Inherit => Passthrough::Inherit,
             WorkerStderr::Discard => Passthrough::Discard,
-        };
-        Ok(Resolved {
-            config,
-            server: chosen,
-            stderr,
-        })
+        }
     }
 }
 
-/// The config files' grammar (`500ms`, `1.5h`, `1m 30s`), so a value works in both.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     mcpvisor_config::parse_duration(s).map_err(|e| format!("`{s}` is not a duration: {e}"))
 }
 

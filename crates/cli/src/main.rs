@@ -13,6 +13,7 @@ mod output;
 mod probe;
 mod reload;
 mod run;
+mod serve;
 mod server;
 mod stdio;
 
@@ -45,6 +46,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         cli::Command::Run(args) => run::main(*args),
+        cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),
         cli::Command::Call(args) => call::main(args),
         cli::Command::Demo => demo::main(),

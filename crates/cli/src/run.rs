@@ -16,7 +16,7 @@ pub fn main(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = init_logging(&args) {
+    if let Err(e) = init_logging(&args.log) {
         eprintln!("mcpvisor: {e}");
         return ExitCode::from(2);
     }
@@ -94,7 +94,7 @@ async fn forward_signals(control: mpsc::Sender<Control>) {
     }
 }
 
-fn init_logging(args: &RunArgs) -> Result<(), String> {
+pub(crate) fn init_logging(args: &crate::cli::Logging) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let default = match (args.quiet, args.verbose) {
         (true, _) => "warn",

@@ -12,6 +12,9 @@
 //!   (plus entries for other transports, kept so they can be named in an
 //!   error), and every error is one line naming the file, the entry and the
 //!   field.
+//! * [`set`] reads several config files as the one [`ServerSet`] that the
+//!   gateway serves: config order, duplicates merged or refused, remote
+//!   and self-referencing entries skipped and reported.
 //! * [`secrets`] reads a server's `env_file` again at every spawn, so a
 //!   token added while mcpvisor runs reaches the next restart. Values are
 //!   [`Secret`]s, which print as `***`; no error quotes a value.
@@ -39,10 +42,15 @@ pub mod program;
 pub mod report;
 pub mod secrets;
 pub mod server;
+pub mod set;
 
 pub use auth::AuthDetector;
 pub use duration::{DurationError, parse_duration};
 pub use program::{ProgramError, find_program};
 pub use report::{CrashPhase, CrashReport, ErrorData, ExitKind, StderrTail, StrayStdout};
 pub use secrets::{Secret, SecretsError};
-pub use server::{ConfigError, ConfigFile, Dialect, ServerDef, ToolFilter, UnsupportedServer};
+pub use server::{
+    ConfigEntry, ConfigError, ConfigFile, Dialect, RestartMode, ServerDef, SessionMode, StartMode,
+    Supervision, Timer, ToolFilter, UnsupportedServer,
+};
+pub use set::{Member, ServerSet, SetError, SkipReason, Skipped};

@@ -10,9 +10,11 @@
 //!
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
-//! `init_timeout`, `auth_timeout`, `disabled` and `tools`
-//! (`{"allow": [...], "deny": [...]}`). Codex's `startup_timeout_sec`,
-//! `startup_timeout_ms`, `enabled`, `enabled_tools` and `disabled_tools` are
+//! `init_timeout`, `auth_timeout`, `disabled`, `tools`
+//! (`{"allow": [...], "deny": [...]}`) and the supervision overrides of
+//! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
+//! `sessions`, ...). Codex's `startup_timeout_sec`, `startup_timeout_ms`,
+//! `tool_timeout_sec`, `enabled`, `enabled_tools` and `disabled_tools` are
 //! understood too. Any other field is kept in [`ServerDef::extra`] and
 //! ignored. Timeouts are a number of seconds or a string such as `"30s"`,
 //! `"5m"` or `"1500ms"` ([`crate::duration`]). A relative `cwd` or `env_file` is resolved against
@@ -27,6 +29,7 @@
 
 mod document;
 mod entry;
+mod supervision;
 #[cfg(test)]
 mod tests;
 
@@ -36,6 +39,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+
+pub use supervision::{RestartMode, SessionMode, StartMode, Supervision, Timer};
 
 /// How to start one stdio MCP server, and what mcpvisor should do around it.
 #[derive(Clone, Default, PartialEq)]
@@ -65,6 +70,9 @@ pub struct ServerDef {
     pub disabled: bool,
     /// Which tools the server may expose.
     pub tools: ToolFilter,
+    /// How this server wants to be supervised where it differs from the
+    /// defaults; see [`Supervision`].
+    pub supervision: Supervision,
     /// Fields mcpvisor does not know, kept as they were.
     pub extra: Map<String, Value>,
 }
@@ -120,6 +128,17 @@ pub struct ConfigFile {
     dialect: Dialect,
     servers: BTreeMap<String, ServerDef>,
     unsupported: BTreeMap<String, UnsupportedServer>,
+    /// Every entry's name, in the order the file lists them.
+    order: Vec<String>,
+}
+
+/// One entry of a [`ConfigFile`], of whichever transport.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ConfigEntry<'a> {
+    /// A stdio server mcpvisor can run.
+    Stdio(&'a ServerDef),
+    /// An entry for another transport.
+    Unsupported(&'a UnsupportedServer),
 }
 
 /// A config file could not be read, or says something we cannot use.
@@ -204,7 +223,7 @@ pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
 /// base for relative `cwd` and `env_file`.
 pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
     let format = document::detect(path, text);
-    let root = document::parse(text, path, format)?;
+    let (root, key_order) = document::parse(text, path, format)?;
     let file_error = |message: String| ConfigError::File {
         path: path.to_owned(),
         message,
@@ -215,13 +234,14 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
             format.map_noun()
         )));
     };
-    let (dialect, key, table) = find_servers(&root, format).ok_or_else(|| {
+    let (dialect, at, table) = find_servers(&root, format).ok_or_else(|| {
         file_error(match format {
             Format::Json => "no \"mcpServers\" or \"servers\" object found".to_owned(),
             Format::Toml => "no [mcp_servers] table found".to_owned(),
         })
     })?;
     let Value::Object(table) = table else {
+        let key = at.join(".");
         return Err(file_error(format!("{key:?} must be {}", format.map_noun())));
     };
 
@@ -244,29 +264,51 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
             }
         }
     }
+    // The file's own order; any name the key pass did not see (it sees
+    // every one) goes last, sorted, rather than being lost.
+    let mut order: Vec<String> = key_order
+        .at(at)
+        .map(|keys| keys.keys())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| table.contains_key(*name))
+        .map(str::to_owned)
+        .collect();
+    for name in table.keys() {
+        if !order.contains(name) {
+            order.push(name.clone());
+        }
+    }
     Ok(ConfigFile {
         path: path.to_owned(),
         dialect,
         servers,
         unsupported,
+        order,
     })
 }
 
-/// Finds the servers table: the dialect, the key it sits under, its value.
-fn find_servers(root: &Map<String, Value>, format: Format) -> Option<(Dialect, &str, &Value)> {
+/// Finds the servers table: the dialect, the keys that lead to it, its value.
+fn find_servers(
+    root: &Map<String, Value>,
+    format: Format,
+) -> Option<(Dialect, &'static [&'static str], &Value)> {
     match format {
         Format::Toml => root
             .get("mcp_servers")
-            .map(|table| (Dialect::Codex, "mcp_servers", table)),
+            .map(|table| (Dialect::Codex, &["mcp_servers"][..], table)),
         Format::Json => root
             .get("mcpServers")
-            .map(|table| (Dialect::McpServers, "mcpServers", table))
-            .or_else(|| root.get("servers").map(|t| (Dialect::VsCode, "servers", t)))
+            .map(|table| (Dialect::McpServers, &["mcpServers"][..], table))
+            .or_else(|| {
+                root.get("servers")
+                    .map(|t| (Dialect::VsCode, &["servers"][..], t))
+            })
             // VS Code user settings nest the same table under "mcp".
             .or_else(|| {
                 root.get("mcp")
                     .and_then(|mcp| mcp.get("servers"))
-                    .map(|t| (Dialect::VsCode, "mcp.servers", t))
+                    .map(|t| (Dialect::VsCode, &["mcp", "servers"][..], t))
             }),
     }
 }
@@ -327,6 +369,16 @@ impl ConfigFile {
     pub fn unsupported(&self) -> impl Iterator<Item = &UnsupportedServer> {
         self.unsupported.values()
     }
+
+    /// Every entry, stdio or not, in the order the file lists them.
+    pub fn entries(&self) -> impl Iterator<Item = ConfigEntry<'_>> {
+        self.order.iter().filter_map(|name| {
+            self.servers
+                .get(name)
+                .map(ConfigEntry::Stdio)
+                .or_else(|| self.unsupported.get(name).map(ConfigEntry::Unsupported))
+        })
+    }
 }
 
 // === impl ServerDef ===
@@ -358,6 +410,7 @@ impl fmt::Debug for ServerDef {
             .field("auth_timeout", &self.auth_timeout)
             .field("disabled", &self.disabled)
             .field("tools", &self.tools)
+            .field("supervision", &self.supervision)
             .field("extra", &Redacted(self.extra.keys()))
             .finish()
     }

@@ -20,8 +20,10 @@
 
 mod connection;
 mod driver;
+pub mod link;
 mod spawner;
 
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
+pub use link::Link;
 pub use mcpvisor_config::CrashReport;
 pub use spawner::{ServerSpec, spawner};

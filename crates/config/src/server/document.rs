@@ -4,9 +4,15 @@
 //! ([`super::entry`]) checks every dialect and words its errors the same way.
 //! Syntax errors carry a line and column; nothing after this stage does,
 //! because the value tree has no spans.
+//!
+//! The value tree sorts object keys, so the order in which the file lists
+//! its servers is kept beside it as a [`KeyOrder`]: the gateway's "first in
+//! config order wins" must mean the file's order, not the alphabet's.
 
+use std::fmt;
 use std::path::Path;
 
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use super::{ConfigError, Format};
@@ -29,8 +35,19 @@ pub(super) fn detect(path: &Path, text: &str) -> Format {
     }
 }
 
-/// Parses `text` in `format`, naming `path` in any syntax error.
-pub(super) fn parse(text: &str, path: &Path, format: Format) -> Result<Value, ConfigError> {
+/// The keys of every object in a document, in the order they were written.
+///
+/// Only objects have children; any other value is an empty `KeyOrder`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct KeyOrder(Vec<(String, KeyOrder)>);
+
+/// Parses `text` in `format`, naming `path` in any syntax error; returns
+/// the value tree and the order in which its keys were written.
+pub(super) fn parse(
+    text: &str,
+    path: &Path,
+    format: Format,
+) -> Result<(Value, KeyOrder), ConfigError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     match format {
         Format::Json => parse_json(text, path),
@@ -38,13 +55,13 @@ pub(super) fn parse(text: &str, path: &Path, format: Format) -> Result<Value, Co
     }
 }
 
-fn parse_json(text: &str, path: &Path) -> Result<Value, ConfigError> {
+fn parse_json(text: &str, path: &Path) -> Result<(Value, KeyOrder), ConfigError> {
     // VS Code's and Cursor's files are JSON with comments and trailing
     // commas. Blanking those out byte for byte keeps every position, so
     // serde_json's line and column still point into the user's file.
     let mut bytes = strip_comments(text.as_bytes());
     blank_trailing_commas(&mut bytes);
-    serde_json::from_slice(&bytes).map_err(|err| {
+    let syntax_error = |err: serde_json::Error| {
         let full = err.to_string();
         let suffix = format!(" at line {} column {}", err.line(), err.column());
         let message = full.strip_suffix(&suffix).unwrap_or(&full).to_owned();
@@ -55,10 +72,16 @@ fn parse_json(text: &str, path: &Path) -> Result<Value, ConfigError> {
             message,
             format: Format::Json,
         }
-    })
+    };
+    let value = serde_json::from_slice(&bytes).map_err(syntax_error)?;
+    // A second, cheaper pass over the same bytes: it builds no values, only
+    // the keys. Both passes accept the same text, so this cannot fail once
+    // the first has succeeded.
+    let order = serde_json::from_slice(&bytes).map_err(syntax_error)?;
+    Ok((value, order))
 }
 
-fn parse_toml(text: &str, path: &Path) -> Result<Value, ConfigError> {
+fn parse_toml(text: &str, path: &Path) -> Result<(Value, KeyOrder), ConfigError> {
     let table: toml::Table = text.parse().map_err(|err: toml::de::Error| {
         let offset = err.span().map_or(0, |span| span.start);
         let (line, column) = line_column(text, offset);
@@ -70,7 +93,10 @@ fn parse_toml(text: &str, path: &Path) -> Result<Value, ConfigError> {
             format: Format::Toml,
         }
     })?;
-    Ok(toml_to_json(toml::Value::Table(table)))
+    // With toml's `preserve_order`, a table iterates in the file's order.
+    let value = toml::Value::Table(table);
+    let order = toml_key_order(&value);
+    Ok((toml_to_json(value), order))
 }
 
 /// Joins a parser message's lines so that every error stays on one line.
@@ -93,6 +119,18 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+fn toml_key_order(value: &toml::Value) -> KeyOrder {
+    match value {
+        toml::Value::Table(table) => KeyOrder(
+            table
+                .iter()
+                .map(|(key, value)| (key.clone(), toml_key_order(value)))
+                .collect(),
+        ),
+        _ => KeyOrder::default(),
+    }
+}
+
 fn toml_to_json(value: toml::Value) -> Value {
     match value {
         toml::Value::String(s) => Value::String(s),
@@ -107,6 +145,86 @@ fn toml_to_json(value: toml::Value) -> Value {
                 .map(|(key, value)| (key, toml_to_json(value)))
                 .collect::<Map<_, _>>(),
         ),
+    }
+}
+
+// === impl KeyOrder ===
+
+impl KeyOrder {
+    /// The object found by following `path` from here, if every step is one.
+    pub(super) fn at(&self, path: &[&str]) -> Option<&KeyOrder> {
+        path.iter().try_fold(self, |node, key| {
+            // A repeated JSON key counts where it first appeared.
+            node.0
+                .iter()
+                .find(|(name, _)| name == key)
+                .map(|(_, child)| child)
+        })
+    }
+
+    /// This object's keys as written, each once.
+    pub(super) fn keys(&self) -> Vec<&str> {
+        let mut keys: Vec<&str> = Vec::with_capacity(self.0.len());
+        for (key, _) in &self.0 {
+            if !keys.contains(&key.as_str()) {
+                keys.push(key);
+            }
+        }
+        keys
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyOrder {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(KeyOrderVisitor)
+    }
+}
+
+/// Records object keys and skips every other value.
+struct KeyOrderVisitor;
+
+impl<'de> Visitor<'de> for KeyOrderVisitor {
+    type Value = KeyOrder;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<KeyOrder, A::Error> {
+        let mut keys = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            keys.push((key, map.next_value::<KeyOrder>()?));
+        }
+        Ok(KeyOrder(keys))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<KeyOrder, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<KeyOrder, E> {
+        Ok(KeyOrder::default())
     }
 }
 
@@ -242,7 +360,7 @@ mod tests {
 
     #[test]
     fn toml_becomes_json_values() {
-        let value = parse(
+        let (value, _) = parse(
             "a = 1\nb = 1.5\nc = [true, \"x\"]\nd = 1979-05-27\n[t]\nk = \"v\"\n",
             Path::new("c.toml"),
             Format::Toml,
@@ -251,6 +369,29 @@ mod tests {
         assert_eq!(
             value,
             serde_json::json!({"a": 1, "b": 1.5, "c": [true, "x"], "d": "1979-05-27", "t": {"k": "v"}})
+        );
+    }
+
+    #[test]
+    fn key_order_is_the_file_order() {
+        let json = r#"{"z": 1, "mcpServers": {"b": {"command": "x", "y": {"k": 1}}, "a": [], "c": null, "b": 2}}"#;
+        let (_, order) = parse(json, Path::new("c.json"), Format::Json).expect("valid JSON");
+        assert_eq!(order.keys(), ["z", "mcpServers"]);
+        let servers = order.at(&["mcpServers"]).expect("an object");
+        assert_eq!(
+            servers.keys(),
+            ["b", "a", "c"],
+            "a repeated key counts once"
+        );
+        assert_eq!(servers.at(&["b", "y"]).map(KeyOrder::keys), Some(vec!["k"]));
+        assert_eq!(order.at(&["nope"]), None);
+
+        let toml = "[mcp_servers.zeta]\ncommand = \"z\"\n[mcp_servers.alpha]\ncommand = \"a\"\n\
+                    [mcp_servers.mid]\ncommand = \"m\"\n";
+        let (_, order) = parse(toml, Path::new("c.toml"), Format::Toml).expect("valid TOML");
+        assert_eq!(
+            order.at(&["mcp_servers"]).map(KeyOrder::keys),
+            Some(vec!["zeta", "alpha", "mid"])
         );
     }
 }

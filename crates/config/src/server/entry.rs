@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Format, ServerDef, ToolFilter, UnsupportedServer};
+use super::{Format, ServerDef, ToolFilter, UnsupportedServer, supervision};
 use crate::duration::{parse_duration, seconds};
 
 /// What one entry turned out to be.
@@ -111,22 +111,30 @@ pub(super) fn parse(
         auth_timeout: fields.duration("auth_timeout")?,
         disabled,
         tools: fields.tools()?,
+        supervision: supervision::parse(&fields)?,
         extra: map
             .iter()
-            .filter(|(key, _)| !KNOWN.contains(&key.as_str()))
+            .filter(|(key, _)| {
+                !KNOWN.contains(&key.as_str()) && !supervision::KNOWN.contains(&key.as_str())
+            })
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect(),
     }))
 }
 
 /// Typed access to an entry's fields, with errors that name the field.
-struct Fields<'a> {
+pub(super) struct Fields<'a> {
     map: &'a Map<String, Value>,
     format: Format,
 }
 
 impl<'a> Fields<'a> {
-    fn string(&self, key: &str) -> Result<Option<&'a str>, String> {
+    /// The field as written, whatever its type.
+    pub(super) fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
+    }
+
+    pub(super) fn string(&self, key: &str) -> Result<Option<&'a str>, String> {
         match self.map.get(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s)),
@@ -186,7 +194,7 @@ impl<'a> Fields<'a> {
     }
 
     /// A number of seconds or a string such as `"30s"`; never zero.
-    fn duration(&self, key: &str) -> Result<Option<Duration>, String> {
+    pub(super) fn duration(&self, key: &str) -> Result<Option<Duration>, String> {
         let duration = match self.map.get(key) {
             None => return Ok(None),
             Some(Value::Number(n)) => n

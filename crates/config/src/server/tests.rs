@@ -204,9 +204,11 @@ startup_timeout_sec = 5
     assert_eq!(docs.env.get("API_KEY").map(String::as_str), Some("abc"));
     assert_eq!(docs.init_timeout, Some(Duration::from_millis(20_500)));
     assert_eq!(
-        docs.extra.get("tool_timeout_sec"),
-        Some(&serde_json::json!(60))
+        docs.supervision.request_timeout,
+        Some(Duration::from_secs(60)),
+        "Codex's tool_timeout_sec"
     );
+    assert_eq!(docs.extra.get("tool_timeout_sec"), None);
     assert!(!docs.tools.permits("delete_page"));
     assert!(docs.tools.permits("read_page"));
     assert!(!docs.disabled);
@@ -498,4 +500,195 @@ fn server_def_new_has_defaults() {
     assert_eq!(def.command, "npx");
     assert!(def.args.is_empty() && def.env.is_empty() && !def.disabled);
     assert!(def.tools.is_open());
+}
+
+#[test]
+fn entries_keep_the_file_order() -> Result<(), ConfigError> {
+    let names = |file: &ConfigFile| -> Vec<String> {
+        file.entries()
+            .map(|entry| match entry {
+                ConfigEntry::Stdio(def) => def.name.clone(),
+                ConfigEntry::Unsupported(other) => format!("{}({})", other.name, other.transport),
+            })
+            .collect()
+    };
+    let json = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"zeta": {"command": "z"}, "web": {"url": "https://x"},
+            "alpha": {"command": "a"}}}"#,
+    )?;
+    assert_eq!(names(&json), ["zeta", "web(http)", "alpha"]);
+    let vscode = parse_at(
+        "settings.json",
+        r#"{"mcp": {"servers": {"b": {"command": "b"}, "a": {"command": "a"}}}}"#,
+    )?;
+    assert_eq!(names(&vscode), ["b", "a"]);
+    let toml = parse_at(
+        "c.toml",
+        "[mcp_servers.zeta]\ncommand = \"z\"\n[mcp_servers.alpha]\ncommand = \"a\"\n",
+    )?;
+    assert_eq!(names(&toml), ["zeta", "alpha"]);
+    Ok(())
+}
+
+#[test]
+fn supervision_overrides() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "c.json",
+        r#"{"mcpServers": {
+            "all": {
+              "command": "x",
+              "restart": "on-demand",
+              "request_timeout": "2m",
+              "request_ceiling": 3600,
+              "max_in_flight": 8,
+              "crash_loop_exits": 3,
+              "idle_timeout": "10m",
+              "start": "lazy",
+              "sessions": "per-client",
+              "health_interval": "30s",
+              "health_misses": 2,
+              "autoApprove": []
+            },
+            "none": {"command": "y"},
+            "off": {"command": "z", "idle_timeout": false, "health_interval": "off",
+                    "restart": "never", "start": "eager", "sessions": "shared"}
+        }}"#,
+    )?;
+    let all = &file.get("all")?.supervision;
+    assert_eq!(
+        *all,
+        Supervision {
+            restart: Some(RestartMode::OnDemand),
+            request_timeout: Some(Duration::from_secs(120)),
+            request_ceiling: Some(Duration::from_secs(3600)),
+            max_in_flight: Some(8),
+            crash_loop_exits: Some(3),
+            idle_timeout: Some(Timer::On(Duration::from_secs(600))),
+            start: Some(StartMode::Lazy),
+            sessions: Some(SessionMode::PerClient),
+            health_interval: Some(Timer::On(Duration::from_secs(30))),
+            health_misses: Some(2),
+        }
+    );
+    let extra: Vec<&String> = file.get("all")?.extra.keys().collect();
+    assert_eq!(extra, ["autoApprove"], "only unknown fields stay in extra");
+
+    let none = &file.get("none")?.supervision;
+    assert!(none.is_empty());
+
+    let off = &file.get("off")?.supervision;
+    assert_eq!(off.idle_timeout, Some(Timer::Off));
+    assert_eq!(off.idle_timeout.and_then(Timer::duration), None);
+    assert_eq!(off.health_interval, Some(Timer::Off));
+    assert_eq!(off.restart, Some(RestartMode::Never));
+    assert_eq!(off.start, Some(StartMode::Eager));
+    assert_eq!(off.sessions, Some(SessionMode::Shared));
+    assert_eq!(
+        [
+            RestartMode::Always.to_string(),
+            RestartMode::OnDemand.to_string(),
+            StartMode::Lazy.to_string(),
+            SessionMode::PerClient.to_string(),
+        ],
+        ["always", "on-demand", "lazy", "per-client"]
+    );
+    Ok(())
+}
+
+#[test]
+fn supervision_in_codex_toml() -> Result<(), ConfigError> {
+    let file = parse_at(
+        "c.toml",
+        "[mcp_servers.a]\ncommand = \"a\"\nrestart = \"always\"\nmax_in_flight = 65536\n\
+         idle_timeout = false\nrequest_timeout = 30\ntool_timeout_sec = 90\n",
+    )?;
+    let a = &file.get("a")?.supervision;
+    assert_eq!(a.restart, Some(RestartMode::Always));
+    assert_eq!(a.max_in_flight, Some(65_536));
+    assert_eq!(a.idle_timeout, Some(Timer::Off));
+    assert_eq!(
+        a.request_timeout,
+        Some(Duration::from_secs(30)),
+        "our own field wins over Codex's"
+    );
+    Ok(())
+}
+
+#[test]
+fn supervision_errors_name_the_server_and_field() {
+    let cases = [
+        (
+            r#""restart": "sometimes""#,
+            "\"restart\" must be \"always\", \"on-demand\" or \"never\"",
+        ),
+        (
+            r#""restart": true"#,
+            "\"restart\" must be \"always\", \"on-demand\" or \"never\"",
+        ),
+        (
+            r#""start": "Lazy""#,
+            "\"start\" must be \"eager\" or \"lazy\"",
+        ),
+        (
+            r#""sessions": "per_client""#,
+            "\"sessions\" must be \"shared\" or \"per-client\"",
+        ),
+        (
+            r#""request_timeout": "soon""#,
+            "\"request_timeout\": expected a duration like \"30s\", \"5m\" or \"1500ms\"",
+        ),
+        (
+            r#""request_ceiling": 0"#,
+            "\"request_ceiling\" must be greater than zero",
+        ),
+        (
+            r#""request_timeout": "2m", "request_ceiling": "1m""#,
+            "\"request_ceiling\" must not be shorter than \"request_timeout\"",
+        ),
+        (
+            r#""tool_timeout_sec": "x""#,
+            "\"tool_timeout_sec\": expected a duration like \"30s\", \"5m\" or \"1500ms\"",
+        ),
+        (
+            r#""max_in_flight": 0"#,
+            "\"max_in_flight\" must be a whole number from 1 to 65536",
+        ),
+        (
+            r#""max_in_flight": 65537"#,
+            "\"max_in_flight\" must be a whole number from 1 to 65536",
+        ),
+        (
+            r#""max_in_flight": "8""#,
+            "\"max_in_flight\" must be a whole number from 1 to 65536",
+        ),
+        (
+            r#""crash_loop_exits": 2.5"#,
+            "\"crash_loop_exits\" must be a whole number of at least 1",
+        ),
+        (
+            r#""health_misses": -1"#,
+            "\"health_misses\" must be a whole number of at least 1",
+        ),
+        (
+            r#""idle_timeout": true"#,
+            "\"idle_timeout\" must be a duration such as \"10m\", or false to turn it off",
+        ),
+        (
+            r#""idle_timeout": 0"#,
+            "\"idle_timeout\" must be greater than zero",
+        ),
+        (
+            r#""health_interval": ["30s"]"#,
+            "\"health_interval\" must be a number of seconds or a string like \"30s\"",
+        ),
+    ];
+    for (field, expected) in cases {
+        let text = format!("{{\"mcpServers\": {{\"s\": {{\"command\": \"x\", {field}}}}}}}");
+        assert_eq!(
+            error("/etc/mcp.json", &text),
+            format!("/etc/mcp.json: server \"s\": {expected}"),
+            "{field}"
+        );
+    }
 }

@@ -1,0 +1,365 @@
+//! `mcpvisor serve`: every configured server as one MCP server on stdio.
+//!
+//! This module only wires things: it loads the config files, turns each
+//! server into a [`ServerPlan`] (the supervision flags as defaults, the
+//! entry's own fields over them), and runs the gateway's owning task with
+//! signals, config-file watching and each server's own file watching as
+//! controls.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use mcpvisor_config::{RestartMode, ServerSet, StartMode, Timer};
+use mcpvisor_gateway::cache::{Cache, Key};
+use mcpvisor_gateway::naming::Separator;
+use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
+use mcpvisor_session::RestartPolicy;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::cli::{Logging, Supervision, parse_duration};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A config file (Claude Desktop, Cursor, VS Code or Codex format); repeatable. Every enabled server in it is served.
+    #[arg(long = "config", value_name = "FILE", required = true)]
+    pub configs: Vec<PathBuf>,
+    /// Serve only these servers (comma-separated names).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub only: Option<Vec<String>>,
+    /// What joins a server's name and a tool's or prompt's name (`github__create_issue`).
+    #[arg(long, default_value = "__")]
+    pub separator: String,
+    /// The longest the client's initialize or a list waits for servers that are still starting.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub list_timeout: Duration,
+    /// Ping an idle server this often; any answer counts as alive.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub health_interval: Duration,
+    /// This many unanswered pings in a row restart the server.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub health_misses: u32,
+    /// Start every server at its first use, listing its tools from the cache until then.
+    #[arg(long)]
+    pub lazy: bool,
+    /// Offer two tools (search, call) instead of every server's tools, for clients with hundreds of tools.
+    #[arg(long)]
+    pub tool_search: bool,
+    /// Most requests from each server in flight at once (the client's own bound is --max-in-flight).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub backend_max_in_flight: u32,
+    /// Do not watch the config files or the servers' files (SIGHUP still reloads the config).
+    #[arg(long)]
+    pub no_watch: bool,
+    #[command(flatten)]
+    pub sup: Supervision,
+    #[command(flatten)]
+    pub log: Logging,
+}
+
+pub fn main(args: ServeArgs) -> ExitCode {
+    let loaded = load(&args);
+    let (settings, plans) = match loaded {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = crate::run::init_logging(&args.log) {
+        eprintln!("mcpvisor: {e}");
+        return ExitCode::from(2);
+    }
+    let Some(runtime) = crate::runtime() else {
+        return ExitCode::FAILURE;
+    };
+    let outcome = runtime.block_on(async move {
+        let (control_tx, control_rx) = mpsc::channel(16);
+        let mut tasks = vec![tokio::spawn(forward_signals(
+            control_tx.clone(),
+            ReloadSource::from(&args),
+        ))];
+        if !args.no_watch {
+            tasks.extend(watch_configs(&args, control_tx.clone()));
+            tasks.extend(watch_servers(&plans, control_tx.clone()));
+        }
+        let outcome = Hub::run(
+            settings,
+            plans,
+            crate::stdio::client_stdin(),
+            crate::stdio::client_stdout(),
+            control_rx,
+        )
+        .await;
+        for task in tasks {
+            task.abort();
+        }
+        outcome
+    });
+    runtime.shutdown_background();
+    match outcome {
+        Outcome::ClientClosed | Outcome::Shutdown => tracing::info!("mcpvisor stopped"),
+        Outcome::ClientGone => {}
+    }
+    ExitCode::SUCCESS
+}
+
+/// What a config reload needs, cloned into the tasks that trigger one.
+#[derive(Debug, Clone)]
+struct ReloadSource {
+    configs: Vec<PathBuf>,
+    only: Option<Vec<String>>,
+    defaults: Defaults,
+}
+
+impl From<&ServeArgs> for ReloadSource {
+    fn from(args: &ServeArgs) -> Self {
+        Self {
+            configs: args.configs.clone(),
+            only: args.only.clone(),
+            defaults: Defaults::from(args),
+        }
+    }
+}
+
+impl ReloadSource {
+    /// Reads the config files again; an error keeps the running servers.
+    fn plans(&self) -> Option<Vec<ServerPlan>> {
+        match ServerSet::load(&self.configs, self.only.as_deref()) {
+            Ok(set) => Some(self.defaults.plans(&set)),
+            Err(e) => {
+                tracing::error!("config not reloaded, the servers keep running: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// The flags every server starts from.
+#[derive(Debug, Clone)]
+struct Defaults {
+    session: mcpvisor_session::Config,
+    stderr: mcpvisor_process::stderr::Passthrough,
+    lazy: bool,
+    health_interval: Duration,
+    health_misses: u32,
+    cache: Option<Cache>,
+}
+
+impl From<&ServeArgs> for Defaults {
+    fn from(args: &ServeArgs) -> Self {
+        let mut session = args.sup.session_config().unwrap_or_default();
+        session.max_in_flight = args.backend_max_in_flight as usize;
+        Self {
+            session,
+            stderr: args.sup.stderr(),
+            lazy: args.lazy,
+            health_interval: args.health_interval,
+            health_misses: args.health_misses,
+            cache: Cache::from_env(),
+        }
+    }
+}
+
+impl Defaults {
+    fn plans(&self, set: &ServerSet) -> Vec<ServerPlan> {
+        for skipped in set.skipped() {
+            tracing::warn!(
+                server = %skipped.name,
+                file = %skipped.source.display(),
+                "not served: {}",
+                skipped.reason
+            );
+        }
+        set.servers().iter().map(|m| self.plan(&m.def)).collect()
+    }
+
+    /// One server's plan: these defaults, with its entry's fields over them.
+    fn plan(&self, def: &mcpvisor_config::ServerDef) -> ServerPlan {
+        let own = &def.supervision;
+        let mut session = self.session.clone();
+        if let Some(t) = def.init_timeout {
+            session.init_timeout = t;
+        }
+        if let Some(t) = def.auth_timeout {
+            session.auth_timeout = t;
+        }
+        if let Some(t) = own.request_timeout {
+            session.request_timeout = t;
+        }
+        if let Some(t) = own.request_ceiling {
+            session.request_ceiling = t.max(session.request_timeout);
+        }
+        if let Some(n) = own.max_in_flight {
+            session.max_in_flight = n as usize;
+        }
+        if let Some(n) = own.crash_loop_exits {
+            session.crash_loop_exits = n;
+        }
+        if let Some(r) = own.restart {
+            session.restart = match r {
+                RestartMode::Always => RestartPolicy::Always,
+                RestartMode::OnDemand => RestartPolicy::OnDemand,
+                RestartMode::Never => RestartPolicy::Never,
+            };
+        }
+        session.tools = def.tools.clone();
+        let cache_key = self.cache.as_ref().map(|_| Key::new(def, entry_mtime(def)));
+        let cached = match (&self.cache, &cache_key) {
+            (Some(cache), Some(key)) => cache.get(key).map(|l| Cached::from_lists(&l)),
+            _ => None,
+        };
+        let timer = |t: Option<Timer>, default: Option<Duration>| match t {
+            Some(Timer::Off) => None,
+            Some(Timer::On(d)) => Some(d),
+            None => default,
+        };
+        ServerPlan {
+            name: def.name.clone(),
+            def: def.clone(),
+            session,
+            stderr: self.stderr,
+            lazy: match own.start {
+                Some(StartMode::Lazy) => true,
+                Some(StartMode::Eager) => false,
+                None => self.lazy,
+            },
+            idle_timeout: timer(own.idle_timeout, None),
+            health_interval: timer(own.health_interval, Some(self.health_interval)),
+            health_misses: own.health_misses.unwrap_or(self.health_misses),
+            cached,
+            cache_key,
+        }
+    }
+}
+
+/// Checks the arguments and the config files before anything starts.
+fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
+    let separator = Separator::new(args.separator.clone()).map_err(|e| e.to_string())?;
+    args.sup.session_config()?;
+    let set = ServerSet::load(&args.configs, args.only.as_deref()).map_err(|e| e.to_string())?;
+    let plans = Defaults::from(args).plans(&set);
+    let settings = Settings {
+        separator,
+        list_timeout: args.list_timeout,
+        max_in_flight: args.sup.max_in_flight as usize,
+        max_message_bytes: args.sup.max_message_bytes,
+        tool_search: args.tool_search,
+        cache_dir: mcpvisor_gateway::cache::default_dir(),
+    };
+    Ok((settings, plans))
+}
+
+/// SIGTERM and SIGINT stop the gateway; SIGHUP reloads the config files.
+async fn forward_signals(control: mpsc::Sender<Control>, source: ReloadSource) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                if let Some(plans) = source.plans() {
+                    if control.send(Control::Reconfigure(plans)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("signal: stopping");
+    let _ = control.send(Control::Shutdown).await;
+}
+
+/// Watches the config files; a debounced change reloads them.
+fn watch_configs(
+    args: &ServeArgs,
+    control: mpsc::Sender<Control>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let source = ReloadSource::from(args);
+    let config = mcpvisor_watch::WatchConfig {
+        paths: args.configs.clone(),
+        ignore: Vec::new(),
+        debounce: Duration::from_millis(300),
+        poll: None,
+    };
+    let mut watcher = match mcpvisor_watch::watch(config) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!("config files not watched ({e}); SIGHUP reloads them");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        while watcher.changed().await.is_some() {
+            tracing::info!("a config file changed: reloading the configuration");
+            if let Some(plans) = source.plans() {
+                if control.send(Control::Reconfigure(plans)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }))
+}
+
+/// Watches each server's own entry file; a change reloads that server.
+fn watch_servers(
+    plans: &[ServerPlan],
+    control: mpsc::Sender<Control>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for plan in plans {
+        let def = &plan.def;
+        let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
+            .chain(def.args.iter().cloned())
+            .map(Into::into)
+            .collect();
+        let paths = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
+        if paths.is_empty() {
+            continue;
+        }
+        let config = mcpvisor_watch::WatchConfig {
+            paths,
+            ignore: Vec::new(),
+            debounce: Duration::from_millis(300),
+            poll: None,
+        };
+        let Ok(mut watcher) = mcpvisor_watch::watch(config) else {
+            continue;
+        };
+        let name = plan.name.clone();
+        let control = control.clone();
+        tasks.push(tokio::spawn(async move {
+            while watcher.changed().await.is_some() {
+                tracing::info!(server = %name, "its files changed: reloading it");
+                if control.send(Control::Reload(name.clone())).await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    tasks
+}
+
+/// When the file a server runs last changed (its entry file: the script or
+/// binary its command names), so that an edit invalidates cached lists.
+fn entry_mtime(def: &mcpvisor_config::ServerDef) -> Option<std::time::SystemTime> {
+    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
+        .chain(def.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let files = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
+    files
+        .iter()
+        .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+        .max()
+}

@@ -1,0 +1,921 @@
+//! One backend: a supervised session per configured server, and what the
+//! gateway knows of it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use mcpvisor_config::ServerDef;
+use mcpvisor_jsonrpc::{Envelope, Frame, Kind, NOT_STARTED, build, rewrite};
+use mcpvisor_process::stderr::Passthrough;
+use mcpvisor_runner::{Link, ServerSpec};
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::lists::{Item, KINDS, Kind as ListKind};
+use super::{Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
+use crate::raw::{self, RawObject};
+
+/// A backend's identity for the life of the gateway (names can be reused
+/// after a config edit; ids are not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BackendId(pub(crate) u64);
+
+/// How to run one configured server behind the gateway.
+#[derive(Debug, Clone)]
+pub struct ServerPlan {
+    /// Its name in the config: the prefix of its tools and prompts.
+    pub name: String,
+    pub def: ServerDef,
+    /// `run`'s supervision settings, with the entry's own overrides applied.
+    pub session: mcpvisor_session::Config,
+    pub stderr: Passthrough,
+    /// Start on first use, serving lists from the cache until then.
+    pub lazy: bool,
+    /// Stop the server after this long without a request.
+    pub idle_timeout: Option<Duration>,
+    /// Ping it this often while it is idle (`None`: never).
+    pub health_interval: Option<Duration>,
+    /// This many unanswered pings in a row restart it.
+    pub health_misses: u32,
+    /// The lists cached from an earlier run, for a lazy server.
+    pub cached: Option<crate::hub::lists::Cached>,
+    /// Where its lists are cached, when the cache is on.
+    pub cache_key: Option<crate::cache::Key>,
+}
+
+/// Where a backend is in its life, as the gateway sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum State {
+    /// Not started: lazy, or stopped after being idle. Lists come from
+    /// the cache.
+    Idle,
+    /// Its session runs and the gateway's `initialize` is in flight.
+    Starting,
+    Ready,
+    /// It cannot be started, or it crash-loops: the session's report.
+    Failed(Value),
+    /// Disabled in the config.
+    Disabled,
+}
+
+pub(crate) struct Backend {
+    pub plan: ServerPlan,
+    pub state: State,
+    pub link: Option<Link>,
+    /// Its `initialize` result.
+    pub init: Option<Value>,
+    /// Its lists, by [`ListKind`] index; `None` where not (yet) read.
+    pub lists: [Option<Vec<Item>>; 4],
+    /// List reads in flight.
+    pub reading: usize,
+    /// Requests waiting for it to be ready, already addressed to it.
+    pub queue: Vec<(u64, Bytes)>,
+    /// Front requests it holds.
+    pub in_flight: usize,
+    pub ping: Option<u64>,
+    pub misses: u32,
+    pub last_used: Instant,
+    pub health_timer: Option<tokio_util::time::delay_queue::Key>,
+    /// Bumped at each start, to fence late list pages of an older one.
+    pub epoch: u64,
+    pub started: Option<Instant>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.plan.name)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The capabilities the gateway declares to every backend: it can route
+/// all of them to a front client that has them, and declines clearly when
+/// the front client has not.
+const BACKEND_CAPABILITIES: &str =
+    r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}"#;
+/// The protocol the gateway speaks to its backends.
+const BACKEND_PROTOCOL: &str = "2025-11-25";
+
+impl Backend {
+    pub fn new(plan: ServerPlan) -> Self {
+        let state = if plan.def.disabled {
+            State::Disabled
+        } else {
+            State::Idle
+        };
+        let mut lists: [Option<Vec<Item>>; 4] = Default::default();
+        let mut init = None;
+        if let Some(cached) = &plan.cached {
+            lists = cached.lists.clone();
+            init = cached.init.clone();
+        }
+        Self {
+            plan,
+            state,
+            link: None,
+            init,
+            lists,
+            reading: 0,
+            queue: Vec::new(),
+            in_flight: 0,
+            ping: None,
+            misses: 0,
+            last_used: Instant::now(),
+            health_timer: None,
+            epoch: 0,
+            started: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.plan.name
+    }
+
+    /// Whether its lists count in the merged lists.
+    pub fn serves_lists(&self) -> bool {
+        !matches!(self.state, State::Failed(_) | State::Disabled)
+    }
+
+    /// Whether a front request should wait for it (bounded).
+    pub fn settling(&self) -> bool {
+        matches!(self.state, State::Starting) || self.reading > 0
+    }
+
+    fn declares(&self, capability: &str) -> bool {
+        self.init
+            .as_ref()
+            .and_then(|i| i.get("capabilities"))
+            .and_then(|c| c.get(capability))
+            .is_some_and(|c| !c.is_null())
+    }
+}
+
+impl Hub {
+    // === lifecycle ===
+
+    pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
+        let id = BackendId(self.next_backend);
+        self.next_backend += 1;
+        let backend = Backend::new(plan);
+        let eager = !backend.plan.lazy && backend.state == State::Idle;
+        let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
+        self.backends.insert(id, backend);
+        self.order.push(id);
+        if eager || needs_fill {
+            if needs_fill {
+                tracing::info!(server = %self.backends[&id].name(), "no cached lists yet: starting it once to read them");
+            }
+            self.start_backend(id);
+        }
+        id
+    }
+
+    /// Starts a backend's session and sends it the gateway's `initialize`.
+    pub(crate) fn start_backend(&mut self, id: BackendId) {
+        let events = self.events_tx.clone();
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        if b.link.is_some() || b.state == State::Disabled {
+            return;
+        }
+        let spec = ServerSpec {
+            def: b.plan.def.clone(),
+            env_overrides: Vec::new(),
+        };
+        let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
+        let (link, output) = Link::start(spawner, b.plan.session.clone());
+        tokio::spawn(super::pump(id, output, events));
+        b.link = Some(link);
+        b.state = State::Starting;
+        b.epoch += 1;
+        b.started = Some(Instant::now());
+        b.misses = 0;
+        b.ping = None;
+        tracing::info!(server = %b.plan.name, "starting");
+        let params = format!(
+            r#"{{"protocolVersion":"{BACKEND_PROTOCOL}","capabilities":{BACKEND_CAPABILITIES},"clientInfo":{{"name":"mcpvisor","version":"{}"}}}}"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        self.send_private(id, Private::Initialize, "initialize", Some(&params));
+    }
+
+    /// Stops a backend's session (bounded, in the background) and fails
+    /// whatever it held, once.
+    pub(crate) async fn stop_backend(&mut self, id: BackendId, why: &str, next: State) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        if let Some(link) = b.link.take() {
+            tokio::spawn(link.stop());
+        }
+        b.state = next;
+        b.reading = 0;
+        b.ping = None;
+        if let Some(key) = b.health_timer.take() {
+            self.timers.try_remove(&key);
+        }
+        self.fail_backend_requests(id, why).await;
+    }
+
+    /// Restarts a backend at once (a failed health check, a changed
+    /// definition, a reload asked for by hand).
+    pub(crate) async fn restart_backend(&mut self, id: BackendId, why: &str) {
+        tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
+        self.stop_backend(id, why, State::Idle).await;
+        self.start_backend(id);
+    }
+
+    pub(crate) fn reload_backend(&mut self, name: &str) {
+        if let Some(b) = self.backends.values().find(|b| b.plan.name == name) {
+            if let Some(link) = &b.link {
+                link.control(mcpvisor_session::Control::Reload("file change"));
+            }
+        }
+    }
+
+    pub(crate) fn backend_name(&self, id: BackendId) -> String {
+        self.backends
+            .get(&id)
+            .map(|b| b.plan.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Applies a new configuration: new servers start, removed ones stop,
+    /// changed ones restart, the rest are left alone.
+    pub(crate) async fn reconfigure(&mut self, plans: Vec<crate::hub::ServerPlan>) {
+        let mut keep = Vec::new();
+        let mut added = 0;
+        let mut changed = 0;
+        for plan in plans {
+            let existing = self
+                .order
+                .iter()
+                .copied()
+                .find(|id| self.backends[id].plan.name == plan.name);
+            match existing {
+                Some(id) if self.backends[&id].plan.def == plan.def => keep.push(id),
+                Some(id) => {
+                    changed += 1;
+                    self.stop_backend(id, "its configuration changed", State::Idle)
+                        .await;
+                    self.backends.remove(&id);
+                    self.order.retain(|o| *o != id);
+                    keep.push(self.add_backend(plan));
+                }
+                None => {
+                    added += 1;
+                    keep.push(self.add_backend(plan));
+                }
+            }
+        }
+        let removed: Vec<BackendId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|id| !keep.contains(id))
+            .collect();
+        for id in &removed {
+            self.stop_backend(
+                *id,
+                "it was removed from the configuration",
+                State::Disabled,
+            )
+            .await;
+            self.backends.remove(id);
+        }
+        self.order = keep;
+        tracing::info!(
+            added,
+            changed,
+            removed = removed.len(),
+            "configuration reloaded"
+        );
+        self.remerge_all().await;
+    }
+
+    // === sending ===
+
+    /// Sends the gateway's own request to a backend.
+    pub(crate) fn send_private(
+        &mut self,
+        id: BackendId,
+        what: Private,
+        method: &str,
+        params: Option<&str>,
+    ) -> Option<u64> {
+        let gid = self.next_id();
+        let line = raw::request(gid, method, params);
+        let b = self.backends.get_mut(&id)?;
+        let link = b.link.as_ref()?;
+        if !link.try_send(line) {
+            tracing::debug!(server = %b.plan.name, "backend queue full; private request dropped");
+            return None;
+        }
+        if matches!(what, Private::List { .. }) {
+            b.reading += 1;
+        }
+        self.pending.insert(
+            gid,
+            Pending::Private {
+                backend: id,
+                what,
+                timer: None,
+            },
+        );
+        Some(gid)
+    }
+
+    /// Routes a front request, already addressed to the backend under
+    /// gateway id `gid`, starting the backend or queueing as its state says.
+    pub(crate) async fn route(&mut self, id: BackendId, gid: u64, line: Bytes, front_id: Bytes) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        b.last_used = Instant::now();
+        let refusal = match &b.state {
+            State::Failed(data) => Some((
+                format!(
+                    "Request not started: the server `{}` is failing ({}). It is safe to retry once it recovers.",
+                    b.plan.name,
+                    data.get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("it keeps exiting")
+                ),
+                data.clone(),
+            )),
+            State::Disabled => Some((
+                format!(
+                    "Request not started: the server `{}` is disabled.",
+                    b.plan.name
+                ),
+                serde_json::json!({"reason": "disabled", "server": b.plan.name}),
+            )),
+            _ => None,
+        };
+        if let Some((message, data)) = refusal {
+            self.forget_front(gid);
+            let text = String::from_utf8_lossy(&front_id).into_owned();
+            self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
+                .await;
+            return;
+        }
+        b.in_flight += 1;
+        match b.state {
+            State::Ready => {
+                let sent = b.link.as_ref().is_some_and(|l| l.try_send(line));
+                if !sent {
+                    self.answer_not_started(gid, "the server's queue is full")
+                        .await;
+                }
+            }
+            State::Starting => b.queue.push((gid, line)),
+            State::Idle => {
+                b.queue.push((gid, line));
+                self.start_backend(id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Answers a front request that never reached its server.
+    pub(crate) async fn answer_not_started(&mut self, gid: u64, reason: &str) {
+        if let Some(Pending::Front {
+            id,
+            backend,
+            cancelled,
+            ..
+        }) = self.take_pending(gid)
+        {
+            if !cancelled {
+                let message = format!("Request not started: {reason}. It is safe to retry.");
+                let data =
+                    serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
+                let text = String::from_utf8_lossy(&id).into_owned();
+                self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
+                    .await;
+            }
+        }
+    }
+
+    /// Fails every front request a stopped backend held or queued, once.
+    async fn fail_backend_requests(&mut self, id: BackendId, why: &str) {
+        let queued: Vec<u64> = self
+            .backends
+            .get_mut(&id)
+            .map(|b| b.queue.drain(..).map(|(gid, _)| gid).collect())
+            .unwrap_or_default();
+        for gid in queued {
+            self.answer_not_started(gid, why).await;
+        }
+        let held: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| match p {
+                Pending::Front { backend, .. } | Pending::Private { backend, .. } => *backend == id,
+            })
+            .map(|(gid, _)| *gid)
+            .collect();
+        for gid in held {
+            match self.take_pending(gid) {
+                Some(Pending::Front {
+                    id: front_id,
+                    cancelled: false,
+                    ..
+                }) => {
+                    let message = format!(
+                        "The MCP server `{}` stopped before answering ({why}). The request may or may not have taken effect: inspect state before retrying a mutation.",
+                        self.backend_name(id)
+                    );
+                    let data = serde_json::json!({"reason": why, "server": self.backend_name(id)});
+                    let text = String::from_utf8_lossy(&front_id).into_owned();
+                    self.emit(build::error(
+                        &text,
+                        mcpvisor_jsonrpc::WORKER_LOST,
+                        &message,
+                        Some(&data),
+                    ))
+                    .await;
+                }
+                Some(Pending::Private {
+                    what: Private::SetLevel(f),
+                    ..
+                }) => self.fanout_done(f).await,
+                _ => {}
+            }
+        }
+        // Its requests to the front are moot now.
+        let asked: Vec<u64> = self
+            .server_reqs
+            .iter()
+            .filter(|(_, r)| r.backend == id)
+            .map(|(k, _)| *k)
+            .collect();
+        for fid in asked {
+            self.server_reqs.remove(&fid);
+            self.emit(build::cancelled(&fid.to_string(), "the server stopped"))
+                .await;
+        }
+    }
+
+    /// Removes a pending request and its indexes.
+    pub(crate) fn take_pending(&mut self, gid: u64) -> Option<Pending> {
+        let p = self.pending.remove(&gid)?;
+        match &p {
+            Pending::Front { id, backend, .. } => {
+                if self.by_front_id.get(id) == Some(&gid) {
+                    self.by_front_id.remove(id);
+                }
+                if let Some(b) = self.backends.get_mut(backend) {
+                    b.in_flight = b.in_flight.saturating_sub(1);
+                    b.last_used = Instant::now();
+                }
+            }
+            Pending::Private {
+                backend,
+                what,
+                timer,
+            } => {
+                if let Some(key) = timer {
+                    self.timers.try_remove(key);
+                }
+                if matches!(what, Private::List { .. }) {
+                    if let Some(b) = self.backends.get_mut(backend) {
+                        b.reading = b.reading.saturating_sub(1);
+                    }
+                }
+            }
+        }
+        Some(p)
+    }
+
+    fn forget_front(&mut self, gid: u64) {
+        if let Some(Pending::Front { id, .. }) = self.pending.remove(&gid) {
+            self.by_front_id.remove(&id);
+        }
+    }
+
+    // === what backends say ===
+
+    pub(crate) async fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
+        match incoming {
+            Incoming::Frame(Frame::Line(line)) => self.on_backend_line(id, line).await,
+            Incoming::Frame(Frame::Oversize { len, .. }) => {
+                tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
+            }
+            Incoming::Closed => {
+                let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
+                if live {
+                    tracing::warn!(server = %self.backend_name(id), "its session ended");
+                    self.stop_backend(id, "its session ended", State::Idle)
+                        .await;
+                    self.remerge_all().await;
+                }
+            }
+        }
+    }
+
+    async fn on_backend_line(&mut self, id: BackendId, line: Bytes) {
+        let env = match Envelope::peek(&line) {
+            Ok(env) => env,
+            Err(e) => {
+                tracing::debug!(server = %self.backend_name(id), error = %e, "unroutable line from a server dropped");
+                return;
+            }
+        };
+        match env.kind {
+            Kind::Response => {
+                let gid = env.id.and_then(|i| i.get().parse::<u64>().ok());
+                let Some(gid) = gid else { return };
+                self.on_response(id, gid, &line, &env).await;
+            }
+            Kind::Request => self.on_server_request(id, &line, &env).await,
+            Kind::Notification => self.on_server_notification(id, &line, &env).await,
+        }
+    }
+
+    async fn on_response(&mut self, id: BackendId, gid: u64, line: &Bytes, env: &Envelope<'_>) {
+        match self.take_pending(gid) {
+            Some(Pending::Front {
+                id: front_id,
+                cancelled,
+                wrap: Wrap::AsIs,
+                ..
+            }) => {
+                if cancelled {
+                    return;
+                }
+                self.note_refusal(id, line).await;
+                if let Some(raw_id) = env.id {
+                    let out = rewrite::splice(line, raw_id, &front_id);
+                    self.emit(out).await;
+                }
+            }
+            Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line).await,
+            None => {}
+        }
+    }
+
+    /// A "not started" answer that carries a crash report means the
+    /// backend's session is in its failed state (a crash loop): its tools are
+    /// withdrawn until a health ping gets an answer from the server again.
+    async fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
+        if !line.windows(7).any(|w| w == b"\"error\"") {
+            return;
+        }
+        let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+        let error = &answer["error"];
+        let failing = error["code"].as_i64() == Some(NOT_STARTED)
+            && error["data"].get("phase").is_some_and(|p| !p.is_null());
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        if failing && b.state == State::Ready {
+            tracing::warn!(server = %b.plan.name, "failing; its tools are withdrawn until it recovers");
+            b.state = State::Failed(error["data"].clone());
+            self.remerge_all().await;
+        }
+    }
+
+    async fn on_private_answer(&mut self, id: BackendId, what: Private, line: &Bytes) {
+        let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
+        match what {
+            Private::Initialize => self.on_initialized(id, answer).await,
+            Private::List {
+                kind,
+                items,
+                pages,
+                epoch,
+            } => self.on_list_page(id, kind, items, pages, epoch, line).await,
+            Private::Ping => {
+                // Any answer from the server itself counts, even an error;
+                // mcpvisor's own refusals and timeouts do not.
+                let ours = answer
+                    .get("error")
+                    .and_then(|e| e.get("code"))
+                    .and_then(Value::as_i64)
+                    .is_some_and(|c| {
+                        matches!(
+                            c,
+                            mcpvisor_jsonrpc::REQUEST_TIMEOUT
+                                | mcpvisor_jsonrpc::WORKER_LOST
+                                | mcpvisor_jsonrpc::NOT_STARTED
+                        )
+                    });
+                let mut recovered = false;
+                if let Some(b) = self.backends.get_mut(&id) {
+                    b.ping = None;
+                    if !ours {
+                        b.misses = 0;
+                        if matches!(b.state, State::Failed(_)) && b.init.is_some() {
+                            tracing::info!(server = %b.plan.name, "answers again: its tools are back");
+                            b.state = State::Ready;
+                            recovered = true;
+                        }
+                    }
+                }
+                if recovered {
+                    self.read_lists(id);
+                }
+            }
+            Private::SetLevel(f) => self.fanout_done(f).await,
+        }
+    }
+
+    async fn on_initialized(&mut self, id: BackendId, answer: Value) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let name = b.plan.name.clone();
+        match answer.get("result") {
+            Some(result) => {
+                b.init = Some(result.clone());
+                b.state = State::Ready;
+                if let Some(link) = &b.link {
+                    link.try_send(build::notification("notifications/initialized", None));
+                }
+                let took = b.started.map(|s| s.elapsed().as_millis()).unwrap_or(0);
+                tracing::info!(server = %name, "ready in {took} ms");
+                self.flush_queue(id);
+                self.read_lists(id);
+                self.arm_health(id);
+                self.arm_idle(id);
+            }
+            None => {
+                let data = answer
+                    .get("error")
+                    .and_then(|e| e.get("data"))
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        serde_json::json!({"reason": answer.get("error").and_then(|e| e.get("message")).cloned().unwrap_or(Value::Null)})
+                    });
+                tracing::warn!(server = %name, "could not be initialized; its tools are withdrawn");
+                b.state = State::Failed(data);
+                let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+                self.arm_health(id);
+                for gid in queued {
+                    self.answer_not_started(gid, &format!("the server `{name}` could not start"))
+                        .await;
+                }
+                self.remerge_all().await;
+            }
+        }
+    }
+
+    fn flush_queue(&mut self, id: BackendId) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
+        if let Some(link) = &b.link {
+            for (_, line) in queued {
+                link.try_send(line);
+            }
+        }
+    }
+
+    /// Reads every list the backend declares, from the first page.
+    pub(crate) fn read_lists(&mut self, id: BackendId) {
+        for kind in KINDS {
+            self.read_list(id, kind);
+        }
+    }
+
+    pub(crate) fn read_list(&mut self, id: BackendId, kind: ListKind) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        if !b.declares(kind.capability()) {
+            return;
+        }
+        let epoch = b.epoch;
+        self.send_private(
+            id,
+            Private::List {
+                kind,
+                items: Vec::new(),
+                pages: 0,
+                epoch,
+            },
+            kind.method(),
+            None,
+        );
+    }
+
+    async fn on_server_request(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        let method = env.method();
+        let needs = match method {
+            "ping" => {
+                let reply = build::result(raw_id.get(), "{}");
+                if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+                    link.try_send(reply);
+                }
+                return;
+            }
+            "sampling/createMessage" => Some(("sampling", self.front.sampling)),
+            "elicitation/create" => Some(("elicitation", self.front.elicitation)),
+            "roots/list" => Some(("roots", self.front.roots)),
+            _ => None,
+        };
+        let declined = if self.front.modern {
+            Some(format!(
+                "the client connected to mcpvisor uses the 2026-07-28 protocol, which has no server-to-client requests on stdio; `{method}` cannot be delivered"
+            ))
+        } else {
+            match needs {
+                Some((cap, false)) => Some(format!(
+                    "the client connected to mcpvisor did not declare the `{cap}` capability, so `{method}` cannot be delivered"
+                )),
+                _ => None,
+            }
+        };
+        if let Some(message) = declined {
+            tracing::info!(server = %self.backend_name(id), "declined {method}: {message}");
+            let reply = build::error(raw_id.get(), MISSING_CAPABILITY, &message, None);
+            if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+                link.try_send(reply);
+            }
+            return;
+        }
+        let fid = self.next_front_id;
+        self.next_front_id += 1;
+        self.server_reqs.insert(
+            fid,
+            ServerReq {
+                backend: id,
+                id: Bytes::copy_from_slice(raw_id.get().as_bytes()),
+            },
+        );
+        let out = rewrite::splice(line, raw_id, format!("\"mcpvisor-{fid}\"").as_bytes());
+        self.emit(out).await;
+    }
+
+    async fn on_server_notification(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
+        match env.method() {
+            "notifications/progress" => {
+                let Some(token) = env.progress_token else {
+                    return;
+                };
+                let Ok(gid) = token.get().parse::<u64>() else {
+                    return;
+                };
+                if let Some(Pending::Front {
+                    token: Some(front_token),
+                    cancelled: false,
+                    ..
+                }) = self.pending.get(&gid)
+                {
+                    let out = rewrite::splice(line, token, front_token);
+                    self.emit(out).await;
+                }
+            }
+            "notifications/tools/list_changed" => self.read_list(id, ListKind::Tools),
+            "notifications/prompts/list_changed" => self.read_list(id, ListKind::Prompts),
+            "notifications/resources/list_changed" => {
+                self.read_list(id, ListKind::Resources);
+                self.read_list(id, ListKind::Templates);
+            }
+            "notifications/message" => {
+                let name = self.backend_name(id);
+                let Some(params) = mcpvisor_jsonrpc::envelope::raw_params(line) else {
+                    return;
+                };
+                let Some(obj) = RawObject::parse(params.get()) else {
+                    return;
+                };
+                let params = obj.with("logger", &raw::quote(&name));
+                self.emit(build::notification("notifications/message", Some(&params)))
+                    .await;
+            }
+            "notifications/resources/updated" => {
+                let uri = mcpvisor_jsonrpc::envelope::raw_params(line)
+                    .and_then(|p| RawObject::parse(p.get()))
+                    .and_then(|o| o.str("uri"));
+                if uri.is_some_and(|u| self.subscriptions.contains(&u)) {
+                    self.emit(line.clone()).await;
+                }
+            }
+            "notifications/cancelled" => {
+                // The backend withdrew one of its requests to the front.
+                let Some(rid) = env.request_id else { return };
+                let found = self
+                    .server_reqs
+                    .iter()
+                    .find(|(_, r)| r.backend == id && r.id.as_ref() == rid.get().as_bytes())
+                    .map(|(k, _)| *k);
+                if let Some(fid) = found {
+                    self.server_reqs.remove(&fid);
+                    let out = rewrite::splice(line, rid, format!("\"mcpvisor-{fid}\"").as_bytes());
+                    self.emit(out).await;
+                }
+            }
+            _ => {
+                if !self.front.modern {
+                    self.emit(line.clone()).await;
+                }
+            }
+        }
+    }
+
+    // === health and idleness ===
+
+    fn arm_health(&mut self, id: BackendId) {
+        if let Some(b) = self.backends.get_mut(&id) {
+            let Some(interval) = b.plan.health_interval else {
+                return;
+            };
+            if let Some(key) = b.health_timer.take() {
+                self.timers.try_remove(&key);
+            }
+            b.health_timer = Some(self.timers.insert(Timer::Health(id), interval));
+        }
+    }
+
+    pub(crate) async fn on_health(&mut self, id: BackendId) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let misses_allowed = b.plan.health_misses.max(1);
+        b.health_timer = None;
+        if b.link.is_none() {
+            return;
+        }
+        match &b.state {
+            State::Ready => {}
+            // Its session refuses while it crash-loops; a ping tells when
+            // the server answers again.
+            State::Failed(_) if b.init.is_some() => {
+                if b.ping.is_none() {
+                    let ping = self.send_private(id, Private::Ping, "ping", None);
+                    if let Some(b) = self.backends.get_mut(&id) {
+                        b.ping = ping;
+                    }
+                } else if let Some(b) = self.backends.get_mut(&id) {
+                    // The refusal answers at once; an unanswered ping here
+                    // is one the session still holds.
+                    b.ping = None;
+                }
+                self.arm_health(id);
+                return;
+            }
+            // It never finished a handshake: try a fresh start.
+            State::Failed(_) => {
+                self.restart_backend(id, "retrying a server that could not start")
+                    .await;
+                return;
+            }
+            _ => return,
+        }
+        if b.ping.is_some() {
+            b.misses += 1;
+            tracing::debug!(server = %b.plan.name, misses = b.misses, "health ping unanswered");
+            if b.misses >= misses_allowed {
+                let why = format!("{} health checks in a row went unanswered", b.misses);
+                self.restart_backend(id, &why).await;
+                return;
+            }
+        } else if b.in_flight == 0 {
+            // A server busy with a call is not pinged: a long call is not a hang.
+            let ping = self.send_private(id, Private::Ping, "ping", None);
+            if let Some(b) = self.backends.get_mut(&id) {
+                b.ping = ping;
+            }
+        }
+        self.arm_health(id);
+    }
+
+    pub(crate) fn arm_idle(&mut self, id: BackendId) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        if let Some(idle) = b.plan.idle_timeout {
+            self.timers.insert(Timer::Idle(id), idle);
+        }
+    }
+
+    pub(crate) async fn on_idle(&mut self, id: BackendId) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        let Some(idle) = b.plan.idle_timeout else {
+            return;
+        };
+        if b.link.is_none() || b.state != State::Ready {
+            return;
+        }
+        let quiet = b.last_used.elapsed();
+        if b.in_flight == 0 && quiet >= idle {
+            tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
+            self.stop_backend(id, "it was idle", State::Idle).await;
+        } else {
+            let left = idle.saturating_sub(quiet).max(Duration::from_millis(10));
+            self.timers.insert(Timer::Idle(id), left);
+        }
+    }
+}
+
+/// MCP's code for a request that needs a capability the client lacks.
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;

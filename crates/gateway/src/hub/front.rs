@@ -1,0 +1,683 @@
+//! What the front client says, and the answers the gateway gives itself.
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
+use mcpvisor_jsonrpc::{
+    Envelope, EnvelopeError, Frame, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND,
+    PARSE_ERROR, build, rewrite,
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::backend::{BackendId, State};
+use super::lists::Kind as ListKind;
+use super::{FanOut, Hub, Parked, Pending, Private, Timer, Wrap};
+use crate::raw::{self, RawObject};
+
+/// Protocol revisions the gateway speaks with a front client that
+/// initializes, newest first.
+const FRONT_PROTOCOLS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// The `_meta` key of a 2026-07-28 request's protocol version.
+const META_PROTOCOL: &str = "io.modelcontextprotocol/protocolVersion";
+/// The gateway's own tools (with `--tool-search`).
+pub(crate) const SEARCH_TOOL: &str = "mcpvisor__search_tools";
+pub(crate) const CALL_TOOL: &str = "mcpvisor__call_tool";
+
+impl Hub {
+    pub(crate) async fn on_front_frame(&mut self, frame: Frame) {
+        let line = match frame {
+            Frame::Line(line) => line,
+            Frame::Oversize { len, head } => {
+                let id = scan_id(&head).unwrap_or("null").to_owned();
+                tracing::warn!(
+                    bytes = len,
+                    "client message over --max-message-bytes; not forwarded"
+                );
+                let detail = format!(
+                    "Invalid request: the message is {len} bytes, over the limit of {} bytes (--max-message-bytes); it was not forwarded",
+                    self.settings.max_message_bytes
+                );
+                self.emit(build::error(&id, INVALID_REQUEST, &detail, None))
+                    .await;
+                return;
+            }
+        };
+        let env = match Envelope::peek(&line) {
+            Ok(env) => env,
+            Err(EnvelopeError::Json(e)) => {
+                let msg = format!("Parse error: {e}");
+                self.emit(build::error("null", PARSE_ERROR, &msg, None))
+                    .await;
+                return;
+            }
+            Err(e) => {
+                let msg = format!("Invalid request: {e}");
+                self.emit(build::error("null", INVALID_REQUEST, &msg, None))
+                    .await;
+                return;
+            }
+        };
+        match env.kind {
+            Kind::Request => self.on_front_request(&line, &env, false).await,
+            Kind::Notification => self.on_front_notification(&line, &env).await,
+            Kind::Response => self.on_front_response(&line, &env),
+        }
+    }
+
+    async fn on_front_request(&mut self, line: &Bytes, env: &Envelope<'_>, retry: bool) {
+        let Some(raw_id) = env.id else { return };
+        let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
+        if !retry && self.parked.iter().any(|p| p.id == id) || self.by_front_id.contains_key(&id) {
+            let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
+            self.emit(build::error(
+                raw_id.get(),
+                mcpvisor_jsonrpc::NOT_STARTED,
+                msg,
+                None,
+            ))
+            .await;
+            return;
+        }
+        if !retry && self.front_awaited() >= self.settings.max_in_flight {
+            let msg = format!(
+                "Request not started: {} requests are already in flight (--max-in-flight). It is safe to retry.",
+                self.settings.max_in_flight
+            );
+            self.emit(build::error(
+                raw_id.get(),
+                mcpvisor_jsonrpc::NOT_STARTED,
+                &msg,
+                None,
+            ))
+            .await;
+            return;
+        }
+        let params = raw_params(line);
+        let obj = params.and_then(|p| RawObject::parse(p.get()));
+        if !self.front.initialized && is_modern(obj.as_ref()) {
+            self.front.modern = true;
+        }
+        let method = env.method().to_owned();
+        match method.as_str() {
+            "initialize" => {
+                self.on_initialize(obj.as_ref());
+                self.park(id, method, None);
+            }
+            "ping" => self.emit(build::result(raw_id.get(), "{}")).await,
+            "server/discover" => self.park(id, method, None),
+            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+                let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
+                self.park(id, method, cursor);
+            }
+            "tools/call" => {
+                let Some(obj) = obj else {
+                    return self
+                        .invalid_params(raw_id.get(), "tools/call needs params")
+                        .await;
+                };
+                let name = obj.str("name").unwrap_or_default();
+                if self.settings.tool_search && name == SEARCH_TOOL {
+                    return self.search_tools(raw_id.get(), &obj).await;
+                }
+                if self.settings.tool_search && name == CALL_TOOL {
+                    return self.call_found_tool(id, env, &obj).await;
+                }
+                let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
+                    let msg = format!("Unknown tool: {name}");
+                    return self.invalid_params(raw_id.get(), &msg).await;
+                };
+                let params = obj.with("name", &raw::quote(&original));
+                self.forward(backend, id, "tools/call", &params, env).await;
+            }
+            "prompts/get" => {
+                let Some(obj) = obj else {
+                    return self
+                        .invalid_params(raw_id.get(), "prompts/get needs params")
+                        .await;
+                };
+                let name = obj.str("name").unwrap_or_default();
+                let Some((backend, original)) = self.merged.prompts.get(&name).cloned() else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
+                    let msg = format!("Unknown prompt: {name}");
+                    return self.invalid_params(raw_id.get(), &msg).await;
+                };
+                let params = obj.with("name", &raw::quote(&original));
+                self.forward(backend, id, "prompts/get", &params, env).await;
+            }
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                let Some(obj) = obj else {
+                    return self
+                        .invalid_params(raw_id.get(), "the request needs params")
+                        .await;
+                };
+                let uri = obj.str("uri").unwrap_or_default();
+                let Some(backend) = self.backend_for_uri(&uri) else {
+                    if !retry && self.any_settling() {
+                        return self.park_line(id, line);
+                    }
+                    let msg = format!("Resource not found: {uri}");
+                    let data = json!({"uri": uri});
+                    self.emit(build::error(
+                        raw_id.get(),
+                        RESOURCE_NOT_FOUND,
+                        &msg,
+                        Some(&data),
+                    ))
+                    .await;
+                    return;
+                };
+                match method.as_str() {
+                    "resources/subscribe" => {
+                        self.subscriptions.insert(uri);
+                    }
+                    "resources/unsubscribe" => {
+                        self.subscriptions.remove(&uri);
+                    }
+                    _ => {}
+                }
+                let params = params.map(|p| p.get().to_owned()).unwrap_or_default();
+                self.forward(backend, id, &method, &params, env).await;
+            }
+            "completion/complete" => {
+                let Some(obj) = obj else {
+                    return self
+                        .invalid_params(raw_id.get(), "completion/complete needs params")
+                        .await;
+                };
+                match self.completion_target(&obj) {
+                    Some((backend, params)) => {
+                        self.forward(backend, id, &method, &params, env).await;
+                    }
+                    None => {
+                        // Nothing to complete from: an empty completion.
+                        self.emit(build::result(
+                            raw_id.get(),
+                            r#"{"completion":{"values":[],"hasMore":false}}"#,
+                        ))
+                        .await;
+                    }
+                }
+            }
+            "logging/setLevel" => {
+                let params = params
+                    .map(|p| p.get().to_owned())
+                    .unwrap_or_else(|| "{}".into());
+                self.fan_out(id, "logging/setLevel", &params, "logging")
+                    .await;
+            }
+            m if m.starts_with("tasks/") => {
+                let msg = format!(
+                    "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
+                );
+                self.emit(build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None))
+                    .await;
+            }
+            m => {
+                let msg = format!("Method not found: {m}");
+                self.emit(build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None))
+                    .await;
+            }
+        }
+    }
+
+    async fn invalid_params(&mut self, id: &str, message: &str) {
+        self.emit(build::error(id, INVALID_PARAMS, message, None))
+            .await;
+    }
+
+    /// Records what the front client declared.
+    fn on_initialize(&mut self, obj: Option<&RawObject<'_>>) {
+        let caps: Value = obj
+            .and_then(|o| o.get("capabilities"))
+            .and_then(|c| serde_json::from_str(c.get()).ok())
+            .unwrap_or(Value::Null);
+        let has = |k: &str| caps.get(k).is_some_and(|v| !v.is_null());
+        self.front.sampling = has("sampling");
+        self.front.elicitation = has("elicitation");
+        self.front.roots = has("roots");
+        self.front.protocol = obj.and_then(|o| o.str("protocolVersion"));
+        self.front.modern = false;
+    }
+
+    /// Holds a routed request whose target is not known yet, while servers
+    /// are still starting.
+    fn park_line(&mut self, id: Bytes, line: &Bytes) {
+        let wait = self.settings.list_timeout;
+        self.parked.push_back(Parked {
+            id,
+            method: String::new(),
+            params: None,
+            deadline: Instant::now() + wait,
+            line: Some(line.clone()),
+        });
+        self.timers.insert(Timer::Parked, wait);
+    }
+
+    /// Holds a request the gateway answers itself until the servers that
+    /// are starting have settled, at most `--list-timeout`.
+    fn park(&mut self, id: Bytes, method: String, cursor: Option<String>) {
+        let wait = self.settings.list_timeout;
+        self.parked.push_back(Parked {
+            id,
+            method,
+            params: cursor,
+            deadline: Instant::now() + wait,
+            line: None,
+        });
+        self.timers.insert(Timer::Parked, wait);
+    }
+
+    pub(crate) fn any_settling(&self) -> bool {
+        self.backends.values().any(|b| b.settling())
+    }
+
+    pub(crate) async fn answer_parked(&mut self, p: Parked) {
+        if let Some(line) = &p.line {
+            if let Ok(env) = Envelope::peek(line) {
+                self.on_front_request(line, &env, true).await;
+            }
+            return;
+        }
+        let id = String::from_utf8_lossy(&p.id).into_owned();
+        let result = match p.method.as_str() {
+            "initialize" => Ok(self.initialize_result()),
+            "server/discover" => Ok(self.discover_result()),
+            "tools/list" if self.settings.tool_search => Ok(search_tools_list()),
+            m => match ListKind::of_method(m) {
+                Some(kind) => self.list_page(kind, p.params.as_deref()),
+                None => Err(format!("Method not found: {m}")),
+            },
+        };
+        match result {
+            Ok(result) => self.emit(build::result(&id, &result)).await,
+            Err(msg) => {
+                self.emit(build::error(&id, INVALID_PARAMS, &msg, None))
+                    .await;
+            }
+        }
+    }
+
+    fn capabilities() -> Value {
+        json!({
+            "tools": {"listChanged": true},
+            "prompts": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "logging": {},
+            "completions": {},
+        })
+    }
+
+    fn initialize_result(&mut self) -> String {
+        let requested = self.front.protocol.as_deref().unwrap_or(FRONT_PROTOCOLS[0]);
+        let version = FRONT_PROTOCOLS
+            .iter()
+            .find(|v| **v == requested)
+            .copied()
+            .unwrap_or(FRONT_PROTOCOLS[0]);
+        let mut result = json!({
+            "protocolVersion": version,
+            "capabilities": Self::capabilities(),
+            "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
+        });
+        if let Some(text) = self.instructions() {
+            result["instructions"] = Value::String(text);
+        }
+        result.to_string()
+    }
+
+    fn discover_result(&self) -> String {
+        let mut result = json!({
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": Self::capabilities(),
+            "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
+        });
+        if let Some(text) = self.instructions() {
+            result["instructions"] = Value::String(text);
+        }
+        result.to_string()
+    }
+
+    /// Each started server's instructions, under its name.
+    fn instructions(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        for id in &self.order {
+            let b = &self.backends[id];
+            let text = b
+                .init
+                .as_ref()
+                .and_then(|i| i.get("instructions"))
+                .and_then(Value::as_str);
+            if let Some(text) = text.filter(|t| !t.trim().is_empty()) {
+                parts.push(format!("## {}\n{}", b.name(), text.trim()));
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join("\n\n"))
+    }
+
+    /// Sends a front request on to a backend under a fresh gateway id, with
+    /// its progress token (if any) rewritten to that id.
+    async fn forward(
+        &mut self,
+        backend: BackendId,
+        front_id: Bytes,
+        method: &str,
+        params: &str,
+        env: &Envelope<'_>,
+    ) {
+        let gid = self.next_id();
+        let token = env
+            .progress_token
+            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+        let params = match &token {
+            Some(_) => with_progress_token(params, gid),
+            None => params.to_owned(),
+        };
+        let line = raw::request(gid, method, Some(&params));
+        self.by_front_id.insert(front_id.clone(), gid);
+        self.pending.insert(
+            gid,
+            Pending::Front {
+                backend,
+                id: front_id.clone(),
+                token,
+                cancelled: false,
+                wrap: Wrap::AsIs,
+            },
+        );
+        self.route(backend, gid, line, front_id).await;
+    }
+
+    /// Sends one request to every ready backend that declares
+    /// `capability`; the front gets one answer when all have answered.
+    async fn fan_out(&mut self, front_id: Bytes, method: &str, params: &str, capability: &str) {
+        let targets: Vec<BackendId> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|id| {
+                let b = &self.backends[id];
+                b.state == State::Ready
+                    && b.init
+                        .as_ref()
+                        .and_then(|i| i.get("capabilities"))
+                        .and_then(|c| c.get(capability))
+                        .is_some()
+            })
+            .collect();
+        let fid = self.next_fanout;
+        self.next_fanout += 1;
+        let mut sent = 0;
+        for b in targets {
+            if self
+                .send_private(b, Private::SetLevel(fid), method, Some(params))
+                .is_some()
+            {
+                sent += 1;
+            }
+        }
+        self.fanouts.insert(
+            fid,
+            FanOut {
+                id: front_id,
+                waiting: sent,
+            },
+        );
+        if sent == 0 {
+            self.fanout_done_now(fid).await;
+        }
+    }
+
+    pub(crate) async fn fanout_done(&mut self, fid: u64) {
+        let Some(f) = self.fanouts.get_mut(&fid) else {
+            return;
+        };
+        f.waiting = f.waiting.saturating_sub(1);
+        if f.waiting == 0 {
+            self.fanout_done_now(fid).await;
+        }
+    }
+
+    async fn fanout_done_now(&mut self, fid: u64) {
+        if let Some(f) = self.fanouts.remove(&fid) {
+            let id = String::from_utf8_lossy(&f.id).into_owned();
+            self.emit(build::result(&id, "{}")).await;
+        }
+    }
+
+    /// The backend and rewritten params of a `completion/complete`.
+    fn completion_target(&self, obj: &RawObject<'_>) -> Option<(BackendId, String)> {
+        let reference = RawObject::parse(obj.get("ref")?.get())?;
+        match reference.str("type")?.as_str() {
+            "ref/prompt" => {
+                let name = reference.str("name")?;
+                let (backend, original) = self.merged.prompts.get(&name)?;
+                let new_ref = reference.with("name", &raw::quote(original));
+                Some((*backend, obj.with("ref", &new_ref)))
+            }
+            "ref/resource" => {
+                let uri = reference.str("uri")?;
+                let backend = self
+                    .merged
+                    .templates
+                    .iter()
+                    .find(|(t, _)| *t == uri)
+                    .map(|(_, b)| *b)
+                    .or_else(|| self.backend_for_uri(&uri))?;
+                Some((backend, obj.write(&[])))
+            }
+            _ => None,
+        }
+    }
+
+    async fn on_front_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
+        match env.method() {
+            "notifications/initialized" => self.front.initialized = true,
+            "notifications/cancelled" => {
+                let Some(rid) = env.request_id else { return };
+                let key = Bytes::copy_from_slice(rid.get().as_bytes());
+                let Some(gid) = self.by_front_id.get(&key).copied() else {
+                    // A parked request: drop it without an answer.
+                    self.parked.retain(|p| p.id != key);
+                    return;
+                };
+                // The backend's session gives a cancelled request no answer,
+                // so its entry ends here.
+                if let Some(Pending::Front { backend, .. }) = self.take_pending(gid) {
+                    let reason = raw_params(line)
+                        .and_then(|p| RawObject::parse(p.get()))
+                        .and_then(|o| o.str("reason"))
+                        .unwrap_or_else(|| "cancelled by the client".into());
+                    let queued = self.backends.get_mut(&backend).and_then(|b| {
+                        let at = b.queue.iter().position(|(q, _)| *q == gid)?;
+                        Some(b.queue.remove(at))
+                    });
+                    if queued.is_none() {
+                        if let Some(link) =
+                            self.backends.get(&backend).and_then(|b| b.link.as_ref())
+                        {
+                            link.try_send(build::cancelled(&gid.to_string(), &reason));
+                        }
+                    }
+                }
+            }
+            "notifications/roots/list_changed" => {
+                for b in self.backends.values() {
+                    if b.state == State::Ready {
+                        if let Some(link) = &b.link {
+                            link.try_send(line.clone());
+                        }
+                    }
+                }
+            }
+            other => tracing::debug!(method = other, "front notification not routed"),
+        }
+    }
+
+    /// The front's answer to a backend's request goes back to the backend
+    /// (and its session generation) that asked, under the backend's id.
+    fn on_front_response(&mut self, line: &Bytes, env: &Envelope<'_>) {
+        let Some(raw_id) = env.id else { return };
+        let fid = serde_json::from_str::<String>(raw_id.get())
+            .ok()
+            .and_then(|s| {
+                s.strip_prefix("mcpvisor-")
+                    .and_then(|n| n.parse::<u64>().ok())
+            });
+        let Some(req) = fid.and_then(|f| self.server_reqs.remove(&f)) else {
+            tracing::debug!("an answer for no pending server request dropped");
+            return;
+        };
+        let out = rewrite::splice(line, raw_id, &req.id);
+        if let Some(link) = self
+            .backends
+            .get(&req.backend)
+            .and_then(|b| b.link.as_ref())
+        {
+            link.try_send(out);
+        }
+    }
+
+    // === tool search ===
+
+    async fn search_tools(&mut self, id: &str, obj: &RawObject<'_>) {
+        let args: Value = obj
+            .get("arguments")
+            .and_then(|a| serde_json::from_str(a.get()).ok())
+            .unwrap_or(Value::Null);
+        let query = args["query"].as_str().unwrap_or_default().to_owned();
+        let limit = args["limit"].as_u64().unwrap_or(10).clamp(1, 50) as usize;
+        let tools: Vec<Value> = self.merged.items[ListKind::Tools.index()]
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap_or(Value::Null))
+            .collect();
+        let hits = self
+            .merged
+            .search
+            .as_ref()
+            .map(|ix| ix.search(&query, limit))
+            .unwrap_or_default();
+        let found: Vec<Value> = hits
+            .into_iter()
+            .filter_map(|(i, _)| tools.get(i))
+            .map(|t| {
+                json!({
+                    "name": t["name"],
+                    "description": t.get("description").cloned().unwrap_or(Value::Null),
+                    "inputSchema": t.get("inputSchema").cloned().unwrap_or(json!({"type": "object"})),
+                })
+            })
+            .collect();
+        let text = json!({ "tools": found }).to_string();
+        let result = json!({
+            "content": [{"type": "text", "text": text}],
+            "structuredContent": {"tools": found},
+        });
+        self.emit(build::result(id, &result.to_string())).await;
+    }
+
+    async fn call_found_tool(&mut self, id: Bytes, env: &Envelope<'_>, obj: &RawObject<'_>) {
+        let raw_id = String::from_utf8_lossy(&id).into_owned();
+        let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
+        let Some(args) = args else {
+            return self
+                .invalid_params(&raw_id, "mcpvisor__call_tool needs {name, arguments}")
+                .await;
+        };
+        let name = args.str("name").unwrap_or_default();
+        let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+            let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
+            return self.invalid_params(&raw_id, &msg).await;
+        };
+        let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
+        let params = obj.write(&[
+            ("name", Some(&raw::quote(&original))),
+            ("arguments", Some(arguments)),
+        ]);
+        self.forward(backend, id, "tools/call", &params, env).await;
+    }
+}
+
+/// The tool list in `--tool-search` mode.
+fn search_tools_list() -> String {
+    json!({"tools": [
+        {
+            "name": SEARCH_TOOL,
+            "description": "Search every tool of every server behind this gateway by what it does. Returns the best matches with their names, descriptions and input schemas; call one with mcpvisor__call_tool.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What the tool should do, in a few words"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "How many tools to return (default 10)"}
+                },
+                "required": ["query"]
+            }
+        },
+        {
+            "name": CALL_TOOL,
+            "description": "Call a tool found with mcpvisor__search_tools, by its full name.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "The tool's full name, as search returned it"},
+                    "arguments": {"type": "object", "description": "The tool's arguments"}
+                },
+                "required": ["name"]
+            }
+        }
+    ]})
+    .to_string()
+}
+
+/// MCP's "resource not found".
+const RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// Whether a request is in the 2026-07-28 style (protocol version in `_meta`).
+fn is_modern(params: Option<&RawObject<'_>>) -> bool {
+    params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| RawObject::parse(m.get()))
+        .and_then(|m| m.str(META_PROTOCOL))
+        .is_some_and(|v| v.as_str() >= "2026-07-28")
+}
+
+/// `params` with `_meta.progressToken` set to the gateway's id.
+fn with_progress_token(params: &str, gid: u64) -> String {
+    let Some(obj) = RawObject::parse(params) else {
+        return params.to_owned();
+    };
+    let meta = obj
+        .get("_meta")
+        .and_then(|m| RawObject::parse(m.get()))
+        .map(|m| m.with("progressToken", &gid.to_string()))
+        .unwrap_or_else(|| format!("{{\"progressToken\":{gid}}}"));
+    obj.with("_meta", &meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_tokens_are_rewritten_in_place() {
+        let p = r#"{"name":"x","arguments":{"a":1},"_meta":{"progressToken":"t-1","other":true}}"#;
+        assert_eq!(
+            with_progress_token(p, 42),
+            r#"{"name":"x","arguments":{"a":1},"_meta":{"progressToken":42,"other":true}}"#
+        );
+    }
+
+    #[test]
+    fn modern_requests_are_recognised() {
+        let p = RawObject::parse(
+            r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        );
+        assert!(is_modern(p.as_ref()));
+        let p = RawObject::parse(r#"{"_meta":{}}"#);
+        assert!(!is_modern(p.as_ref()));
+    }
+}

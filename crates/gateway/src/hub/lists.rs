@@ -1,0 +1,483 @@
+//! The merged lists: every backend's tools, prompts, resources and
+//! resource templates as one server's, and the tables that route a name or
+//! a URI back to the backend that offered it.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::backend::BackendId;
+use super::{Hub, Private};
+use crate::naming::NameTable;
+use crate::raw::{self, RawObject};
+
+/// The four lists a server may offer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    Tools,
+    Prompts,
+    Resources,
+    Templates,
+}
+
+pub(crate) const KINDS: [Kind; 4] = [Kind::Tools, Kind::Prompts, Kind::Resources, Kind::Templates];
+/// A server with more pages than this is not read to the end.
+const MAX_PAGES: usize = 100;
+/// Items per page of a merged list.
+pub(crate) const PAGE: usize = 500;
+
+impl Kind {
+    pub fn capability(self) -> &'static str {
+        match self {
+            Kind::Tools => "tools",
+            Kind::Prompts => "prompts",
+            Kind::Resources | Kind::Templates => "resources",
+        }
+    }
+
+    pub fn method(self) -> &'static str {
+        match self {
+            Kind::Tools => "tools/list",
+            Kind::Prompts => "prompts/list",
+            Kind::Resources => "resources/list",
+            Kind::Templates => "resources/templates/list",
+        }
+    }
+
+    /// The member of a list result that holds the items.
+    pub fn key(self) -> &'static str {
+        match self {
+            Kind::Tools => "tools",
+            Kind::Prompts => "prompts",
+            Kind::Resources => "resources",
+            Kind::Templates => "resourceTemplates",
+        }
+    }
+
+    /// The member of an item that names it.
+    fn item_name(self) -> &'static str {
+        match self {
+            Kind::Tools | Kind::Prompts => "name",
+            Kind::Resources => "uri",
+            Kind::Templates => "uriTemplate",
+        }
+    }
+
+    fn changed(self) -> &'static str {
+        match self {
+            Kind::Tools => "notifications/tools/list_changed",
+            Kind::Prompts => "notifications/prompts/list_changed",
+            Kind::Resources | Kind::Templates => "notifications/resources/list_changed",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn of_method(method: &str) -> Option<Self> {
+        KINDS.into_iter().find(|k| k.method() == method)
+    }
+}
+
+/// One item of a backend's list, as the backend wrote it.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    /// Its name (tools, prompts) or URI (resources, templates).
+    pub name: String,
+    pub raw: Box<RawValue>,
+}
+
+impl Item {
+    fn read(kind: Kind, raw: Box<RawValue>) -> Option<Self> {
+        let name = RawObject::parse(raw.get())?.str(kind.item_name())?;
+        Some(Self { name, raw })
+    }
+}
+
+/// Lists read on an earlier run, for a server not started yet.
+#[derive(Debug, Clone, Default)]
+pub struct Cached {
+    pub(crate) lists: [Option<Vec<Item>>; 4],
+    pub(crate) init: Option<Value>,
+}
+
+impl Cached {
+    /// From the list cache's record; unreadable items are left out.
+    pub fn from_lists(lists: &crate::cache::Lists) -> Self {
+        let mut cached = Cached {
+            init: Some(lists.initialize.clone()).filter(|v| !v.is_null()),
+            ..Cached::default()
+        };
+        let by_kind = [
+            (Kind::Tools, &lists.tools),
+            (Kind::Prompts, &lists.prompts),
+            (Kind::Resources, &lists.resources),
+            (Kind::Templates, &lists.resource_templates),
+        ];
+        for (kind, items) in by_kind {
+            let list = items
+                .iter()
+                .filter_map(|v| serde_json::value::to_raw_value(v).ok())
+                .filter_map(|raw| Item::read(kind, raw))
+                .collect();
+            cached.lists[kind.index()] = Some(list);
+        }
+        cached
+    }
+
+    /// The list cache's record of a backend's lists.
+    pub(crate) fn to_lists(
+        lists: &[Option<Vec<Item>>; 4],
+        init: Option<&Value>,
+    ) -> crate::cache::Lists {
+        let values = |kind: Kind| -> Vec<Value> {
+            lists[kind.index()]
+                .iter()
+                .flatten()
+                .filter_map(|i| serde_json::from_str(i.raw.get()).ok())
+                .collect()
+        };
+        crate::cache::Lists {
+            initialize: init.cloned().unwrap_or(Value::Null),
+            tools: values(Kind::Tools),
+            prompts: values(Kind::Prompts),
+            resources: values(Kind::Resources),
+            resource_templates: values(Kind::Templates),
+        }
+    }
+}
+
+/// The merged lists and their routing tables.
+#[derive(Debug, Default)]
+pub(crate) struct Merged {
+    /// Each list's items as the front sees them (JSON text).
+    pub items: [Vec<String>; 4],
+    /// Exposed tool name → backend and original name.
+    pub tools: HashMap<String, (BackendId, String)>,
+    /// Exposed prompt name → backend and original name.
+    pub prompts: HashMap<String, (BackendId, String)>,
+    /// Resource URI → the first backend in config order that lists it.
+    pub uris: HashMap<String, BackendId>,
+    /// Resource templates in config order.
+    pub templates: Vec<(String, BackendId)>,
+    /// Tool descriptions, for tool search: (exposed name, item index).
+    pub search: Option<crate::search::Index>,
+}
+
+impl Hub {
+    pub(crate) async fn on_list_page(
+        &mut self,
+        id: BackendId,
+        kind: Kind,
+        mut items: Vec<Box<RawValue>>,
+        pages: usize,
+        epoch: u64,
+        line: &Bytes,
+    ) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        if b.epoch != epoch {
+            return;
+        }
+        let name = b.plan.name.clone();
+        #[derive(serde::Deserialize)]
+        struct Page {
+            result: Option<Box<RawValue>>,
+        }
+        let result = serde_json::from_slice::<Page>(line)
+            .ok()
+            .and_then(|p| p.result);
+        let Some(result) = result else {
+            tracing::debug!(server = %name, "{} failed", kind.method());
+            return;
+        };
+        let Some(obj) = RawObject::parse(result.get()) else {
+            return;
+        };
+        if let Some(list) = obj.get(kind.key()) {
+            if let Ok(more) = serde_json::from_str::<Vec<Box<RawValue>>>(list.get()) {
+                items.extend(more);
+            }
+        }
+        let cursor = obj.get("nextCursor").filter(|c| c.get() != "null");
+        if let Some(cursor) = cursor {
+            if pages + 1 < MAX_PAGES {
+                let params = format!("{{\"cursor\":{}}}", cursor.get());
+                self.send_private(
+                    id,
+                    Private::List {
+                        kind,
+                        items,
+                        pages: pages + 1,
+                        epoch,
+                    },
+                    kind.method(),
+                    Some(&params),
+                );
+                return;
+            }
+            tracing::warn!(server = %name, "{} has more than {MAX_PAGES} pages; the rest is left out", kind.method());
+        }
+        let list: Vec<Item> = items
+            .into_iter()
+            .filter_map(|raw| Item::read(kind, raw))
+            .collect();
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.lists[kind.index()] = Some(list);
+            if b.reading == 0 {
+                self.store_cache(id);
+            }
+        }
+        self.remerge(kind).await;
+    }
+
+    /// Recomputes every merged list.
+    pub(crate) async fn remerge_all(&mut self) {
+        for kind in [Kind::Tools, Kind::Prompts, Kind::Resources, Kind::Templates] {
+            self.remerge(kind).await;
+        }
+    }
+
+    /// Recomputes one merged list; tells the front once if it changed.
+    pub(crate) async fn remerge(&mut self, kind: Kind) {
+        let mut entries: Vec<(BackendId, &Item)> = Vec::new();
+        for id in &self.order {
+            let Some(b) = self.backends.get(id) else {
+                continue;
+            };
+            if !b.serves_lists() {
+                continue;
+            }
+            if let Some(list) = &b.lists[kind.index()] {
+                entries.extend(list.iter().map(|item| (*id, item)));
+            }
+        }
+        let items: Vec<String> = match kind {
+            Kind::Tools | Kind::Prompts => {
+                let mut builder = NameTable::builder(self.settings.separator.clone());
+                let mut index_of: HashMap<BackendId, usize> = HashMap::new();
+                let mut i = 0;
+                while i < entries.len() {
+                    let id = entries[i].0;
+                    let names: Vec<String> = entries[i..]
+                        .iter()
+                        .take_while(|(b, _)| *b == id)
+                        .map(|(_, item)| item.name.clone())
+                        .collect();
+                    i += names.len();
+                    let server = builder.server(self.backends[&id].plan.name.clone(), names);
+                    index_of.insert(id, server);
+                }
+                let (table, collisions) = builder.build();
+                for c in collisions {
+                    tracing::warn!(
+                        "name collision: {} is kept by {:?}; renamed: {:?}",
+                        c.exposed,
+                        c.kept.name,
+                        c.renamed
+                            .iter()
+                            .map(|(o, n)| format!("{} -> {n}", o.name))
+                            .collect::<Vec<_>>()
+                    );
+                }
+                let mut routes = HashMap::new();
+                let mut out = Vec::with_capacity(entries.len());
+                for (id, item) in &entries {
+                    let Some(exposed) = table.exposed(index_of[id], &item.name) else {
+                        continue;
+                    };
+                    let exposed = exposed.to_owned();
+                    if routes.contains_key(&exposed) {
+                        continue;
+                    }
+                    let text = RawObject::parse(item.raw.get())
+                        .map(|o| o.with("name", &raw::quote(&exposed)))
+                        .unwrap_or_else(|| item.raw.get().to_owned());
+                    routes.insert(exposed, (*id, item.name.clone()));
+                    out.push(text);
+                }
+                if kind == Kind::Tools {
+                    self.merged.search = Some(crate::search::Index::new(
+                        &out.iter()
+                            .map(|t| {
+                                let v: Value = serde_json::from_str(t).unwrap_or(Value::Null);
+                                (
+                                    v["name"].as_str().unwrap_or_default().to_owned(),
+                                    v["description"].as_str().unwrap_or_default().to_owned(),
+                                )
+                            })
+                            .collect::<Vec<_>>(),
+                    ));
+                    self.merged.tools = routes;
+                } else {
+                    self.merged.prompts = routes;
+                }
+                out
+            }
+            Kind::Resources => {
+                let mut uris = HashMap::new();
+                let mut out = Vec::with_capacity(entries.len());
+                for (id, item) in &entries {
+                    if let Some(first) = uris.get(&item.name) {
+                        if first != id {
+                            tracing::info!(uri = %item.name, "two servers offer the same resource URI; the first in config order serves it");
+                        }
+                        continue;
+                    }
+                    uris.insert(item.name.clone(), *id);
+                    out.push(item.raw.get().to_owned());
+                }
+                self.merged.uris = uris;
+                out
+            }
+            Kind::Templates => {
+                self.merged.templates = entries
+                    .iter()
+                    .map(|(id, item)| (item.name.clone(), *id))
+                    .collect();
+                entries
+                    .iter()
+                    .map(|(_, i)| i.raw.get().to_owned())
+                    .collect()
+            }
+        };
+        let slot = &mut self.merged.items[kind.index()];
+        if *slot == items {
+            return;
+        }
+        *slot = items;
+        let tell = self.front.initialized && !self.front.modern;
+        let search_hides = kind == Kind::Tools && self.settings.tool_search;
+        if tell && !search_hides {
+            tracing::info!("{} changed", kind.method());
+            self.emit(mcpvisor_jsonrpc::build::notification(kind.changed(), None))
+                .await;
+        }
+    }
+
+    /// One page of a merged list, as a result object.
+    pub(crate) fn list_page(&self, kind: Kind, cursor: Option<&str>) -> Result<String, String> {
+        let items = &self.merged.items[kind.index()];
+        let start = match cursor {
+            None => 0,
+            Some(c) => decode_cursor(c).ok_or_else(|| format!("unknown cursor {c:?}"))?,
+        };
+        let end = (start + PAGE).min(items.len());
+        let page = items.get(start..end).unwrap_or_default();
+        let mut out = format!("{{\"{}\":[{}]", kind.key(), page.join(","));
+        if end < items.len() {
+            out.push_str(&format!(
+                ",\"nextCursor\":{}",
+                raw::quote(&encode_cursor(end))
+            ));
+        }
+        out.push('}');
+        Ok(out)
+    }
+
+    /// The backend that serves a resource URI: the one that listed it, or
+    /// the first whose template matches.
+    pub(crate) fn backend_for_uri(&self, uri: &str) -> Option<BackendId> {
+        if let Some(id) = self.merged.uris.get(uri) {
+            return Some(*id);
+        }
+        self.merged
+            .templates
+            .iter()
+            .find(|(t, _)| template_matches(t, uri))
+            .map(|(_, id)| *id)
+    }
+
+    /// Writes a backend's lists to the list cache.
+    pub(crate) fn store_cache(&self, id: BackendId) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        let Some(cache) = &self.cache else { return };
+        let Some(key) = &b.plan.cache_key else { return };
+        let lists = Cached::to_lists(&b.lists, b.init.as_ref());
+        if let Err(e) = cache.put(key, &lists) {
+            tracing::debug!(server = %b.plan.name, error = %e, "list cache not written");
+        }
+    }
+}
+
+fn encode_cursor(offset: usize) -> String {
+    format!("mcpvisor:{offset}")
+}
+
+fn decode_cursor(cursor: &str) -> Option<usize> {
+    cursor.strip_prefix("mcpvisor:")?.parse().ok()
+}
+
+/// Whether `uri` fits an RFC 6570 template (level 1: each `{var}` stands for
+/// one or more characters; `{+var}` and the like are treated the same).
+pub(crate) fn template_matches(template: &str, uri: &str) -> bool {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        parts.push(&rest[..open]);
+        match rest[open..].find('}') {
+            Some(close) => rest = &rest[open + close + 1..],
+            None => return template == uri,
+        }
+    }
+    parts.push(rest);
+    // parts: literal, var, literal, var, ..., literal
+    let Some((first, tail)) = parts.split_first() else {
+        return false;
+    };
+    let Some(mut at) = uri.strip_prefix(first) else {
+        return false;
+    };
+    let count = tail.len();
+    for (i, lit) in tail.iter().enumerate() {
+        let last = i + 1 == count;
+        if last {
+            return at.len() > lit.len() && at.ends_with(lit);
+        }
+        if lit.is_empty() {
+            // Two variables in a row: anything goes for the first.
+            continue;
+        }
+        match at.get(1..).and_then(|s| s.find(lit)) {
+            Some(pos) => at = &at[1 + pos + lit.len()..],
+            None => return false,
+        }
+    }
+    at.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_level_one() {
+        assert!(template_matches(
+            "test://template/{id}/data",
+            "test://template/42/data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://template//data"
+        ));
+        assert!(!template_matches(
+            "test://template/{id}/data",
+            "test://other/42/data"
+        ));
+        assert!(template_matches("file:///{path}", "file:///a/b/c"));
+        assert!(template_matches("static://x", "static://x"));
+        assert!(!template_matches("static://x", "static://y"));
+    }
+
+    #[test]
+    fn cursors_round_trip() {
+        assert_eq!(decode_cursor(&encode_cursor(500)), Some(500));
+        assert_eq!(decode_cursor("nope"), None);
+    }
+}

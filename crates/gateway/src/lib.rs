@@ -1,0 +1,40 @@
+//! `mcpvisor serve`: every configured server offered to one client as one
+//! MCP server.
+//!
+//! # Theory of operation
+//!
+//! The gateway reads a [`mcpvisor_config::ServerSet`] (several config files,
+//! in config order) and runs each server behind its own supervising
+//! session, exactly as `mcpvisor run` would, started in-process through
+//! [`mcpvisor_runner::Link`]: restarts, handshake replay, fail-once, crash
+//! reports, secrets, timeouts and reloads are the session's, one copy of the
+//! code. A server that cannot start, crash-loops or waits on a person never
+//! delays or breaks the others; its tools are simply not there (or answer
+//! with its crash report) until it recovers.
+//!
+//! [`Hub::run`] is the one owning task. It is each backend's client: it
+//! initializes every backend itself with one fixed set of client
+//! capabilities, reads its lists, and keeps the merged lists and routing
+//! tables. Toward the front client it is one server. Its lists are the
+//! union of the backends' lists, each name prefixed with its server's name
+//! (`github__search_repositories`); a call is routed by looking the
+//! exposed name up, never by parsing it. The name `mcpvisor` is kept for
+//! the gateway's own tools.
+//!
+//! The pure parts are modules of their own, each tested on its own:
+//!
+//! * [`naming`]: exposed names that every client accepts
+//!   (`^[A-Za-z0-9_-]{1,64}$`), the same from one run to the next and from
+//!   one server to many, with collisions resolved deterministically and
+//!   reported; a [`naming::NameTable`] maps both ways.
+//! * [`search`]: BM25 ranking of tools for `--tool-search`.
+//! * [`cache`]: the list cache that lets a lazy server's tools be listed
+//!   before it ever starts.
+
+pub mod cache;
+mod hub;
+pub mod naming;
+mod raw;
+pub mod search;
+
+pub use hub::{Cached, Control, Hub, Outcome, ServerPlan, Settings};

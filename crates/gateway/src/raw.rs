@@ -1,0 +1,168 @@
+//! Editing one member of a JSON object while keeping every other byte.
+//!
+//! The gateway renames tools and prompts and rewrites a progress token on
+//! the way through. Everything else in the message (arguments, schemas,
+//! `_meta`, unknown fields) must reach the other side as it came, so objects
+//! are read as an ordered list of `(key, raw value)` pairs and written back
+//! in the same order with only the named member replaced.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A JSON object as its members, in order, with raw values.
+#[derive(Debug, Default)]
+pub(crate) struct RawObject<'a> {
+    members: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> RawObject<'a> {
+    /// Reads `text` as an object. `None` when it is not one.
+    pub fn parse(text: &'a str) -> Option<Self> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let members = de.deserialize_map(MembersVisitor).ok()?;
+        de.end().ok()?;
+        Some(Self { members })
+    }
+
+    /// The raw value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The string value of `key`, if it is a string.
+    pub fn str(&self, key: &str) -> Option<String> {
+        self.get(key)
+            .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
+    }
+
+    /// Writes the object back with `key` set to `value` (raw JSON): replaced
+    /// in place when present, appended otherwise.
+    pub fn with(&self, key: &str, value: &str) -> String {
+        self.write(&[(key, Some(value))])
+    }
+
+    /// Writes the object back with several members replaced (`Some`),
+    /// removed (`None`), or appended when absent.
+    pub fn write(&self, edits: &[(&str, Option<&str>)]) -> String {
+        let mut out = String::with_capacity(self.len_hint() + 64);
+        out.push('{');
+        let mut first = true;
+        let mut push = |out: &mut String, k: &str, v: &str| {
+            if !first {
+                out.push(',');
+            }
+            first = false;
+            push_key(out, k);
+            out.push(':');
+            out.push_str(v);
+        };
+        for (k, v) in &self.members {
+            match edits.iter().find(|(ek, _)| ek == k) {
+                Some((_, Some(new))) => push(&mut out, k, new),
+                Some((_, None)) => {}
+                None => push(&mut out, k, v.get()),
+            }
+        }
+        for (ek, ev) in edits {
+            if let Some(v) = ev {
+                if !self.members.iter().any(|(k, _)| k == ek) {
+                    push(&mut out, ek, v);
+                }
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    fn len_hint(&self) -> usize {
+        self.members
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum()
+    }
+}
+
+fn push_key(out: &mut String, key: &str) {
+    match serde_json::to_string(key) {
+        Ok(k) => out.push_str(&k),
+        Err(_) => out.push_str("\"\""),
+    }
+}
+
+struct MembersVisitor;
+
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value: &'de RawValue = map.next_value()?;
+            members.push((key, value));
+        }
+        Ok(members)
+    }
+}
+
+/// JSON text for a string.
+pub(crate) fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Builds a request line from raw parts.
+pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Bytes {
+    let method = quote(method);
+    bytes::Bytes::from(match params {
+        Some(p) => {
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method},\"params\":{p}}}")
+        }
+        None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method}}}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_one_member_and_keeps_the_rest_byte_for_byte() {
+        let text =
+            r#"{"name":"a.b","arguments":{"x":1.0,"big":18446744073709551616},"_meta":{"k":"ü"}}"#;
+        let obj = RawObject::parse(text).expect("object");
+        assert_eq!(obj.str("name").as_deref(), Some("a.b"));
+        let out = obj.with("name", "\"b\"");
+        assert_eq!(
+            out,
+            r#"{"name":"b","arguments":{"x":1.0,"big":18446744073709551616},"_meta":{"k":"ü"}}"#
+        );
+    }
+
+    #[test]
+    fn appends_and_removes() {
+        let obj = RawObject::parse(r#"{ "a" : 1 , "b":[2] }"#).expect("object");
+        assert_eq!(
+            obj.write(&[("a", None), ("c", Some("3"))]),
+            r#"{"b":[2],"c":3}"#
+        );
+    }
+
+    #[test]
+    fn escaped_keys_survive() {
+        let obj = RawObject::parse(r#"{"a\"b":1}"#).expect("object");
+        assert_eq!(obj.with("x", "2"), r#"{"a\"b":1,"x":2}"#);
+    }
+
+    #[test]
+    fn not_an_object() {
+        assert!(RawObject::parse("[1]").is_none());
+        assert!(RawObject::parse("{").is_none());
+        assert!(RawObject::parse("{} x").is_none());
+    }
+}
