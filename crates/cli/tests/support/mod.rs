@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -224,6 +224,39 @@ impl Proc {
                 Ok(line) if line.contains(needle) => return Some(line),
                 Ok(_) => {}
                 Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every stdout line still to come, once the pipe is closed (the
+    /// process and everything sharing its stdout are gone).
+    pub fn stdout_to_end(&mut self, limit: Duration) -> Vec<String> {
+        let deadline = Instant::now() + limit;
+        let mut out = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => out.push(line),
+                Err(RecvTimeoutError::Disconnected) => return out,
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!("stdout still open after {limit:?}; got {out:?}")
+                }
+            }
+        }
+    }
+
+    /// All of stderr, once the pipe is closed.
+    pub fn stderr_to_end(&mut self, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Disconnected) => return self.stderr_text(),
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "stderr still open after {limit:?}; so far:\n{}",
+                    self.stderr_text()
+                ),
             }
         }
     }

@@ -704,9 +704,22 @@ impl Hub {
         );
     }
 
-    async fn on_server_request(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
+    pub(crate) async fn on_server_request(
+        &mut self,
+        id: BackendId,
+        line: &Bytes,
+        env: &Envelope<'_>,
+    ) {
         let Some(raw_id) = env.id else { return };
         let method = env.method();
+        if method != "ping" && !self.front.initialized && !self.front.modern {
+            // Until the client has initialized, what it can take is unknown,
+            // and nothing may be sent to it: hold the request (bounded).
+            if self.early.len() < MAX_EARLY {
+                self.early.push((id, line.clone()));
+                return;
+            }
+        }
         let needs = match method {
             "ping" => {
                 let reply = build::result(raw_id.get(), "{}");
@@ -916,6 +929,9 @@ impl Hub {
         }
     }
 }
+
+/// Server requests held until the client has initialized.
+const MAX_EARLY: usize = 64;
 
 /// MCP's code for a request that needs a capability the client lacks.
 pub(crate) const MISSING_CAPABILITY: i64 = -32021;

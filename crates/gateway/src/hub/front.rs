@@ -476,7 +476,14 @@ impl Hub {
 
     async fn on_front_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
-            "notifications/initialized" => self.front.initialized = true,
+            "notifications/initialized" => {
+                self.front.initialized = true;
+                for (backend, held) in std::mem::take(&mut self.early) {
+                    if let Ok(env) = Envelope::peek(&held) {
+                        self.on_server_request(backend, &held, &env).await;
+                    }
+                }
+            }
             "notifications/cancelled" => {
                 let Some(rid) = env.request_id else { return };
                 let key = Bytes::copy_from_slice(rid.get().as_bytes());

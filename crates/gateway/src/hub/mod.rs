@@ -203,6 +203,8 @@ pub struct Hub {
     fanouts: HashMap<u64, FanOut>,
     parked: VecDeque<Parked>,
     front: FrontInfo,
+    /// Backends' requests that arrived before the client initialized.
+    early: Vec<(BackendId, Bytes)>,
     /// Resource URIs the front subscribed to.
     subscriptions: std::collections::HashSet<String>,
     merged: Merged,
@@ -269,6 +271,7 @@ impl Hub {
             fanouts: HashMap::new(),
             parked: VecDeque::new(),
             front: FrontInfo::default(),
+            early: Vec::new(),
             subscriptions: Default::default(),
             merged: Merged::default(),
             cache,

@@ -1,0 +1,931 @@
+//! `mcpvisor serve` end to end: several fake workers from one config file,
+//! offered to a client on stdio as one MCP server.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mcpvisor_jsonrpc::{NOT_STARTED, WORKER_LOST};
+use serde_json::{Value, json};
+use support::{Proc, WAIT, fake_worker, mcpvisor, signal, temp_dir, wait_gone};
+
+/// The fake worker's own tools, in its listing order.
+const BUILTIN_TOOLS: [&str; 12] = [
+    "echo",
+    "sleep",
+    "hang",
+    "crash",
+    "kill_self",
+    "garbage",
+    "huge",
+    "stderr",
+    "whoami",
+    "ask",
+    "notify",
+    "list_changed",
+];
+
+/// One config entry: the server's name and its command line.
+struct Entry {
+    name: &'static str,
+    command: String,
+    args: Vec<String>,
+}
+
+impl Entry {
+    /// The fake worker with these flags.
+    fn fake(name: &'static str, flags: &[&str]) -> Self {
+        Self {
+            name,
+            command: fake_worker().display().to_string(),
+            args: flags.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The fake worker, logging what it receives to `<dir>/<name>.log`.
+    fn logged(name: &'static str, dir: &Path, flags: &[&str]) -> Self {
+        let mut entry = Self::fake(name, flags);
+        entry.args.push("--log-file".into());
+        entry.args.push(log_path(dir, name).display().to_string());
+        entry
+    }
+
+    /// A shell command line.
+    fn sh(name: &'static str, script: &str) -> Self {
+        Self {
+            name,
+            command: "sh".into(),
+            args: vec!["-c".into(), script.into()],
+        }
+    }
+}
+
+fn log_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.log"))
+}
+
+/// What the fake worker of `name` received, one `<method> <id>` a line.
+fn received(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(log_path(dir, name)).unwrap_or_default()
+}
+
+/// Writes a Claude Desktop style config file with these servers.
+fn write_config(path: &Path, entries: &[Entry]) {
+    let servers: serde_json::Map<String, Value> = entries
+        .iter()
+        .map(|e| {
+            (
+                e.name.to_owned(),
+                json!({"command": e.command, "args": e.args}),
+            )
+        })
+        .collect();
+    let text = serde_json::to_string_pretty(&json!({ "mcpServers": servers })).expect("config");
+    std::fs::write(path, text).expect("write config");
+}
+
+/// `mcpvisor serve --config <config> <flags>`.
+fn serve(config: &Path, flags: &[&str]) -> Proc {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    Proc::spawn(&args)
+}
+
+/// A temp dir with a config of `entries`, and the gateway serving it.
+fn gateway(name: &str, entries: &[Entry], flags: &[&str]) -> (PathBuf, PathBuf, Proc) {
+    let dir = temp_dir(name);
+    let config = dir.join("mcp.json");
+    write_config(&config, entries);
+    let p = serve(&config, flags);
+    (dir, config, p)
+}
+
+/// `initialize` declaring these client capabilities, then `initialized`.
+fn initialize_with(p: &mut Proc, capabilities: Value) -> Value {
+    let r = p.request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion":"2025-06-18","capabilities":capabilities,"clientInfo":{"name":"serve-e2e","version":"1"}}),
+    );
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    r
+}
+
+fn tool_names(p: &mut Proc, id: Value) -> Vec<String> {
+    let r = p.request(id, "tools/list", json!({}));
+    r["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tools/list result: {r}"))
+        .iter()
+        .map(|t| t["name"].as_str().expect("a tool name").to_owned())
+        .collect()
+}
+
+/// Every message up to and including the first that `done` accepts.
+fn until(p: &mut Proc, what: &str, mut done: impl FnMut(&Value) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(m) = p.recv_within(left) else {
+            panic!(
+                "no {what} within {WAIT:?}; got {seen:?}; stderr:\n{}",
+                p.stderr_text()
+            );
+        };
+        let stop = done(&m);
+        seen.push(m);
+        if stop {
+            return seen;
+        }
+    }
+}
+
+/// The responses to all of `ids`, by id as JSON text, in whatever order
+/// they come (notifications and server requests in between are skipped).
+fn answers_to(p: &mut Proc, ids: &[Value]) -> BTreeMap<String, Value> {
+    let mut got = BTreeMap::new();
+    until(p, "every answer", |m| {
+        if let Some(id) = ids.iter().find(|id| answers(m, id)) {
+            got.insert(id.to_string(), m.clone());
+        }
+        got.len() == ids.len()
+    });
+    got
+}
+
+/// Whether `m` is the response to request `id`.
+fn answers(m: &Value, id: &Value) -> bool {
+    m.get("id") == Some(id) && m.get("method").is_none()
+}
+
+fn is_tools_changed(m: &Value) -> bool {
+    m["method"] == "notifications/tools/list_changed"
+}
+
+fn pid_of(me: &Value) -> i32 {
+    let pid = me["pid"].as_i64().unwrap_or_else(|| panic!("no pid: {me}"));
+    i32::try_from(pid).expect("a pid")
+}
+
+fn error_code(r: &Value) -> i64 {
+    r["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not an error: {r}"))
+}
+
+// === names and routing ===
+
+#[test]
+fn every_tool_is_prefixed_with_its_server_and_calls_reach_that_server() {
+    let dir = temp_dir("serve-names");
+    let config = dir.join("mcp.json");
+    write_config(
+        &config,
+        &[
+            Entry::logged("a", &dir, &[]),
+            Entry::logged("b", &dir, &[]),
+            Entry::logged("c", &dir, &[]),
+        ],
+    );
+    let mut p = serve(&config, &[]);
+    let init = initialize_with(&mut p, json!({}));
+    assert_eq!(
+        init["result"]["capabilities"]["tools"]["listChanged"], true,
+        "{init}"
+    );
+    let names = tool_names(&mut p, json!(1));
+    let expected: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|s| BUILTIN_TOOLS.iter().map(move |t| format!("{s}__{t}")))
+        .collect();
+    assert_eq!(
+        names.iter().collect::<BTreeSet<_>>(),
+        expected.iter().collect::<BTreeSet<_>>(),
+        "{names:?}"
+    );
+    assert_eq!(
+        names.len(),
+        expected.len(),
+        "a name listed twice: {names:?}"
+    );
+
+    // The call reaches a under the tool's own name: the fake worker does not
+    // know `a__echo`, so an echo of the arguments proves the name was mapped.
+    let r = p.call(json!(2), "a__echo", json!({"to": "a"}));
+    assert_eq!(Proc::tool_json(&r), json!({"to": "a"}), "{r}");
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    assert!(
+        received(&dir, "a").contains("tools/call "),
+        "{}",
+        received(&dir, "a")
+    );
+    for other in ["b", "c"] {
+        let log = received(&dir, other);
+        assert!(!log.contains("tools/call"), "{other} got a's call: {log}");
+    }
+    // Each server is its own process.
+    let pids: BTreeSet<i32> = ["a", "b", "c"]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let r = p.call(json!(10 + i), &format!("{s}__whoami"), json!({}));
+            pid_of(&Proc::tool_json(&r))
+        })
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+}
+
+#[test]
+fn a_single_server_is_prefixed_too() {
+    let (_dir, _config, mut p) = gateway("serve-one", &[Entry::fake("solo", &[])], &[]);
+    initialize_with(&mut p, json!({}));
+    let names = tool_names(&mut p, json!(1));
+    let expected: Vec<String> = BUILTIN_TOOLS.iter().map(|t| format!("solo__{t}")).collect();
+    assert_eq!(names, expected);
+    let r = p.call(json!(2), "solo__echo", json!({"n": 1}));
+    assert_eq!(Proc::tool_json(&r), json!({"n": 1}), "{r}");
+    let r = p.call(json!(3), "echo", json!({}));
+    assert!(
+        r.get("error").is_some(),
+        "an unprefixed name was routed: {r}"
+    );
+}
+
+// === supervision behind the gateway ===
+
+#[test]
+fn a_crash_mid_call_fails_only_that_call_and_the_server_restarts() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-crash",
+        &[
+            Entry::fake("a", &[]),
+            Entry::fake("b", &[]),
+            Entry::fake("c", &[]),
+        ],
+        &[],
+    );
+    initialize_with(&mut p, json!({}));
+    let first = Proc::tool_json(&p.call(json!("who-1"), "a__whoami", json!({})));
+    // The doomed call is known to be running in a's worker once its first
+    // progress arrives; b's call runs meanwhile.
+    p.send(json!({"jsonrpc":"2.0","id":"doomed","method":"tools/call","params":{
+        "name":"a__sleep","arguments":{"ms":30000,"progress_ms":50},"_meta":{"progressToken":"doomed-progress"}}}));
+    p.send_call(json!("other"), "b__sleep", json!({"ms": 1500}));
+    until(&mut p, "progress of the doomed call", |m| {
+        m["method"] == "notifications/progress" && m["params"]["progressToken"] == "doomed-progress"
+    });
+    signal(pid_of(&first), 9);
+    let mut doomed = None;
+    let mut other = None;
+    until(&mut p, "answers to both calls", |m| {
+        if answers(m, &json!("doomed")) {
+            doomed = Some(m.clone());
+        }
+        if answers(m, &json!("other")) {
+            other = Some(m.clone());
+        }
+        doomed.is_some() && other.is_some()
+    });
+    let (doomed, other) = (doomed.expect("doomed"), other.expect("other"));
+    assert_eq!(error_code(&doomed), WORKER_LOST, "{doomed}");
+    assert_eq!(Proc::tool_json(&other), "slept 1500 ms", "{other}");
+    // The next call to a is served by a new worker.
+    let second = Proc::tool_json(&p.call(json!("who-2"), "a__whoami", json!({})));
+    assert_ne!(second["pid"], first["pid"], "{second}");
+    assert_eq!(second["generation"], 2, "{second}");
+    let r = p.call(json!("after"), "a__echo", json!({"ok": true}));
+    assert_eq!(Proc::tool_json(&r), json!({"ok": true}), "{r}");
+}
+
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+/// What process start and pipes may add to a bound the gateway keeps.
+const SLACK: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_crash_looping_server_delays_nothing_and_its_tools_are_absent() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-loop",
+        &[
+            Entry::fake("a", &[]),
+            Entry::fake("b", &["--exit-on-initialize", "3"]),
+            Entry::sh("c", "exit 3"),
+        ],
+        &["--list-timeout", "2s"],
+    );
+    let start = Instant::now();
+    let init = p.request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"serve-e2e","version":"1"}}),
+    );
+    let took = start.elapsed();
+    assert!(init.get("result").is_some(), "{init}");
+    assert!(took <= LIST_TIMEOUT + SLACK, "initialize took {took:?}");
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    let start = Instant::now();
+    let names = tool_names(&mut p, json!(1));
+    let took = start.elapsed();
+    assert!(took <= LIST_TIMEOUT + SLACK, "tools/list took {took:?}");
+    let expected: Vec<String> = BUILTIN_TOOLS.iter().map(|t| format!("a__{t}")).collect();
+    assert_eq!(names, expected, "only a's tools");
+    for (i, name) in ["b__echo", "c__echo"].into_iter().enumerate() {
+        let start = Instant::now();
+        let r = p.call(json!(10 + i), name, json!({}));
+        assert!(r.get("error").is_some(), "{name}: {r}");
+        let took = start.elapsed();
+        assert!(took <= LIST_TIMEOUT + SLACK, "{name} took {took:?}: {r}");
+    }
+    let r = p.call(json!(20), "a__echo", json!({"still": "fine"}));
+    assert_eq!(Proc::tool_json(&r), json!({"still": "fine"}), "{r}");
+}
+
+#[test]
+fn a_server_that_starts_crash_looping_later_fails_its_calls_not_the_others() {
+    // Its first start succeeds; every later one exits at once.
+    let dir = temp_dir("serve-late-loop");
+    let marker = dir.join("started-once");
+    let script = format!(
+        "if [ -e '{m}' ]; then exit 3; fi; : > '{m}'; exec '{w}'",
+        m = marker.display(),
+        w = fake_worker().display()
+    );
+    let config = dir.join("mcp.json");
+    write_config(&config, &[Entry::fake("a", &[]), Entry::sh("b", &script)]);
+    let mut p = serve(
+        &config,
+        &["--crash-loop-exits", "2", "--list-timeout", "2s"],
+    );
+    initialize_with(&mut p, json!({}));
+    assert!(tool_names(&mut p, json!(1)).contains(&"b__echo".to_owned()));
+    let r = p.call(json!("boom"), "b__crash", json!({}));
+    assert_eq!(error_code(&r), WORKER_LOST, "{r}");
+    // Every later call to b fails, at once or after a bounded wait, with a
+    // "not started" error: it never reached a worker.
+    for i in 0..3 {
+        let start = Instant::now();
+        let r = p.call(json!(format!("b-{i}")), "b__echo", json!({}));
+        let took = start.elapsed();
+        // Either its crash report, or (tools withdrawn) an unknown tool.
+        match error_code(&r) {
+            NOT_STARTED => assert!(
+                r["error"]["data"]["reason"]
+                    .as_str()
+                    .is_some_and(|why| why.contains("crash-looping")),
+                "no crash report: {r}"
+            ),
+            mcpvisor_jsonrpc::INVALID_PARAMS => {}
+            _ => panic!("call {i} to the failing server: {r}"),
+        }
+        assert!(took < WAIT, "call {i} took {took:?}");
+        let r = p.call(json!(format!("a-{i}")), "a__echo", json!({"i": i}));
+        assert_eq!(Proc::tool_json(&r), json!({"i": i}), "{r}");
+    }
+}
+
+#[test]
+fn five_hundred_concurrent_calls_beside_a_crash_looping_server() {
+    const CALLS: usize = 500;
+    const DOOMED: usize = 50;
+    let (_dir, _config, mut p) = gateway(
+        "serve-500",
+        &[
+            Entry::fake("a", &[]),
+            Entry::fake("b", &["--exit-on-initialize", "3"]),
+        ],
+        // The client's own bound must not refuse any of them.
+        &["--max-in-flight", "1000", "--list-timeout", "2s"],
+    );
+    initialize_with(&mut p, json!({}));
+    for i in 0..CALLS {
+        p.send_call(json!(i), "a__echo", json!({"i": i}));
+        if i % (CALLS / DOOMED) == 0 {
+            p.send_call(json!(format!("b-{i}")), "b__echo", json!({"i": i}));
+        }
+    }
+    let mut seen: BTreeMap<String, Value> = BTreeMap::new();
+    let deadline = Instant::now() + WAIT * 3;
+    while seen.len() < CALLS + DOOMED {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = p.recv_within(left).unwrap_or_else(|| {
+            panic!(
+                "{} of {} answers; stderr:\n{}",
+                seen.len(),
+                CALLS + DOOMED,
+                p.stderr_text()
+            )
+        });
+        if m.get("method").is_some() {
+            continue;
+        }
+        let key = m["id"].to_string();
+        assert!(
+            seen.insert(key.clone(), m).is_none(),
+            "{key} answered twice"
+        );
+    }
+    for i in 0..CALLS {
+        let r = &seen[&json!(i).to_string()];
+        assert_eq!(Proc::tool_json(r), json!({"i": i}), "{r}");
+    }
+    let doomed: Vec<&Value> = seen
+        .iter()
+        .filter(|(k, _)| k.starts_with("\"b-"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(doomed.len(), DOOMED);
+    assert!(
+        doomed.iter().all(|r| r.get("error").is_some()),
+        "{doomed:?}"
+    );
+    // Nothing more comes: every request had exactly one answer.
+    let r = p.request(json!("last"), "ping", json!({}));
+    assert_eq!(r["result"], json!({}));
+}
+
+// === list changes ===
+
+#[test]
+fn a_server_list_change_is_told_once_and_its_new_tool_is_callable() {
+    let dir = temp_dir("serve-list-changed");
+    let tools = dir.join("tools.txt");
+    std::fs::write(&tools, "alpha\n").expect("tools file");
+    let tools_arg = tools.display().to_string();
+    let config = dir.join("mcp.json");
+    write_config(
+        &config,
+        &[
+            Entry::fake("a", &["--tools-file", &tools_arg]),
+            Entry::fake("b", &[]),
+        ],
+    );
+    let mut p = serve(&config, &[]);
+    initialize_with(&mut p, json!({}));
+    let before = tool_names(&mut p, json!(1));
+    assert!(before.contains(&"a__alpha".to_owned()), "{before:?}");
+    assert!(!before.contains(&"a__newtool".to_owned()), "{before:?}");
+
+    let mut text = std::fs::read_to_string(&tools).expect("read tools");
+    text.push_str("newtool\n");
+    std::fs::write(&tools, text).expect("append a tool");
+    p.send_call(json!("lc"), "a__list_changed", json!({}));
+    let mut seen = until(&mut p, "the list change", is_tools_changed);
+    // After the change: the list, a call of the new tool, and one more
+    // round trip to a; a second notification would have come before these.
+    // Every message is kept, to count the notifications.
+    p.send(json!({"jsonrpc":"2.0","id":"list","method":"tools/list","params":{}}));
+    seen.extend(until(&mut p, "the new list", |m| {
+        answers(m, &json!("list"))
+    }));
+    p.send_call(json!("new"), "a__newtool", json!({"fresh": 1}));
+    seen.extend(until(&mut p, "the new tool's answer", |m| {
+        answers(m, &json!("new"))
+    }));
+    p.send_call(json!("flush"), "a__echo", json!({}));
+    seen.extend(until(&mut p, "a last answer", |m| {
+        answers(m, &json!("flush"))
+    }));
+    let answer = |id: &str| {
+        seen.iter()
+            .find(|m| answers(m, &json!(id)))
+            .unwrap_or_else(|| panic!("no answer for {id}: {seen:?}"))
+    };
+    let after: Vec<&str> = answer("list")["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for name in ["a__newtool", "a__alpha", "b__echo"] {
+        assert!(after.contains(&name), "{name}: {after:?}");
+    }
+    let new = answer("new");
+    assert_eq!(Proc::tool_json(new), json!({"fresh": 1}), "{new}");
+    assert_eq!(answer("lc")["result"]["isError"], false, "{seen:?}");
+    let told = seen.iter().filter(|m| is_tools_changed(m)).count();
+    assert_eq!(told, 1, "{seen:?}");
+}
+
+#[test]
+fn editing_the_config_removes_and_adds_servers_and_leaves_the_rest_alone() {
+    let (_dir, config, mut p) = gateway(
+        "serve-config-edit",
+        &[
+            Entry::fake("a", &[]),
+            Entry::fake("b", &[]),
+            Entry::fake("c", &[]),
+        ],
+        &[],
+    );
+    initialize_with(&mut p, json!({}));
+    let names = tool_names(&mut p, json!(1));
+    assert!(names.contains(&"b__echo".to_owned()), "{names:?}");
+    let a_before = Proc::tool_json(&p.call(json!("a-1"), "a__whoami", json!({})));
+    let b = Proc::tool_json(&p.call(json!("b-1"), "b__whoami", json!({})));
+
+    write_config(
+        &config,
+        &[
+            Entry::fake("a", &[]),
+            Entry::fake("c", &[]),
+            Entry::fake("d", &[]),
+        ],
+    );
+    until(&mut p, "a list change after the edit", is_tools_changed);
+    let names = tool_names(&mut p, json!(2));
+    assert!(
+        !names.iter().any(|n| n.starts_with("b__")),
+        "b's tools are still listed: {names:?}"
+    );
+    for server in ["a", "c", "d"] {
+        assert!(
+            names.contains(&format!("{server}__echo")),
+            "{server}: {names:?}"
+        );
+    }
+    let r = p.call(json!("d-1"), "d__echo", json!({"d": 1}));
+    assert_eq!(Proc::tool_json(&r), json!({"d": 1}), "{r}");
+    let r = p.call(json!("b-2"), "b__echo", json!({}));
+    assert!(r.get("error").is_some(), "a removed server answered: {r}");
+    assert!(
+        wait_gone(pid_of(&b), WAIT),
+        "b's worker outlived its removal"
+    );
+    let a_after = Proc::tool_json(&p.call(json!("a-2"), "a__whoami", json!({})));
+    assert_eq!(
+        a_after["pid"], a_before["pid"],
+        "an unchanged server was restarted"
+    );
+}
+
+// === server-to-client requests ===
+
+#[test]
+fn server_requests_reach_a_capable_client_under_new_ids_and_come_back() {
+    let dir = temp_dir("serve-asks");
+    let config = dir.join("mcp.json");
+    write_config(
+        &config,
+        &[Entry::logged("a", &dir, &[]), Entry::logged("b", &dir, &[])],
+    );
+    let mut p = serve(&config, &[]);
+    initialize_with(
+        &mut p,
+        json!({"sampling": {}, "roots": {"listChanged": true}, "elicitation": {}}),
+    );
+    // Both workers ask under their own first id (0): the client must see two
+    // different ids, and each answer must reach the server that asked.
+    for server in ["a", "b"] {
+        let params = json!({
+            "messages": [{"role": "user", "content": {"type": "text", "text": format!("from {server}")}}],
+            "maxTokens": 5,
+        });
+        p.send_call(
+            json!(format!("ask-{server}")),
+            &format!("{server}__ask"),
+            json!({"method": "sampling/createMessage", "params": params}),
+        );
+    }
+    let mut asks = Vec::new();
+    until(&mut p, "two sampling requests", |m| {
+        if m["method"] == "sampling/createMessage" {
+            asks.push(m.clone());
+        }
+        asks.len() == 2
+    });
+    assert_ne!(asks[0]["id"], asks[1]["id"], "{asks:?}");
+    for ask in &asks {
+        assert_ne!(ask["id"], json!(0), "the worker's own id leaked: {ask}");
+        let from = ask["params"]["messages"][0]["content"]["text"]
+            .as_str()
+            .expect("the worker's params, intact")
+            .to_owned();
+        p.send(json!({"jsonrpc":"2.0","id":ask["id"],"result":{
+            "role":"assistant","content":{"type":"text","text":format!("answer to {from}")},"model":"m"}}));
+    }
+    let mut answered = answers_to(&mut p, &[json!("ask-a"), json!("ask-b")]);
+    for server in ["a", "b"] {
+        let r = answered
+            .remove(&json!(format!("ask-{server}")).to_string())
+            .expect("answered");
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        let answer = Proc::tool_json(&r);
+        assert_eq!(
+            answer["content"]["text"],
+            format!("answer to from {server}"),
+            "{r}"
+        );
+        // The answer reached the worker under the id it asked with.
+        let log = received(&dir, server);
+        assert!(log.lines().any(|l| l == "response 0"), "{server}: {log}");
+    }
+    // roots/list likewise.
+    p.send_call(json!("roots"), "a__ask", json!({"method": "roots/list"}));
+    let ask = until(&mut p, "a roots request", |m| m["method"] == "roots/list")
+        .pop()
+        .expect("the request");
+    p.send(
+        json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":"file:///serve-e2e"}]}}),
+    );
+    let r = p.response(&json!("roots"));
+    assert_eq!(
+        Proc::tool_json(&r)["roots"][0]["uri"],
+        "file:///serve-e2e",
+        "{r}"
+    );
+}
+
+/// A server that asks for roots as soon as it is initialized, as
+/// server-filesystem does, and asks again on `roots/list_changed`. It tells
+/// what it gets back in a log message, and lists its (no) tools only after
+/// asking, so the gateway has seen the request before it has read the list.
+const EAGER_ASKER: &str = r#"
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p'; }
+IFS= read -r line
+printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"asker","version":"0"}}}\n' "$(id_of "$line")"
+IFS= read -r line
+printf '{"jsonrpc":"2.0","id":"roots-1","method":"roots/list"}\n'
+printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"asked"}}\n'
+n=1
+while IFS= read -r line; do
+  case "$line" in
+    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}\n' "$(id_of "$line")" ;;
+    *'"method":"ping"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+    *'notifications/roots/list_changed'*) n=$((n+1)); printf '{"jsonrpc":"2.0","id":"roots-%s","method":"roots/list"}\n' "$n" ;;
+    *'"result"'*) printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":%s}}\n' "$line" ;;
+  esac
+done
+"#;
+
+#[test]
+fn a_server_request_made_before_the_client_is_initialized_reaches_it_afterwards() {
+    let (_dir, _config, mut p) =
+        gateway("serve-early-ask", &[Entry::sh("early", EAGER_ASKER)], &[]);
+    // The server asked before the client even sent initialize: the gateway
+    // has seen the request once its next message arrives.
+    until(&mut p, "the server's first log message", |m| {
+        m["method"] == "notifications/message" && m["params"]["data"] == "asked"
+    });
+    p.send(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+        "protocolVersion":"2025-06-18","capabilities":{"roots":{"listChanged":true}},
+        "clientInfo":{"name":"serve-e2e","version":"1"}}}),
+    );
+    let before = until(&mut p, "the initialize answer", |m| answers(m, &json!(0)));
+    assert!(
+        !before.iter().any(|m| m["method"] == "roots/list"),
+        "a request reached the client before its initialize was answered: {before:?}"
+    );
+    assert!(
+        before.last().expect("answer").get("result").is_some(),
+        "{before:?}"
+    );
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    // Held until now, or declined and asked again after a roots change:
+    // either way the client is asked, and its answer reaches the server.
+    let ask = until(&mut p, "the roots request", |m| m["method"] == "roots/list")
+        .pop()
+        .expect("the request");
+    p.send(json!({"jsonrpc":"2.0","id":ask["id"],"result":{"roots":[{"uri":"file:///early"}]}}));
+    let got = until(&mut p, "the server's report of the answer", |m| {
+        m["method"] == "notifications/message" && m["params"]["data"].is_object()
+    })
+    .pop()
+    .expect("the report");
+    assert_eq!(
+        got["params"]["data"]["result"]["roots"][0]["uri"], "file:///early",
+        "{got}"
+    );
+}
+
+#[test]
+fn a_server_request_the_client_cannot_take_is_declined_with_its_capability() {
+    let (_dir, _config, mut p) = gateway("serve-decline", &[Entry::fake("a", &[])], &[]);
+    initialize_with(&mut p, json!({"roots": {}}));
+    p.send_call(
+        json!("ask"),
+        "a__ask",
+        json!({"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}}),
+    );
+    let seen = until(&mut p, "the call's answer", |m| answers(m, &json!("ask")));
+    assert!(
+        !seen.iter().any(|m| m["method"] == "sampling/createMessage"),
+        "the request reached a client without sampling: {seen:?}"
+    );
+    let r = seen.last().expect("the answer");
+    // `ask` returns whatever came back: here an error object.
+    let answer = Proc::tool_json(r);
+    let message = answer["message"].as_str().unwrap_or_default();
+    assert!(answer["code"].is_i64(), "not an error: {r}");
+    assert!(message.contains("sampling"), "{r}");
+}
+
+// === progress and cancellation ===
+
+#[test]
+fn progress_keeps_the_client_token_and_a_cancelled_call_gets_no_answer() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-progress",
+        &[Entry::fake("a", &[]), Entry::fake("b", &[])],
+        &[],
+    );
+    initialize_with(&mut p, json!({}));
+    // Two calls on two servers at once, each with the client's own token.
+    for (id, server, token) in [(1, "a", "tok-1"), (2, "b", "tok-2")] {
+        p.send(
+            json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{
+            "name":format!("{server}__sleep"),"arguments":{"ms":500,"progress_ms":100},
+            "_meta":{"progressToken":token}}}),
+        );
+    }
+    let mut done = 0;
+    let seen = until(&mut p, "both answers", |m| {
+        if answers(m, &json!(1)) || answers(m, &json!(2)) {
+            done += 1;
+        }
+        done == 2
+    });
+    for (id, token) in [(1, "tok-1"), (2, "tok-2")] {
+        let progress: Vec<&Value> = seen
+            .iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .filter(|m| m["params"]["progressToken"] == token)
+            .collect();
+        let steps: Vec<i64> = progress
+            .iter()
+            .map(|m| m["params"]["progress"].as_i64().expect("progress"))
+            .collect();
+        assert_eq!(steps, [1, 2, 3, 4], "{token}: {seen:?}");
+        let answer = seen
+            .iter()
+            .find(|m| answers(m, &json!(id)))
+            .expect("answer");
+        let last = seen
+            .iter()
+            .rposition(|m| m["params"]["progressToken"] == token)
+            .expect("progress");
+        let at = seen
+            .iter()
+            .position(|m| answers(m, &json!(id)))
+            .expect("answer");
+        assert!(last < at, "progress for {token} after its answer");
+        assert_eq!(Proc::tool_json(answer), "slept 500 ms", "{answer}");
+    }
+    assert!(
+        seen.iter()
+            .filter(|m| m["method"] == "notifications/progress")
+            .all(|m| m["params"]["progressToken"] == "tok-1"
+                || m["params"]["progressToken"] == "tok-2"),
+        "a rewritten token leaked: {seen:?}"
+    );
+
+    // Cancel after the first progress: no answer ever comes for it. The
+    // worker ignores the cancel and would answer at 1500 ms; a call sent
+    // after the cancel, to the same worker, answers later than that.
+    p.send(
+        json!({"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{
+        "name":"a__sleep","arguments":{"ms":1500,"progress_ms":100},
+        "_meta":{"progressToken":"tok-c"}}}),
+    );
+    until(&mut p, "progress of the call to cancel", |m| {
+        m["params"]["progressToken"] == "tok-c"
+    });
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c1","reason":"test"}}));
+    p.send_call(json!("after"), "a__sleep", json!({"ms": 1700}));
+    let seen = until(&mut p, "the later call's answer", |m| {
+        answers(m, &json!("after"))
+    });
+    assert!(
+        !seen.iter().any(|m| answers(m, &json!("c1"))),
+        "the cancelled call was answered: {seen:?}"
+    );
+    let r = p.call(json!("still"), "a__echo", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+// === tool search ===
+
+#[test]
+fn tool_search_offers_two_tools_and_calls_any_tool_through_them() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-search",
+        &[Entry::fake("a", &[]), Entry::fake("b", &[])],
+        &["--tool-search"],
+    );
+    initialize_with(&mut p, json!({}));
+    assert_eq!(
+        tool_names(&mut p, json!(1)),
+        ["mcpvisor__search_tools", "mcpvisor__call_tool"]
+    );
+    let r = p.call(
+        json!(2),
+        "mcpvisor__call_tool",
+        json!({"name": "a__echo", "arguments": {"via": "search"}}),
+    );
+    assert_eq!(Proc::tool_json(&r), json!({"via": "search"}), "{r}");
+    let r = p.call(
+        json!(3),
+        "mcpvisor__search_tools",
+        json!({"query": "returns its arguments as compact JSON"}),
+    );
+    let found = Proc::tool_json(&r);
+    let hits: Vec<&str> = found["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(hits.contains(&"a__echo"), "{hits:?}");
+}
+
+// === the command line ===
+
+#[test]
+fn inspect_shows_the_gateway_s_prefixed_tools() {
+    let dir = temp_dir("serve-inspect");
+    let config = dir.join("mcp.json");
+    write_config(&config, &[Entry::fake("a", &[]), Entry::fake("b", &[])]);
+    let args: Vec<String> = vec![
+        "inspect".into(),
+        "--json".into(),
+        "--".into(),
+        mcpvisor().display().to_string(),
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    let mut p = Proc::spawn(&args);
+    p.close_stdin();
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}; stderr:\n{}", p.stderr_text());
+    let out = p.stdout_to_end(WAIT).join("\n");
+    let report: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let names: BTreeSet<&str> = report["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    let expected: Vec<String> = ["a", "b"]
+        .iter()
+        .flat_map(|s| BUILTIN_TOOLS.iter().map(move |t| format!("{s}__{t}")))
+        .collect();
+    assert_eq!(
+        names,
+        expected.iter().map(String::as_str).collect(),
+        "{report}"
+    );
+
+    // The text form lists the same names.
+    let mut p = Proc::spawn(&[&args[..1], &args[2..]].concat());
+    p.close_stdin();
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "{status:?}; stderr:\n{}", p.stderr_text());
+    let out = p.stdout_to_end(WAIT);
+    assert!(out.iter().any(|l| l.starts_with("tools (24)")), "{out:#?}");
+    for name in &expected {
+        assert!(
+            out.iter()
+                .any(|l| l.trim_start().starts_with(&format!("{name} "))),
+            "{name} missing: {out:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_server_named_mcpvisor_is_refused_before_anything_starts() {
+    let dir = temp_dir("serve-reserved");
+    let config = dir.join("mcp.json");
+    write_config(
+        &config,
+        &[
+            Entry::logged("a", &dir, &[]),
+            Entry::logged("mcpvisor", &dir, &[]),
+        ],
+    );
+    let mut p = serve(&config, &[]);
+    let status = p.wait_exit(WAIT);
+    assert_eq!(status.code(), Some(2), "{status:?}");
+    let stderr = p.stderr_to_end(WAIT);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("\"mcpvisor\""), "{stderr}");
+    assert!(lines[0].contains("mcp.json"), "{stderr}");
+    assert_eq!(
+        p.stdout_to_end(WAIT),
+        Vec::<String>::new(),
+        "wrote to stdout"
+    );
+    for name in ["a", "mcpvisor"] {
+        assert!(!log_path(&dir, name).exists(), "server {name} was started");
+    }
+}
