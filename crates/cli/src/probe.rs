@@ -154,7 +154,11 @@ where
                     Err(failed) => {
                         eprintln!("mcpvisor: {}", failed.0);
                         if json {
-                            println!("{}", failed.json());
+                            // The failure is already said; a closed or full
+                            // stdout adds nothing to it.
+                            if let Err(e) = crate::output::print(&format!("{}\n", failed.json())) {
+                                let _ = e.report();
+                            }
                         }
                         2
                     }
