@@ -18,8 +18,9 @@ use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
 use super::{Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, display_status};
+use crate::events::SessionEvent;
 use crate::reply;
-use crate::spawner::{Spawner, WorkerIo};
+use crate::spawner::{Spawner, WorkerIo, WorkerReporter};
 use crate::table::{Owner, Req, Timer};
 use crate::writer;
 
@@ -82,13 +83,19 @@ impl<S: Spawner> Session<S> {
     pub(crate) async fn start_generation(&mut self) {
         let id = self.next_generation;
         self.next_generation += 1;
-        let io = match self.spawner.spawn(id) {
+        let reporter = WorkerReporter::new(id, self.events_tx.clone());
+        let io = match self.spawner.spawn(id, reporter) {
             Ok(io) => io,
             Err(e) => {
                 tracing::error!(generation = id, error = %e, "cannot start the MCP server");
                 self.unavailable = Some(e.0.clone());
                 self.quick_exits += 1;
                 let data = ErrorData::spawn(e.0, Some(id));
+                let exited = SessionEvent::Exited {
+                    generation: id,
+                    data: data.clone(),
+                };
+                self.report(exited);
                 if self.quick_exits >= self.cfg.crash_loop_exits {
                     self.enter_failed(data).await;
                 } else {
@@ -99,6 +106,10 @@ impl<S: Spawner> Session<S> {
         };
         self.unavailable = None;
         tracing::info!(generation = id, pid = io.pid, "started worker");
+        self.report(SessionEvent::Starting {
+            generation: id,
+            pid: io.pid,
+        });
         let generation = self.wire_up(id, io);
         self.gens.insert(id, generation);
         self.current = Some(id);
@@ -136,7 +147,6 @@ impl<S: Spawner> Session<S> {
             stop,
             exited,
             stderr_tail,
-            auth,
         } = io;
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let events = self.events_tx.clone();
@@ -184,7 +194,8 @@ impl<S: Spawner> Session<S> {
             stderr_tail,
             stray_stdout: Default::default(),
             init_result: None,
-            auth,
+            auth: None,
+            reported_ready: false,
         }
     }
 
@@ -216,6 +227,7 @@ impl<S: Spawner> Session<S> {
                 return;
             }
         }
+        self.report_ready(id);
         if self.handshake.initialized {
             self.fetch_lists(id).await;
         }
@@ -270,9 +282,6 @@ impl<S: Spawner> Session<S> {
         let exit = exit.or_else(|| g.exit.clone());
         let uptime = g.started.elapsed();
         let stray_stdout = std::mem::take(&mut g.stray_stdout);
-        if let Some(auth) = &g.auth {
-            auth.clear();
-        }
         let stderr = self
             .cfg
             .stderr_in_errors
@@ -294,6 +303,10 @@ impl<S: Spawner> Session<S> {
             stderr,
             stray_stdout,
         };
+        self.report(SessionEvent::Exited {
+            generation: id,
+            data: loss.clone(),
+        });
         let held: Vec<u64> = self
             .reqs
             .iter()

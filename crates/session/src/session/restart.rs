@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::lifecycle::Why;
 use super::{Phase, Session};
 use crate::config::RestartPolicy;
+use crate::events::SessionEvent;
 use crate::spawner::Spawner;
 use crate::table::Timer;
 use mcpvisor_config::report::ErrorData;
@@ -74,6 +75,7 @@ impl<S: Spawner> Session<S> {
         };
         tracing::error!(reason = data.reason, "failing requests until {until}");
         self.failed = Some(data.clone());
+        self.report(SessionEvent::Failed { data: data.clone() });
         if let Some(key) = self.restart_timer.take() {
             let _ = self.timers.try_remove(&key);
         }
@@ -91,6 +93,7 @@ impl<S: Spawner> Session<S> {
         self.failed_timer = None;
         if self.failed.take().is_some() {
             tracing::info!("retrying the MCP server");
+            self.report(SessionEvent::Recovered);
             self.quick_exits = self.cfg.crash_loop_exits.saturating_sub(1);
             if self.cfg.restart == RestartPolicy::Always {
                 self.start_pending = true;
@@ -105,7 +108,9 @@ impl<S: Spawner> Session<S> {
         if let Some(key) = self.failed_timer.take() {
             let _ = self.timers.try_remove(&key);
         }
-        self.failed = None;
+        if self.failed.take().is_some() {
+            self.report(SessionEvent::Recovered);
+        }
         self.quick_exits = 0;
         if let Some(key) = self.restart_timer.take() {
             let _ = self.timers.try_remove(&key);
