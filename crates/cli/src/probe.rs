@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use mcpvisor_process::StopTimeouts;
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_runner::{CallError, Connection, InitInfo};
+use mcpvisor_runner::{CallError, Connection, InitInfo, SessionEvent};
 use mcpvisor_session::Config;
+use tokio::sync::mpsc;
 
 use crate::cli::ServerArgs;
 use crate::server::{Chosen, choose};
@@ -108,7 +109,8 @@ where
             stdout_in_errors: show_stderr,
             ..Config::default()
         };
-        let conn = Connection::start(spawner, cfg, chosen.root());
+        let mut conn = Connection::start(spawner, cfg, chosen.root());
+        let events = conn.take_events();
         let closer = conn.closer();
         let started = Instant::now();
         let spinner = Spinner::start(&chosen.label);
@@ -116,7 +118,7 @@ where
         let work = async {
             let init = tokio::select! {
                 init = conn.initialize(init_timeout, auth_timeout) => init,
-                () = watch_auth(&conn) => unreachable!("watch_auth never ends"),
+                () = show_auth(events) => unreachable!("show_auth never ends"),
             };
             spinner.stop();
             let probe = match init {
@@ -174,20 +176,19 @@ where
     code
 }
 
-/// Shows an authorization link the moment the server prints one.
-async fn watch_auth(conn: &Connection) {
-    let mut shown: Option<String> = None;
-    loop {
-        if let Some(url) = conn.auth_url() {
-            if shown.as_deref() != Some(url.as_str()) {
+/// Shows an authorization link the moment the session reports one. Never
+/// ends: after the session's last event it waits forever.
+async fn show_auth(events: Option<mpsc::Receiver<SessionEvent>>) {
+    if let Some(mut events) = events {
+        while let Some(event) = events.recv().await {
+            if let SessionEvent::AuthPending { url, .. } = event {
                 eprintln!(
                     "\nmcpvisor: the server is waiting for you to authorize it. Open:\n\n    {url}\n"
                 );
-                shown = Some(url);
             }
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    std::future::pending().await
 }
 
 /// "starting `npx ...` 2.1s" on a terminal while the server starts.

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use mcpvisor_session::{Control, Outcome, Session};
+use mcpvisor_session::{Control, EventSink, Outcome, Session};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
@@ -45,6 +45,7 @@ pub fn main(args: RunArgs) -> ExitCode {
             crate::stdio::client_stdin(),
             crate::stdio::client_stdout(),
             control_rx,
+            EventSink::none(),
         )
         .await;
         signals.abort();

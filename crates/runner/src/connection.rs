@@ -8,14 +8,20 @@ use std::time::Duration;
 use mcpvisor_config::report::{CrashReport, ErrorData};
 use mcpvisor_jsonrpc::{INTERNAL_ERROR, NOT_STARTED, WORKER_LOST};
 use mcpvisor_session::writer::write_lines;
-use mcpvisor_session::{AuthPending, Config, Control, Outcome, ProcessSpawner, Session};
+use mcpvisor_session::{
+    Config, Control, EventSink, Outcome, ProcessSpawner, Session, SessionEvent,
+};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::driver::{Command, Driver};
+use crate::driver::{Command, Driver, Outputs};
+
+/// Status events the session may queue before the connection's task reads
+/// them, and that a caller may leave unread before they are dropped.
+const EVENTS: usize = 64;
 
 /// Why a request got no result.
 #[derive(Debug, thiserror::Error)]
@@ -59,8 +65,11 @@ pub struct Connection {
     commands: mpsc::Sender<Command>,
     next_id: AtomicU64,
     notes: Option<mpsc::Receiver<Notification>>,
+    events: Option<mpsc::Receiver<SessionEvent>>,
     closer: Closer,
-    auth: Arc<AuthPending>,
+    /// The authorization link the server waits on, kept by the task from
+    /// the session's events.
+    auth: watch::Receiver<Option<String>>,
 }
 
 /// Stops a connection's session from elsewhere (Ctrl-C, a timeout), even
@@ -109,26 +118,36 @@ impl Connection {
     pub fn start(spawner: ProcessSpawner, cfg: Config, roots: Option<PathBuf>) -> Self {
         let cfg = runner_config(cfg);
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
-        let auth = Arc::clone(&spawner.auth);
         let (ours_in, session_in) = tokio::io::duplex(1 << 20);
         let (session_out, ours_out) = tokio::io::duplex(1 << 20);
         let (control, control_rx) = mpsc::channel(4);
+        let (status, status_rx) = EventSink::channel(EVENTS);
         let session = tokio::spawn(Session::run(
             cfg,
             spawner,
             session_in,
             session_out,
             control_rx,
+            status,
         ));
         let (out, out_rx) = mpsc::channel(64);
         tokio::spawn(write_lines(ours_in, out_rx, None));
         let (notes_tx, notes) = mpsc::channel(1024);
+        let (observer, events) = mpsc::channel(EVENTS);
+        let (auth_tx, auth) = watch::channel(None);
         let (commands, commands_rx) = mpsc::channel(64);
-        tokio::spawn(Driver::new(out, notes_tx, roots).run(ours_out, commands_rx));
+        let outputs = Outputs {
+            notes: notes_tx,
+            auth: auth_tx,
+            observer,
+        };
+        let driver = Driver::new(out, outputs, roots);
+        tokio::spawn(driver.run(ours_out, commands_rx, status_rx));
         Self {
             commands,
             next_id: AtomicU64::new(1),
             notes: Some(notes),
+            events: Some(events),
             closer: Closer {
                 control,
                 session: Arc::new(Mutex::new(Some(session))),
@@ -138,14 +157,17 @@ impl Connection {
         }
     }
 
-    /// The authorization link the server waits on, if it printed one.
-    pub fn auth_url(&self) -> Option<String> {
-        self.auth.url()
-    }
-
     /// Notifications from the server, in order (once: the receiver is moved out).
     pub fn take_notifications(&mut self) -> Option<mpsc::Receiver<Notification>> {
         self.notes.take()
+    }
+
+    /// The session's status events, in order (once: the receiver is moved
+    /// out): the server starting, waiting for authorization at a link,
+    /// authorized, exited. Events nobody reads in time are dropped; the
+    /// stream ends with the session.
+    pub fn take_events(&mut self) -> Option<mpsc::Receiver<SessionEvent>> {
+        self.events.take()
     }
 
     /// Sends a request and waits for its result, at most `limit`.
@@ -155,17 +177,18 @@ impl Connection {
         params: Value,
         limit: Duration,
     ) -> Result<Value, CallError> {
-        self.request_until(method, params, limit, || None).await
+        self.request_until(method, params, limit, None).await
     }
 
-    /// Like [`Connection::request`], but `extend` may move the deadline
-    /// (`initialize` waiting on a person who authorizes in a browser).
+    /// Like [`Connection::request`], but while the server waits on an
+    /// authorization link the wait is `auth_limit` (`initialize` waiting on
+    /// a person who authorizes in a browser).
     async fn request_until(
         &self,
         method: &str,
         params: Value,
         limit: Duration,
-        extend: impl Fn() -> Option<Duration>,
+        auth_limit: Option<Duration>,
     ) -> Result<Value, CallError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
@@ -174,21 +197,18 @@ impl Connection {
         self.command(Command::Request { id, msg, reply }).await?;
         let started = Instant::now();
         let mut deadline = started + limit;
+        let mut auth = self.auth.clone();
         let answer = loop {
-            match tokio::time::timeout_at(
-                deadline.min(Instant::now() + Duration::from_millis(200)),
-                &mut rx,
-            )
-            .await
-            {
-                Ok(Ok(answer)) => break answer?,
-                Ok(Err(_)) => return Err(CallError::Closed),
-                Err(_) if Instant::now() < deadline => {
-                    if let Some(longer) = extend() {
-                        deadline = deadline.max(started + longer);
-                    }
+            if let Some(longer) = auth_limit {
+                if auth.borrow_and_update().is_some() {
+                    deadline = deadline.max(started + longer);
                 }
-                Err(_) => {
+            }
+            tokio::select! {
+                answer = &mut rx => break answer.unwrap_or(Err(CallError::Closed))?,
+                // A prompt appeared or cleared: look at the deadline again.
+                Ok(()) = auth.changed(), if auth_limit.is_some() => {}
+                () = tokio::time::sleep_until(deadline) => {
                     // Best effort: a closed connection has nothing to cancel.
                     let _ = self.command(Command::Cancel { id }).await;
                     return Err(CallError::Timeout(deadline - started));
@@ -229,11 +249,8 @@ impl Connection {
             "capabilities": {"roots": {"listChanged": false}},
             "clientInfo": {"name": "mcpvisor", "version": env!("CARGO_PKG_VERSION")},
         });
-        let auth = Arc::clone(&self.auth);
         let result = self
-            .request_until("initialize", params, init_timeout, move || {
-                auth.url().map(|_| auth_timeout)
-            })
+            .request_until("initialize", params, init_timeout, Some(auth_timeout))
             .await?;
         self.notify("notifications/initialized", json!({})).await?;
         Ok(InitInfo {

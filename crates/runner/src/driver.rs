@@ -6,15 +6,21 @@
 //! the line cannot be written, or when the session's output ends. So every
 //! waiter is answered exactly once, and nothing is left behind by a send that
 //! failed.
+//!
+//! The task also receives the session's status events: it keeps the
+//! authorization link a generation waits on (published on a watch, so an
+//! `initialize` waiting for its answer learns of it at once) and passes every
+//! event on to whoever took the connection's event stream.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::METHOD_NOT_FOUND;
+use mcpvisor_session::SessionEvent;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connection::{CallError, Notification};
 
@@ -52,20 +58,33 @@ pub(crate) struct Driver {
     notes: mpsc::Sender<Notification>,
     /// Offered to the server when it asks for roots.
     roots: Option<PathBuf>,
+    /// The authorization link the server waits on, and which generation
+    /// printed it.
+    auth: watch::Sender<Option<String>>,
+    auth_generation: Option<u64>,
+    /// The session's status events, passed on.
+    observer: mpsc::Sender<SessionEvent>,
+}
+
+/// What the connection's task reports to its callers besides answers.
+#[derive(Debug)]
+pub(crate) struct Outputs {
+    pub notes: mpsc::Sender<Notification>,
+    pub auth: watch::Sender<Option<String>>,
+    pub observer: mpsc::Sender<SessionEvent>,
 }
 
 impl Driver {
-    pub(crate) fn new(
-        out: mpsc::Sender<Bytes>,
-        notes: mpsc::Sender<Notification>,
-        roots: Option<PathBuf>,
-    ) -> Self {
+    pub(crate) fn new(out: mpsc::Sender<Bytes>, outputs: Outputs, roots: Option<PathBuf>) -> Self {
         Self {
             waiting: HashMap::new(),
             outbox: VecDeque::new(),
             out: Some(out),
-            notes,
+            notes: outputs.notes,
             roots,
+            auth: outputs.auth,
+            auth_generation: None,
+            observer: outputs.observer,
         }
     }
 
@@ -73,12 +92,17 @@ impl Driver {
     /// with [`CallError::Closed`]. When every caller is gone, the session's
     /// stdin is closed once the queued lines are written, so the session
     /// ends too.
-    pub(crate) async fn run<R>(mut self, from: R, mut commands: mpsc::Receiver<Command>)
-    where
+    pub(crate) async fn run<R>(
+        mut self,
+        from: R,
+        mut commands: mpsc::Receiver<Command>,
+        mut events: mpsc::Receiver<SessionEvent>,
+    ) where
         R: AsyncRead + Unpin,
     {
         let mut lines = BufReader::new(from).lines();
         let mut callers = true;
+        let mut session = true;
         loop {
             if !callers && self.outbox.is_empty() {
                 self.out = None;
@@ -96,6 +120,10 @@ impl Driver {
                 line = lines.next_line() => match line {
                     Ok(Some(line)) => self.on_line(&line),
                     Ok(None) | Err(_) => break,
+                },
+                event = events.recv(), if session => match event {
+                    Some(event) => self.on_event(event),
+                    None => session = false,
                 },
             }
         }
@@ -191,9 +219,29 @@ impl Driver {
         }
     }
 
+    /// A status event from the session: track the authorization prompt, and
+    /// pass the event on (dropped if nobody keeps up).
+    pub(crate) fn on_event(&mut self, event: SessionEvent) {
+        match &event {
+            SessionEvent::AuthPending { generation, url } => {
+                self.auth_generation = Some(*generation);
+                self.auth.send_replace(Some(url.clone()));
+            }
+            SessionEvent::Authorized { generation } | SessionEvent::Exited { generation, .. }
+                if self.auth_generation == Some(*generation) =>
+            {
+                self.auth_generation = None;
+                self.auth.send_replace(None);
+            }
+            _ => {}
+        }
+        let _ = self.observer.try_send(event);
+    }
+
     /// The session's output ended: no answer will come.
     pub(crate) fn close(&mut self) {
         self.out = None;
+        self.auth.send_replace(None);
         self.outbox.clear();
         for (_, reply) in self.waiting.drain() {
             let _ = reply.send(Err(CallError::Closed));

@@ -9,12 +9,18 @@
 //! in a process group, framing, the handshake, timeouts, layered stops,
 //! authorization prompts and crash reports are the session's code, not a
 //! second copy: a crash reaches the runner as the session's `-32010` (or
-//! `-32011`) error, whose `error.data` becomes a typed [`CrashReport`].
+//! `-32011`) error, whose `error.data` (an [`ErrorData`], the type the
+//! session wrote) becomes a [`CrashReport`].
 //!
-//! [`Connection`] is the client end: it numbers requests, matches answers,
-//! hands notifications (progress) to the caller, and answers the server's own
-//! requests (`roots/list` with the server's working directory, `ping`;
-//! sampling and elicitation are declined). [`spawner`] turns a
+//! [`Connection`] is the client end. One task owns it: the table of requests
+//! in flight, the lines queued for the session, and what the session says
+//! about itself. Callers send that task commands with a oneshot for the
+//! answer, so every waiter is answered exactly once (with
+//! [`CallError::Closed`] when the session goes away). The task hands
+//! notifications (progress) to the caller, answers the server's own requests
+//! (`roots/list` with the server's working directory, `ping`; sampling and
+//! elicitation are declined), and passes on the session's [`SessionEvent`]s;
+//! an authorization prompt among them gives `initialize` its longer wait. [`spawner`] turns a
 //! [`mcpvisor_config::ServerDef`] into a spawner that reads the server's env
 //! file again at every start.
 
@@ -26,4 +32,5 @@ mod spawner;
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
 pub use link::Link;
 pub use mcpvisor_config::CrashReport;
+pub use mcpvisor_session::{ErrorData, SessionEvent};
 pub use spawner::{ServerSpec, spawner};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::LineCodec;
 use mcpvisor_session::writer::write_lines;
-use mcpvisor_session::{Config, Control, Outcome, ProcessSpawner, Session};
+use mcpvisor_session::{Config, Control, EventSink, Outcome, ProcessSpawner, Session};
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -33,9 +33,9 @@ pub struct Link {
 pub type Output = FramedRead<DuplexStream, LineCodec>;
 
 impl Link {
-    /// Starts a session for `spawner`. The server process itself starts
-    /// with the first message written.
-    pub fn start(spawner: ProcessSpawner, cfg: Config) -> (Self, Output) {
+    /// Starts a session for `spawner`, reporting its lifecycle to `status`.
+    /// The server process itself starts with the first message written.
+    pub fn start(spawner: ProcessSpawner, cfg: Config, status: EventSink) -> (Self, Output) {
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
         let max = cfg.max_message_bytes;
         let (ours_in, session_in) = tokio::io::duplex(PIPE_BYTES);
@@ -47,6 +47,7 @@ impl Link {
             session_in,
             session_out,
             control_rx,
+            status,
         ));
         let (lines, lines_rx) = mpsc::channel(1024);
         tokio::spawn(write_lines(ours_in, lines_rx, None));

@@ -12,18 +12,25 @@
 //!   [`mcpvisor_jsonrpc::LineCodec`];
 //! - one writer task per pipe (client stdout, each worker's stdin) batches what
 //!   is queued before it flushes ([`writer`]);
-//! - each generation has its own stdout reader and exit watcher, whose events
-//!   carry the generation number, so a dead generation's output is fenced off
-//!   by a single comparison.
+//! - each generation has its own stdout reader and exit watcher, and its
+//!   stderr pump reports authorization prompts ([`WorkerReporter`]); their
+//!   events carry the generation number, so a dead generation's output is
+//!   fenced off by a single comparison.
+
 //!
 //! Every client request gets a fresh integer id on the worker side, unique
 //! across generations, so responses, cancellations and acknowledgements can
 //! never be confused between generations or with mcpvisor's own requests (the
 //! replayed `initialize`). Responses get the client's original id bytes back.
 //! Server-to-client requests get fresh ids in the client's direction the same
-//! way and remember which generation asked.
+//! way and remember which generation asked.//!
+//! The session reports its own state changes (a generation starting, ready,
+//! waiting for authorization, authorized, exited; the failed state entered
+//! and left) as typed [`SessionEvent`]s to an [`EventSink`] its owner
+//! provides. It never waits on that observer.
 
 mod config;
+mod events;
 mod reply;
 mod session;
 mod spawner;
@@ -31,8 +38,9 @@ mod table;
 pub mod writer;
 
 pub use config::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
-pub use mcpvisor_config::report::StderrTail;
+pub use events::{EventSink, SessionEvent};
+pub use mcpvisor_config::report::{ErrorData, StderrTail};
 pub use session::{Control, Outcome, Session};
 pub use spawner::{
-    AuthPending, EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, WorkerIo,
+    EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, WorkerIo, WorkerReporter,
 };

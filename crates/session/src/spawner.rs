@@ -1,8 +1,10 @@
 //! How a session gets a new worker generation.
 //!
 //! The session asks a [`Spawner`] for a worker and gets its pipes plus a way
-//! to stop it and to learn of its end. [`ProcessSpawner`] starts real
-//! processes; tests plug in workers that live inside the test.
+//! to stop it and to learn of its end. What the spawner's own helpers notice
+//! on the side (an authorization link on stderr) goes to the session as an
+//! event through the generation's [`WorkerReporter`]. [`ProcessSpawner`]
+//! starts real processes; tests plug in workers that live inside the test.
 
 use std::ffi::OsString;
 use std::pin::Pin;
@@ -14,6 +16,9 @@ use mcpvisor_config::{AuthDetector, Secret};
 use mcpvisor_process::stderr::{self, Passthrough};
 use mcpvisor_process::{Exit, Spec, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::mpsc;
+
+use crate::session::WorkerEvent;
 
 /// The pipes and controls of one started worker.
 pub struct WorkerIo {
@@ -26,9 +31,6 @@ pub struct WorkerIo {
     pub exited: BoxFuture<'static, Exit>,
     /// The last lines it wrote to stderr, for crash reports.
     pub stderr_tail: Arc<Mutex<StderrTail>>,
-    /// Set while it waits on an authorization link (initialize then waits
-    /// up to `Config::auth_timeout`).
-    pub auth: Option<Arc<AuthPending>>,
 }
 
 impl std::fmt::Debug for WorkerIo {
@@ -46,8 +48,39 @@ pub struct SpawnFailure(pub String);
 
 /// Makes worker generations.
 pub trait Spawner: Send + 'static {
-    /// Starts generation `generation`.
-    fn spawn(&mut self, generation: u64) -> Result<WorkerIo, SpawnFailure>;
+    /// Starts generation `generation`; what its helpers notice on the side
+    /// goes to `reporter`.
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure>;
+}
+
+/// Reports what one generation's helpers notice on the side (its stderr
+/// pump) to the session, as events on that generation's event channel.
+#[derive(Debug, Clone)]
+pub struct WorkerReporter {
+    generation: u64,
+    events: mpsc::Sender<(u64, WorkerEvent)>,
+}
+
+impl WorkerReporter {
+    pub(crate) fn new(generation: u64, events: mpsc::Sender<(u64, WorkerEvent)>) -> Self {
+        Self { generation, events }
+    }
+
+    /// The worker printed an authorization link and waits for a person to
+    /// open it. Never blocks: a session a whole queue behind misses it.
+    pub fn auth_prompt(&self, url: String) {
+        let event = (self.generation, WorkerEvent::AuthPrompt(url));
+        if self.events.try_send(event).is_err() {
+            tracing::debug!(
+                generation = self.generation,
+                "authorization prompt not reported: the session is behind"
+            );
+        }
+    }
 }
 
 /// Computes extra environment at each spawn (secrets read fresh from an
@@ -56,29 +89,6 @@ pub type EnvSource = Arc<dyn Fn() -> Result<Vec<(String, Secret)>, String> + Sen
 
 /// Sees each stderr line of each generation (never logged by mcpvisor).
 pub type StderrObserver = Arc<dyn Fn(u64, &str) + Send + Sync>;
-
-/// An authorization link a worker printed and is waiting on, if any.
-#[derive(Debug, Default)]
-pub struct AuthPending(Mutex<Option<String>>);
-
-impl AuthPending {
-    /// The link the worker is waiting on.
-    pub fn url(&self) -> Option<String> {
-        self.0.lock().ok().and_then(|u| u.clone())
-    }
-
-    pub(crate) fn set(&self, url: String) {
-        if let Ok(mut u) = self.0.lock() {
-            *u = Some(url);
-        }
-    }
-
-    pub(crate) fn clear(&self) {
-        if let Ok(mut u) = self.0.lock() {
-            *u = None;
-        }
-    }
-}
 
 /// Starts real worker processes from a command line.
 #[derive(Clone)]
@@ -91,8 +101,6 @@ pub struct ProcessSpawner {
     /// Layered last (`--env KEY=VAL`).
     pub env_overrides: Vec<(OsString, OsString)>,
     pub observer: Option<StderrObserver>,
-    /// Set while the newest generation waits on an authorization link.
-    pub auth: Arc<AuthPending>,
 }
 
 impl std::fmt::Debug for ProcessSpawner {
@@ -112,13 +120,16 @@ impl ProcessSpawner {
             env_source: None,
             env_overrides: Vec::new(),
             observer: None,
-            auth: Arc::default(),
         }
     }
 }
 
 impl Spawner for ProcessSpawner {
-    fn spawn(&mut self, generation: u64) -> Result<WorkerIo, SpawnFailure> {
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
         let mut spec = self.spec.clone();
         if let Some(source) = &self.env_source {
             let secrets = source().map_err(SpawnFailure)?;
@@ -141,21 +152,17 @@ impl Spawner for ProcessSpawner {
         let stderr_tail = Arc::new(Mutex::new(StderrTail::new()));
         let tail = Arc::clone(&stderr_tail);
         let observer = self.observer.clone();
-        let auth = Arc::clone(&self.auth);
-        auth.clear();
         let mut detector = AuthDetector::new();
+        let mut reported: Option<String> = None;
         tokio::spawn(stderr::pump(spawned.stderr, self.stderr, move |line| {
             if let Ok(mut t) = tail.lock() {
                 t.push_line(line);
             }
             if let Some(url) = detector.feed(line) {
-                if auth.url().as_deref() != Some(url.as_str()) {
-                    tracing::warn!(
-                        generation,
-                        "the server is waiting for authorization: open {url}"
-                    );
+                if reported.as_deref() != Some(url.as_str()) {
+                    reported = Some(url.clone());
+                    reporter.auth_prompt(url);
                 }
-                auth.set(url);
             }
             if let Some(observe) = &observer {
                 observe(generation, line);
@@ -168,7 +175,6 @@ impl Spawner for ProcessSpawner {
             stop: Box::new(move || stopper.stop()),
             exited: Box::pin(async move { process.wait().await }),
             stderr_tail,
-            auth: Some(Arc::clone(&self.auth)),
         })
     }
 }

@@ -52,6 +52,8 @@ pub(crate) enum State {
     /// Its session runs and the gateway's `initialize` is in flight.
     Starting,
     Ready,
+    /// The server printed an authorization link and waits for a person.
+    WaitingAuth(String),
     /// It cannot be started, or it crash-loops: the session's report.
     Failed(Value),
     /// Disabled in the config.
@@ -186,8 +188,10 @@ impl Hub {
             env_overrides: Vec::new(),
         };
         let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
-        let (link, output) = Link::start(spawner, b.plan.session.clone());
-        tokio::spawn(super::pump(id, output, events));
+        let (sink, status) = mcpvisor_session::EventSink::channel(64);
+        let (link, output) = Link::start(spawner, b.plan.session.clone(), sink);
+        tokio::spawn(super::pump(id, output, events.clone()));
+        tokio::spawn(super::relay_status(id, status, events));
         b.link = Some(link);
         b.state = State::Starting;
         b.epoch += 1;
@@ -345,6 +349,13 @@ impl Hub {
                         .unwrap_or("it keeps exiting")
                 ),
                 data.clone(),
+            )),
+            State::WaitingAuth(url) => Some((
+                format!(
+                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
+                    b.plan.name
+                ),
+                serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url}),
             )),
             State::Disabled => Some((
                 format!(
@@ -505,6 +516,7 @@ impl Hub {
             Incoming::Frame(Frame::Oversize { len, .. }) => {
                 tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
             }
+            Incoming::Status(event) => self.on_status(id, event).await,
             Incoming::Closed => {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {
@@ -514,6 +526,89 @@ impl Hub {
                     self.remerge_all().await;
                 }
             }
+        }
+    }
+
+    /// What the backend's session says of its worker.
+    async fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
+        use mcpvisor_session::SessionEvent as E;
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        if b.link.is_none() {
+            return;
+        }
+        let name = b.plan.name.clone();
+        match event {
+            E::AuthPending { url, .. } => {
+                tracing::warn!(server = %name, "waiting for authorization: open {url}");
+                b.state = State::WaitingAuth(url);
+                // Requests queued for it would wait on a person: refuse them
+                // now with the link.
+                let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
+                for (gid, _) in queued {
+                    self.refuse_queued(id, gid).await;
+                }
+            }
+            E::Authorized { .. } => {
+                tracing::info!(server = %name, "authorized");
+                if matches!(b.state, State::WaitingAuth(_)) {
+                    b.state = if b.init.is_some() {
+                        State::Ready
+                    } else {
+                        State::Starting
+                    };
+                }
+            }
+            E::Failed { data } => {
+                if !matches!(b.state, State::Failed(_)) {
+                    tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
+                    b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+                    let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+                    for gid in queued {
+                        self.answer_not_started(gid, &format!("the server `{name}` is failing"))
+                            .await;
+                    }
+                    self.remerge_all().await;
+                }
+            }
+            E::Ready { .. } => {
+                if matches!(b.state, State::Failed(_) | State::WaitingAuth(_)) && b.init.is_some() {
+                    tracing::info!(server = %name, "ready again: its tools are back");
+                    b.state = State::Ready;
+                    self.flush_queue(id);
+                    self.read_lists(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Refuses a queued front request with the backend's current state.
+    async fn refuse_queued(&mut self, id: BackendId, gid: u64) {
+        let Some(Pending::Front {
+            id: front_id,
+            cancelled,
+            ..
+        }) = self.take_pending(gid)
+        else {
+            return;
+        };
+        if cancelled {
+            return;
+        }
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        if let State::WaitingAuth(url) = &b.state {
+            let message = format!(
+                "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
+                b.plan.name
+            );
+            let data = serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url});
+            let text = String::from_utf8_lossy(&front_id).into_owned();
+            self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
+                .await;
         }
     }
 

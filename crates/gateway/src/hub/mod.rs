@@ -90,6 +90,8 @@ pub(crate) enum Incoming {
     Frame(Frame),
     /// The backend's session ended its output.
     Closed,
+    /// The session's lifecycle news.
+    Status(mcpvisor_session::SessionEvent),
 }
 
 /// A front request the gateway answers itself once servers settle.
@@ -437,4 +439,17 @@ pub(crate) async fn pump(
         }
     }
     let _ = events.send((id, Incoming::Closed)).await;
+}
+
+/// Forwards one backend session's lifecycle events to the hub.
+pub(crate) async fn relay_status(
+    id: BackendId,
+    mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
+    events: mpsc::Sender<(BackendId, Incoming)>,
+) {
+    while let Some(event) = status.recv().await {
+        if events.send((id, Incoming::Status(event))).await.is_err() {
+            return;
+        }
+    }
 }

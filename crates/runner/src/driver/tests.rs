@@ -10,7 +10,14 @@ const WAIT: Duration = Duration::from_secs(60);
 fn driver() -> (Driver, mpsc::Receiver<Bytes>) {
     let (out, out_rx) = mpsc::channel(8);
     let (notes, _) = mpsc::channel(8);
-    (Driver::new(out, notes, None), out_rx)
+    let (auth, _) = watch::channel(None);
+    let (observer, _) = mpsc::channel(8);
+    let outputs = Outputs {
+        notes,
+        auth,
+        observer,
+    };
+    (Driver::new(out, outputs, None), out_rx)
 }
 
 fn request(id: u64) -> (Command, oneshot::Receiver<Result<Value, CallError>>) {
@@ -47,7 +54,8 @@ fn running() -> Running {
     let (d, written) = driver();
     let (session_out, ours) = tokio::io::duplex(1 << 16);
     let (commands, commands_rx) = mpsc::channel(8);
-    let task = tokio::spawn(d.run(ours, commands_rx));
+    let (_events, events_rx) = mpsc::channel(8);
+    let task = tokio::spawn(d.run(ours, commands_rx, events_rx));
     Running {
         session_out,
         commands,
@@ -140,4 +148,39 @@ async fn a_cancelled_request_is_forgotten_and_the_server_told() {
     d.on_command(command);
     d.on_command(Command::Cancel { id: 2 });
     assert_eq!((d.in_flight(), d.outbox.len()), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_auth_prompt_is_current_until_its_generation_is_authorized_or_gone() {
+    let (out, _written) = mpsc::channel(8);
+    let (notes, _) = mpsc::channel(8);
+    let (auth, mut current) = watch::channel(None);
+    let (observer, mut observed) = mpsc::channel(8);
+    let outputs = Outputs {
+        notes,
+        auth,
+        observer,
+    };
+    let mut d = Driver::new(out, outputs, None);
+    let url = "https://auth.example.com/authorize".to_owned();
+    d.on_event(SessionEvent::AuthPending {
+        generation: 1,
+        url: url.clone(),
+    });
+    assert!(current.has_changed().expect("open"));
+    assert_eq!(current.borrow_and_update().as_deref(), Some(url.as_str()));
+    // Another generation's end does not clear it; its own authorization does.
+    d.on_event(SessionEvent::Exited {
+        generation: 2,
+        data: mcpvisor_session::ErrorData::reason("gone"),
+    });
+    assert_eq!(current.borrow().as_deref(), Some(url.as_str()));
+    d.on_event(SessionEvent::Authorized { generation: 1 });
+    assert_eq!(*current.borrow_and_update(), None);
+    // Every event is passed on, in order.
+    let mut names = Vec::new();
+    while let Ok(event) = observed.try_recv() {
+        names.push(event.name());
+    }
+    assert_eq!(names, ["auth-pending", "exited", "authorized"]);
 }

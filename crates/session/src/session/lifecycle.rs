@@ -21,8 +21,9 @@ use super::{
     ClientState, Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, WorkerState,
     display_status,
 };
+use crate::events::SessionEvent;
 use crate::reply;
-use crate::spawner::{Spawner, WorkerIo};
+use crate::spawner::{Spawner, WorkerIo, WorkerReporter};
 use crate::table::{Owner, Req, Timer};
 use crate::writer;
 
@@ -89,13 +90,19 @@ impl<S: Spawner> Session<S> {
         };
         let id = self.next_generation;
         self.next_generation += 1;
-        let io = match self.spawner.spawn(id) {
+        let reporter = WorkerReporter::new(id, self.events_tx.clone());
+        let io = match self.spawner.spawn(id, reporter) {
             Ok(io) => io,
             Err(e) => {
                 tracing::error!(generation = id, error = %e, "cannot start the MCP server");
                 self.worker = WorkerState::Idle;
                 self.quick_exits += 1;
                 let data = ErrorData::spawn(e.0.clone(), Some(id));
+                let exited = SessionEvent::Exited {
+                    generation: id,
+                    data: data.clone(),
+                };
+                self.report(exited);
                 if self.quick_exits >= self.cfg.crash_loop_exits {
                     self.enter_failed(data).await;
                 } else {
@@ -105,6 +112,10 @@ impl<S: Spawner> Session<S> {
             }
         };
         tracing::info!(generation = id, pid = io.pid, "started worker");
+        self.report(SessionEvent::Starting {
+            generation: id,
+            pid: io.pid,
+        });
         let mut generation = self.wire_up(id, io);
         generation.reload = reload;
         self.gens.insert(id, generation);
@@ -144,7 +155,6 @@ impl<S: Spawner> Session<S> {
             stop,
             exited,
             stderr_tail,
-            auth,
         } = io;
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let events = self.events_tx.clone();
@@ -192,7 +202,8 @@ impl<S: Spawner> Session<S> {
             stderr_tail,
             stray_stdout: Default::default(),
             init_result: None,
-            auth,
+            auth: None,
+            reported_ready: false,
         }
     }
 
@@ -224,6 +235,7 @@ impl<S: Spawner> Session<S> {
                 return;
             }
         }
+        self.report_ready(id);
         if self.handshake.initialized {
             self.fetch_lists(id).await;
         }
@@ -287,9 +299,6 @@ impl<S: Spawner> Session<S> {
         let exit = exit.or_else(|| g.exit.clone());
         let uptime = g.started.elapsed();
         let stray_stdout = std::mem::take(&mut g.stray_stdout);
-        if let Some(auth) = &g.auth {
-            auth.clear();
-        }
         let stderr = self
             .cfg
             .stderr_in_errors
@@ -299,7 +308,7 @@ impl<S: Spawner> Session<S> {
         } else {
             tracing::warn!(generation = id, pid = g.pid, cause = %cause, "worker stopped");
         }
-        Some(ErrorData {
+        let loss = ErrorData {
             generation: Some(id),
             reason: cause,
             phase: Some(phase),
@@ -307,7 +316,12 @@ impl<S: Spawner> Session<S> {
             uptime_ms: Some(u64::try_from(uptime.as_millis()).unwrap_or(u64::MAX)),
             stderr,
             stray_stdout,
-        })
+        };
+        self.report(SessionEvent::Exited {
+            generation: id,
+            data: loss.clone(),
+        });
+        Some(loss)
     }
 
     /// Fails each request generation `id` held exactly once: -32010 to the

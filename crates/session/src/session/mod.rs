@@ -5,6 +5,7 @@ mod lifecycle;
 mod lists;
 mod restart;
 mod state;
+mod status;
 mod timers;
 mod worker;
 
@@ -32,6 +33,7 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key;
 
 use crate::config::Config;
+use crate::events::EventSink;
 use crate::spawner::Spawner;
 use crate::table::{Req, ServerReq, Timer};
 use crate::writer;
@@ -68,6 +70,8 @@ pub(crate) enum WorkerEvent {
         closed: bool,
         error: String,
     },
+    /// The worker printed an authorization link (seen by its stderr pump).
+    AuthPrompt(String),
 }
 
 #[derive(Debug)]
@@ -101,14 +105,16 @@ pub(crate) struct Generation {
     pub stray_stdout: StrayStdout,
     /// Its answer to the replayed `initialize`.
     pub init_result: Option<serde_json::Value>,
-    /// Set while it waits on an authorization link.
-    pub auth: Option<Arc<crate::spawner::AuthPending>>,
+    /// The authorization link it waits on, until `initialize` completes.
+    pub auth: Option<String>,
+    /// Whether it was reported ready.
+    pub reported_ready: bool,
 }
 
 impl Generation {
     /// The authorization link it waits on, if any.
     pub fn auth_url(&self) -> Option<String> {
-        self.auth.as_ref().and_then(|a| a.url())
+        self.auth.clone()
     }
 }
 
@@ -158,6 +164,8 @@ pub struct Session<S> {
     init_result: Option<serde_json::Value>,
     snapshot: Option<lists::Snapshot>,
     fetch: Option<lists::Fetch>,
+    /// Where status events go.
+    status: EventSink,
 }
 
 impl<S> std::fmt::Debug for Session<S> {
@@ -180,13 +188,15 @@ const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl<S: Spawner> Session<S> {
     /// Runs a session over the client's pipes until the client leaves or a
-    /// shutdown is asked for, then stops every worker.
+    /// shutdown is asked for, then stops every worker. `control` steers it;
+    /// its status events go to `status` (see [`crate::SessionEvent`]).
     pub async fn run<R, W>(
         cfg: Config,
         spawner: S,
         client_in: R,
         client_out: W,
         mut control: mpsc::Receiver<Control>,
+        status: EventSink,
     ) -> Outcome
     where
         R: AsyncRead + Unpin + Send,
@@ -228,6 +238,7 @@ impl<S: Spawner> Session<S> {
             init_result: None,
             snapshot: None,
             fetch: None,
+            status,
         };
         let outcome = loop {
             match s.client {

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::lifecycle::Why;
 use super::{ClientState, Phase, Session, WorkerState};
 use crate::config::RestartPolicy;
+use crate::events::SessionEvent;
 use crate::spawner::Spawner;
 use crate::table::Timer;
 use mcpvisor_config::report::ErrorData;
@@ -82,6 +83,7 @@ impl<S: Spawner> Session<S> {
             report: data.clone(),
             timer,
         });
+        self.report(SessionEvent::Failed { data: data.clone() });
         self.fail_waiting(data).await;
     }
 
@@ -89,6 +91,7 @@ impl<S: Spawner> Session<S> {
     pub(crate) fn leave_failed(&mut self) {
         if let WorkerState::Failed { .. } = self.worker {
             tracing::info!("retrying the MCP server");
+            self.report(SessionEvent::Recovered);
             self.quick_exits = self.cfg.crash_loop_exits.saturating_sub(1);
             // The fired timer is gone: the state is replaced, not left.
             self.worker = if self.cfg.restart == RestartPolicy::Always {
@@ -103,6 +106,9 @@ impl<S: Spawner> Session<S> {
     pub(crate) async fn reload(&mut self, reason: &str) {
         tracing::info!(reason, "reload requested");
         let asked = Instant::now();
+        if matches!(self.worker, WorkerState::Failed { .. }) {
+            self.report(SessionEvent::Recovered);
+        }
         self.quick_exits = 0;
         match &mut self.worker {
             WorkerState::Running(id) => {

@@ -26,6 +26,7 @@ impl<S: Spawner> Session<S> {
                 }
             }
             WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
+            WorkerEvent::AuthPrompt(url) => self.on_auth_prompt(generation, url),
             WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
             WorkerEvent::WriteFailed { closed: true, .. } => {
                 // The worker is ending: stop sending, and let its exit status
@@ -109,10 +110,8 @@ impl<S: Spawner> Session<S> {
         let handshake = matches!(&req.owner, Owner::Replay)
             || req.client().is_some_and(|c| c.initialize.is_some());
         if handshake {
-            // Whatever it was waiting on, it has answered initialize.
-            if let Some(auth) = self.gens.get(&generation).and_then(|g| g.auth.as_ref()) {
-                auth.clear();
-            }
+            let replay = matches!(&req.owner, Owner::Replay);
+            self.on_initialize_answered(generation, replay);
         }
         match req.owner {
             Owner::Replay => self.on_replayed_initialize(generation, line).await,

@@ -15,7 +15,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use mcpvisor_process::{Exit, ExitKind};
-use mcpvisor_session::{Config, Control, Outcome, Session, SpawnFailure, Spawner, WorkerIo};
+use mcpvisor_session::{
+    Config, Control, EventSink, Outcome, Session, SessionEvent, SpawnFailure, Spawner, WorkerIo,
+    WorkerReporter,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +43,10 @@ pub struct Behaviour {
     pub never_read: bool,
     /// Answer initialize with this protocol version (default 2025-06-18).
     pub protocol_version: Option<String>,
+    /// Report this authorization link at spawn (as a stderr prompt would).
+    pub auth_prompt: Option<String>,
+    /// Answer initialize only after this long.
+    pub initialize_delay: Option<Duration>,
 }
 
 /// What every worker received, as (generation, message) pairs.
@@ -72,10 +79,17 @@ impl TestSpawner {
 }
 
 impl Spawner for TestSpawner {
-    fn spawn(&mut self, generation: u64) -> Result<WorkerIo, SpawnFailure> {
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
         let behaviour = self.behaviour.lock().expect("behaviour").clone();
         if let Some(e) = behaviour.spawn_error {
             return Err(SpawnFailure(e));
+        }
+        if let Some(url) = &behaviour.auth_prompt {
+            reporter.auth_prompt(url.clone());
         }
         self.spawned.lock().expect("spawned").push(generation);
         let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
@@ -116,7 +130,6 @@ impl Spawner for TestSpawner {
                 })
                 .boxed(),
             stderr_tail: Default::default(),
-            auth: None,
         })
     }
 }
@@ -198,7 +211,21 @@ async fn worker(
                 .protocol_version
                 .clone()
                 .unwrap_or_else(|| "2025-06-18".into());
-            let _ = out_tx.send(reply(json!({"protocolVersion":version,"capabilities":caps,"serverInfo":{"name":"test","version":"0"},"generation":generation})));
+            let answer = reply(
+                json!({"protocolVersion":version,"capabilities":caps,"serverInfo":{"name":"test","version":"0"},"generation":generation}),
+            );
+            match b.initialize_delay {
+                Some(delay) => {
+                    let out = out_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        let _ = out.send(answer);
+                    });
+                }
+                None => {
+                    let _ = out_tx.send(answer);
+                }
+            }
             continue;
         }
         if method == "tools/list" || method == "prompts/list" {
@@ -301,6 +328,20 @@ pub struct Client {
 
 impl Client {
     pub fn start(cfg: Config, spawner: TestSpawner) -> Self {
+        Self::start_with(cfg, spawner, EventSink::none())
+    }
+
+    /// A session whose status events are kept, up to `capacity` unread.
+    pub fn start_observed(
+        cfg: Config,
+        spawner: TestSpawner,
+        capacity: usize,
+    ) -> (Self, mpsc::Receiver<SessionEvent>) {
+        let (sink, events) = EventSink::channel(capacity);
+        (Self::start_with(cfg, spawner, sink), events)
+    }
+
+    fn start_with(cfg: Config, spawner: TestSpawner, status: EventSink) -> Self {
         let (client_in_ours, client_in_theirs) = tokio::io::duplex(1 << 20);
         let (client_out_theirs, client_out_ours) = tokio::io::duplex(1 << 20);
         let (control, control_rx) = mpsc::channel(4);
@@ -310,6 +351,7 @@ impl Client {
             client_in_theirs,
             client_out_theirs,
             control_rx,
+            status,
         ));
         Self {
             tx: client_in_ours,

@@ -1,0 +1,67 @@
+//! Status events ([`SessionEvent`]) about generations, and the authorization
+//! prompt a generation waits on.
+
+use super::{Phase, Session};
+use crate::events::SessionEvent;
+use crate::spawner::Spawner;
+
+impl<S: Spawner> Session<S> {
+    /// Reports a status event to the session's owner; never waits.
+    pub(crate) fn report(&self, event: SessionEvent) {
+        self.status.send(event);
+    }
+
+    /// The generation's stderr pump saw an authorization link.
+    pub(crate) fn on_auth_prompt(&mut self, generation: u64, url: String) {
+        let Some(g) = self.gens.get_mut(&generation) else {
+            return;
+        };
+        if matches!(g.phase, Phase::Dead) || g.auth.as_deref() == Some(url.as_str()) {
+            return;
+        }
+        tracing::warn!(
+            generation,
+            "the server is waiting for authorization: open {url}"
+        );
+        g.auth = Some(url.clone());
+        self.report(SessionEvent::AuthPending { generation, url });
+    }
+
+    /// The generation answered an `initialize`, the client's own or a
+    /// replay: whatever it was waiting on is over, and after the client's
+    /// own it is ready (a replay's answer makes it ready by `become_ready`).
+    pub(crate) fn on_initialize_answered(&mut self, generation: u64, replay: bool) {
+        let Some(g) = self.gens.get_mut(&generation) else {
+            return;
+        };
+        if g.auth.take().is_some() {
+            self.report(SessionEvent::Authorized { generation });
+        }
+        if !replay {
+            self.report_ready(generation);
+        }
+    }
+
+    /// Reports the generation ready, once, unless the client's own
+    /// `initialize` is on its way to it or in flight there: then its answer
+    /// makes it ready.
+    pub(crate) fn report_ready(&mut self, generation: u64) {
+        let client_init = self.reqs.values().any(|r| {
+            r.generation.is_none_or(|g| g == generation)
+                && r.client()
+                    .is_some_and(|c| c.initialize.is_some() && !c.cancelled)
+        });
+        if client_init {
+            return;
+        }
+        let Some(g) = self.gens.get_mut(&generation) else {
+            return;
+        };
+        if g.reported_ready || !matches!(g.phase, Phase::Ready) {
+            return;
+        }
+        g.reported_ready = true;
+        let pid = g.pid;
+        self.report(SessionEvent::Ready { generation, pid });
+    }
+}
