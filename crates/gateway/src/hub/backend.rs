@@ -560,25 +560,24 @@ impl Hub {
                     };
                 }
             }
-            E::Failed { data } => {
-                if !matches!(b.state, State::Failed(_)) {
-                    tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
-                    b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
-                    let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
-                    for gid in queued {
-                        self.answer_not_started(gid, &format!("the server `{name}` is failing"))
-                            .await;
-                    }
-                    self.remerge_all().await;
+            E::Failed { data } if !matches!(b.state, State::Failed(_)) => {
+                tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
+                b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+                let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+                for gid in queued {
+                    self.answer_not_started(gid, &format!("the server `{name}` is failing"))
+                        .await;
                 }
+                self.remerge_all().await;
             }
-            E::Ready { .. } => {
-                if matches!(b.state, State::Failed(_) | State::WaitingAuth(_)) && b.init.is_some() {
-                    tracing::info!(server = %name, "ready again: its tools are back");
-                    b.state = State::Ready;
-                    self.flush_queue(id);
-                    self.read_lists(id);
-                }
+            E::Ready { .. }
+                if matches!(b.state, State::Failed(_) | State::WaitingAuth(_))
+                    && b.init.is_some() =>
+            {
+                tracing::info!(server = %name, "ready again: its tools are back");
+                b.state = State::Ready;
+                self.flush_queue(id);
+                self.read_lists(id);
             }
             _ => {}
         }
