@@ -83,7 +83,6 @@ pub fn main(args: ServeArgs) -> ExitCode {
         ))];
         if !args.no_watch {
             tasks.extend(watch_configs(&args, control_tx.clone()));
-            tasks.extend(watch_servers(&plans, control_tx.clone()));
         }
         let outcome = Hub::run(
             settings,
@@ -146,6 +145,7 @@ struct Defaults {
     health_interval: Duration,
     health_misses: u32,
     cache: Option<Cache>,
+    watch: bool,
 }
 
 impl From<&ServeArgs> for Defaults {
@@ -159,6 +159,7 @@ impl From<&ServeArgs> for Defaults {
             health_interval: args.health_interval,
             health_misses: args.health_misses,
             cache: Cache::from_env(),
+            watch: !args.no_watch,
         }
     }
 }
@@ -231,6 +232,7 @@ impl Defaults {
             health_misses: own.health_misses.unwrap_or(self.health_misses),
             cached,
             cache_key,
+            watch: self.watch,
         }
     }
 }
@@ -309,45 +311,6 @@ fn watch_configs(
             }
         }
     }))
-}
-
-/// Watches each server's own entry file; a change reloads that server.
-fn watch_servers(
-    plans: &[ServerPlan],
-    control: mpsc::Sender<Control>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    for plan in plans {
-        let def = &plan.def;
-        let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
-            .chain(def.args.iter().cloned())
-            .map(Into::into)
-            .collect();
-        let paths = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
-        if paths.is_empty() {
-            continue;
-        }
-        let config = mcpvisor_watch::WatchConfig {
-            paths,
-            ignore: Vec::new(),
-            debounce: Duration::from_millis(300),
-            poll: None,
-        };
-        let Ok(mut watcher) = mcpvisor_watch::watch(config) else {
-            continue;
-        };
-        let name = plan.name.clone();
-        let control = control.clone();
-        tasks.push(tokio::spawn(async move {
-            while watcher.changed().await.is_some() {
-                tracing::info!(server = %name, "its files changed: reloading it");
-                if control.send(Control::Reload(name.clone())).await.is_err() {
-                    return;
-                }
-            }
-        }));
-    }
-    tasks
 }
 
 /// When the file a server runs last changed (its entry file: the script or

@@ -41,6 +41,8 @@ pub struct ServerPlan {
     pub cached: Option<crate::hub::lists::Cached>,
     /// Where its lists are cached, when the cache is on.
     pub cache_key: Option<crate::cache::Key>,
+    /// Reload it when its own files change.
+    pub watch: bool,
 }
 
 /// Where a backend is in its life, as the gateway sees it.
@@ -81,6 +83,16 @@ pub(crate) struct Backend {
     /// Bumped at each start, to fence late list pages of an older one.
     pub epoch: u64,
     pub started: Option<Instant>,
+    /// The task watching its files, if any.
+    pub watcher: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
+    }
 }
 
 impl std::fmt::Debug for Backend {
@@ -128,6 +140,7 @@ impl Backend {
             health_timer: None,
             epoch: 0,
             started: None,
+            watcher: None,
         }
     }
 
@@ -160,7 +173,10 @@ impl Hub {
     pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
         let id = BackendId(self.next_backend);
         self.next_backend += 1;
-        let backend = Backend::new(plan);
+        let mut backend = Backend::new(plan);
+        if backend.plan.watch && backend.state != State::Disabled {
+            backend.watcher = super::watch_files(id, &backend.plan.def, self.events_tx.clone());
+        }
         let eager = !backend.plan.lazy && backend.state == State::Idle;
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
         self.backends.insert(id, backend);
@@ -517,6 +533,12 @@ impl Hub {
                 tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
             }
             Incoming::Status(event) => self.on_status(id, event).await,
+            Incoming::FilesChanged => {
+                tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
+                if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+                    link.control(mcpvisor_session::Control::Reload("file change"));
+                }
+            }
             Incoming::Closed => {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {

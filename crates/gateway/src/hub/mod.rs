@@ -92,6 +92,8 @@ pub(crate) enum Incoming {
     Closed,
     /// The session's lifecycle news.
     Status(mcpvisor_session::SessionEvent),
+    /// The server's own files changed (debounced).
+    FilesChanged,
 }
 
 /// A front request the gateway answers itself once servers settle.
@@ -452,4 +454,41 @@ pub(crate) async fn relay_status(
             return;
         }
     }
+}
+
+/// Watches one backend's entry files; each debounced change becomes a
+/// reload of that backend.
+pub(crate) fn watch_files(
+    id: BackendId,
+    def: &mcpvisor_config::ServerDef,
+    events: mpsc::Sender<(BackendId, Incoming)>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
+        .chain(def.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let paths = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
+    if paths.is_empty() {
+        return None;
+    }
+    let config = mcpvisor_watch::WatchConfig {
+        paths,
+        ignore: Vec::new(),
+        debounce: mcpvisor_watch::DEFAULT_DEBOUNCE,
+        poll: None,
+    };
+    let mut watcher = match mcpvisor_watch::watch(config) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(server = %def.name, "its files are not watched: {e}");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        while watcher.changed().await.is_some() {
+            if events.send((id, Incoming::FilesChanged)).await.is_err() {
+                return;
+            }
+        }
+    }))
 }
