@@ -28,6 +28,10 @@ ROUTES = ("direct", "mcpvisor")
 
 # JSON-RPC error code mcpvisor answers an in-flight request with when its worker dies.
 WORKER_DIED = -32010
+# mcpvisor's own codes: "the server stopped with the request in flight" and "the
+# request was not started".
+WORKER_LOST_CODES = (-32010,)
+NOT_STARTED_CODES = (-32011,)
 
 
 def node_bin() -> str:
@@ -78,6 +82,16 @@ def server_params(
             cwd=cwd,
         )
     raise ValueError(f"unknown route {route!r}")
+
+
+def serve_params(*configs: str | Path, flags: list[str] | None = None) -> StdioServerParameters:
+    """`mcpvisor serve --config F ... [flags]`: every server of the config files as one."""
+    env = {TAG_VAR: _current_tag} if _current_tag else {}
+    for key in ("RUST_LOG", "RUST_BACKTRACE", "MCPVISOR_LOG"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    args = ["serve", *(arg for config in configs for arg in ("--config", str(config))), *(flags or [])]
+    return StdioServerParameters(command=str(mcpvisor_bin()), args=args, env=env)
 
 
 def py_server_params(

@@ -307,6 +307,56 @@ fn a_crash_mid_call_fails_only_that_call_and_the_server_restarts() {
     assert_eq!(Proc::tool_json(&r), json!({"ok": true}), "{r}");
 }
 
+#[test]
+fn a_server_that_stops_answering_pings_is_restarted_once() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-health",
+        &[Entry::fake("a", &[]), Entry::fake("b", &[])],
+        &[
+            "--health-interval",
+            "200ms",
+            "--health-misses",
+            "2",
+            "--term-grace",
+            "1s",
+        ],
+    );
+    initialize_with(&mut p, json!({}));
+    let frozen = Proc::tool_json(&p.call(json!("who-1"), "a__whoami", json!({})));
+    let b_before = Proc::tool_json(&p.call(json!("b-1"), "b__whoami", json!({})));
+    // Frozen, not dead: only the health pings can tell. The frozen worker
+    // ignores SIGTERM, so it is gone only after --term-grace.
+    signal(pid_of(&frozen), 19);
+    p.wait_stderr("health checks in a row went unanswered");
+    // A long call on the new worker, running while the old one is stopped:
+    // the end of the old worker's session must not touch the new one.
+    p.send(json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{
+        "name":"a__sleep","arguments":{"ms":5000,"progress_ms":100},"_meta":{"progressToken":"long"}}}));
+    until(&mut p, "progress of the long call", |m| {
+        m["params"]["progressToken"] == "long"
+    });
+    let fresh = Proc::tool_json(&p.call(json!("who-2"), "a__whoami", json!({})));
+    assert_ne!(fresh["pid"], frozen["pid"], "{fresh}");
+    assert!(
+        wait_gone(pid_of(&frozen), WAIT),
+        "the frozen worker was not stopped"
+    );
+    let r = p.response(&json!("long"));
+    assert!(
+        r.get("result").is_some(),
+        "the new worker's call failed: {r}; stderr:\n{}",
+        p.stderr_text()
+    );
+    assert_eq!(Proc::tool_json(&r), "slept 5000 ms", "{r}");
+    let again = Proc::tool_json(&p.call(json!("who-3"), "a__whoami", json!({})));
+    assert_eq!(again["pid"], fresh["pid"], "restarted a second time");
+    let b_after = Proc::tool_json(&p.call(json!("b-2"), "b__whoami", json!({})));
+    assert_eq!(
+        b_after["pid"], b_before["pid"],
+        "a healthy server was restarted"
+    );
+}
+
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 /// What process start and pipes may add to a bound the gateway keeps.
 const SLACK: Duration = Duration::from_secs(1);
@@ -644,12 +694,72 @@ fn server_requests_reach_a_capable_client_under_new_ids_and_come_back() {
     );
 }
 
+/// Sends `server__ask` a sampling request and returns the request as the
+/// client receives it.
+fn sampling_asked(p: &mut Proc, id: &str, server: &str) -> Value {
+    p.send_call(
+        json!(id),
+        &format!("{server}__ask"),
+        json!({"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 1}}),
+    );
+    until(p, "a sampling request", |m| {
+        m["method"] == "sampling/createMessage"
+    })
+    .pop()
+    .expect("the request")
+}
+
+/// Waits for the answer to `call` and for the notice that withdraws the
+/// client's pending request `asked`; returns the answer.
+fn call_failed_and_request_withdrawn(p: &mut Proc, call: &str, asked: &Value) -> Value {
+    let mut answer = None;
+    let mut withdrawn = false;
+    let seen = until(p, "the failed call and the withdrawn request", |m| {
+        if answers(m, &json!(call)) {
+            answer = Some(m.clone());
+        }
+        if m["method"] == "notifications/cancelled" && m["params"]["requestId"] == asked["id"] {
+            withdrawn = true;
+        }
+        answer.is_some() && withdrawn
+    });
+    let answer = answer.expect("answered");
+    assert_eq!(error_code(&answer), WORKER_LOST, "{seen:?}");
+    answer
+}
+
+#[test]
+fn a_server_s_request_to_the_client_is_withdrawn_when_the_server_dies_or_is_removed() {
+    let (_dir, config, mut p) = gateway(
+        "serve-withdrawn",
+        &[Entry::fake("a", &[]), Entry::fake("b", &[])],
+        &[],
+    );
+    initialize_with(&mut p, json!({"sampling": {}}));
+    // a's worker dies while its request waits on the client.
+    let a = Proc::tool_json(&p.call(json!("who"), "a__whoami", json!({})));
+    let asked = sampling_asked(&mut p, "ask-a", "a");
+    signal(pid_of(&a), 9);
+    call_failed_and_request_withdrawn(&mut p, "ask-a", &asked);
+    // A late answer to the withdrawn request harms nothing.
+    p.send(json!({"jsonrpc":"2.0","id":asked["id"],"result":{"role":"assistant","content":{"type":"text","text":"late"},"model":"m"}}));
+    let r = p.call(json!("a-again"), "a__echo", json!({"a": 2}));
+    assert_eq!(Proc::tool_json(&r), json!({"a": 2}), "{r}");
+
+    // b is removed from the config while its request waits on the client.
+    let asked = sampling_asked(&mut p, "ask-b", "b");
+    write_config(&config, &[Entry::fake("a", &[])]);
+    call_failed_and_request_withdrawn(&mut p, "ask-b", &asked);
+    let r = p.call(json!("a-last"), "a__echo", json!({"a": 3}));
+    assert_eq!(Proc::tool_json(&r), json!({"a": 3}), "{r}");
+}
+
 /// A server that asks for roots as soon as it is initialized, as
 /// server-filesystem does, and asks again on `roots/list_changed`. It tells
 /// what it gets back in a log message, and lists its (no) tools only after
 /// asking, so the gateway has seen the request before it has read the list.
 const EAGER_ASKER: &str = r#"
-id_of() { printf '%s\n' "$1" | sed -n 's/.*"id":\([0-9][0-9]*\).*/\1/p'; }
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
 IFS= read -r line
 printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"asker","version":"0"}}}\n' "$(id_of "$line")"
 IFS= read -r line
@@ -658,8 +768,8 @@ printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"inf
 n=1
 while IFS= read -r line; do
   case "$line" in
-    *'"method":"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}\n' "$(id_of "$line")" ;;
-    *'"method":"ping"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+    *tools/list*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}\n' "$(id_of "$line")" ;;
+    *'"ping"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
     *'notifications/roots/list_changed'*) n=$((n+1)); printf '{"jsonrpc":"2.0","id":"roots-%s","method":"roots/list"}\n' "$n" ;;
     *'"result"'*) printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":%s}}\n' "$line" ;;
   esac

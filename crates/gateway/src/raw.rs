@@ -32,6 +32,11 @@ impl<'a> RawObject<'a> {
         self.members.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
+    /// The members' keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.members.iter().map(|(k, _)| k.as_ref())
+    }
+
     /// The string value of `key`, if it is a string.
     pub fn str(&self, key: &str) -> Option<String> {
         self.get(key)

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
-use super::{Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
+use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
 use crate::raw::{self, RawObject};
 
 /// A backend's identity for the life of the gateway (names can be reused
@@ -108,7 +108,7 @@ impl std::fmt::Debug for Backend {
 /// all of them to a front client that has them, and declines clearly when
 /// the front client has not.
 const BACKEND_CAPABILITIES: &str =
-    r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{}}"#;
+    r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{},"url":{}}}"#;
 /// The protocol the gateway speaks to its backends.
 const BACKEND_PROTOCOL: &str = "2025-11-25";
 
@@ -206,11 +206,11 @@ impl Hub {
         let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
         let (link, output) = Link::start(spawner, b.plan.session.clone(), sink);
-        tokio::spawn(super::pump(id, output, events.clone()));
-        tokio::spawn(super::relay_status(id, status, events));
+        b.epoch += 1;
+        tokio::spawn(super::pump(id, b.epoch, output, events.clone()));
+        tokio::spawn(super::relay_status(id, b.epoch, status, events));
         b.link = Some(link);
         b.state = State::Starting;
-        b.epoch += 1;
         b.started = Some(Instant::now());
         b.misses = 0;
         b.ping = None;
@@ -482,7 +482,8 @@ impl Hub {
             .collect();
         for fid in asked {
             self.server_reqs.remove(&fid);
-            self.emit(build::cancelled(&fid.to_string(), "the server stopped"))
+            let fid = format!("\"mcpvisor-{fid}\"");
+            self.emit(build::cancelled(&fid, "the server stopped"))
                 .await;
         }
     }
@@ -527,19 +528,29 @@ impl Hub {
     // === what backends say ===
 
     pub(crate) async fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
-        match incoming {
-            Incoming::Frame(Frame::Line(line)) => self.on_backend_line(id, line).await,
-            Incoming::Frame(Frame::Oversize { len, .. }) => {
-                tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
-            }
-            Incoming::Status(event) => self.on_status(id, event).await,
+        let msg = match incoming {
             Incoming::FilesChanged => {
                 tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
                 if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
                     link.control(mcpvisor_session::Control::Reload("file change"));
                 }
+                return;
             }
-            Incoming::Closed => {
+            Incoming::Session(epoch, msg) => {
+                // A session stopped earlier may still report: fence it off.
+                if self.backends.get(&id).is_none_or(|b| b.epoch != epoch) {
+                    return;
+                }
+                msg
+            }
+        };
+        match msg {
+            FromSession::Frame(Frame::Line(line)) => self.on_backend_line(id, line).await,
+            FromSession::Frame(Frame::Oversize { len, .. }) => {
+                tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
+            }
+            FromSession::Status(event) => self.on_status(id, event).await,
+            FromSession::Closed => {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
@@ -657,16 +668,23 @@ impl Hub {
             Some(Pending::Front {
                 id: front_id,
                 cancelled,
-                wrap: Wrap::AsIs,
+                wrap,
                 ..
             }) => {
                 if cancelled {
                     return;
                 }
                 self.note_refusal(id, line).await;
-                if let Some(raw_id) = env.id {
-                    let out = rewrite::splice(line, raw_id, &front_id);
-                    self.emit(out).await;
+                let Some(raw_id) = env.id else { return };
+                match wrap {
+                    Wrap::AsIs => {
+                        let out = rewrite::splice(line, raw_id, &front_id);
+                        self.emit(out).await;
+                    }
+                    Wrap::Modern { cacheable } => {
+                        let out = rewrite::splice(line, raw_id, &front_id);
+                        self.emit(modern_answer(&out, cacheable)).await;
+                    }
                 }
             }
             Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line).await,
@@ -845,6 +863,9 @@ impl Hub {
                 return;
             }
             "sampling/createMessage" => Some(("sampling", self.front.sampling)),
+            "elicitation/create" if is_url_mode(line) => {
+                Some(("elicitation.url", self.front.elicitation_url))
+            }
             "elicitation/create" => Some(("elicitation", self.front.elicitation)),
             "roots/list" => Some(("roots", self.front.roots)),
             _ => None,
@@ -1044,6 +1065,27 @@ impl Hub {
             self.timers.insert(Timer::Idle(id), left);
         }
     }
+}
+
+/// A routed answer for a 2026-07-28 client: its result gets that era's
+/// required members; an error passes as it is.
+fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
+    let Some(obj) = std::str::from_utf8(line).ok().and_then(RawObject::parse) else {
+        return line.clone();
+    };
+    let Some(result) = obj.get("result") else {
+        return line.clone();
+    };
+    let result = super::front::modern_result(result.get(), cacheable);
+    Bytes::from(obj.with("result", &result))
+}
+
+/// Whether an `elicitation/create` asks for URL mode (2025-11-25).
+fn is_url_mode(line: &[u8]) -> bool {
+    mcpvisor_jsonrpc::envelope::raw_params(line)
+        .and_then(|p| RawObject::parse(p.get()))
+        .and_then(|o| o.str("mode"))
+        .is_some_and(|m| m == "url")
 }
 
 /// Server requests held until the client has initialized.

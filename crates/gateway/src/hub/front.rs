@@ -98,16 +98,21 @@ impl Hub {
             self.front.modern = true;
         }
         let method = env.method().to_owned();
+        let modern = is_modern(obj.as_ref());
         match method.as_str() {
             "initialize" => {
                 self.on_initialize(obj.as_ref());
-                self.park(id, method, None);
+                self.park(id, method, None, false);
+            }
+            "ping" if modern => {
+                self.emit(build::result(raw_id.get(), r#"{"resultType":"complete"}"#))
+                    .await;
             }
             "ping" => self.emit(build::result(raw_id.get(), "{}")).await,
-            "server/discover" => self.park(id, method, None),
+            "server/discover" => self.park(id, method, None, true),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
-                self.park(id, method, cursor);
+                self.park(id, method, cursor, modern);
             }
             "tools/call" => {
                 let Some(obj) = obj else {
@@ -240,6 +245,10 @@ impl Hub {
         self.front.sampling = has("sampling");
         self.front.elicitation = has("elicitation");
         self.front.roots = has("roots");
+        self.front.elicitation_url = caps
+            .get("elicitation")
+            .and_then(|e| e.get("url"))
+            .is_some_and(|u| !u.is_null());
         self.front.protocol = obj.and_then(|o| o.str("protocolVersion"));
         self.front.modern = false;
     }
@@ -254,13 +263,14 @@ impl Hub {
             params: None,
             deadline: Instant::now() + wait,
             line: Some(line.clone()),
+            modern: false,
         });
         self.timers.insert(Timer::Parked, wait);
     }
 
     /// Holds a request the gateway answers itself until the servers that
     /// are starting have settled, at most `--list-timeout`.
-    fn park(&mut self, id: Bytes, method: String, cursor: Option<String>) {
+    fn park(&mut self, id: Bytes, method: String, cursor: Option<String>, modern: bool) {
         let wait = self.settings.list_timeout;
         self.parked.push_back(Parked {
             id,
@@ -268,6 +278,7 @@ impl Hub {
             params: cursor,
             deadline: Instant::now() + wait,
             line: None,
+            modern,
         });
         self.timers.insert(Timer::Parked, wait);
     }
@@ -292,6 +303,10 @@ impl Hub {
                 Some(kind) => self.list_page(kind, p.params.as_deref()),
                 None => Err(format!("Method not found: {m}")),
             },
+        };
+        let result = match result {
+            Ok(r) if p.modern => Ok(modern_result(&r, true)),
+            other => other,
         };
         match result {
             Ok(result) => self.emit(build::result(&id, &result)).await,
@@ -332,7 +347,7 @@ impl Hub {
 
     fn discover_result(&self) -> String {
         let mut result = json!({
-            "supportedVersions": ["2026-07-28"],
+            "supportedVersions": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"],
             "capabilities": Self::capabilities(),
             "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
         });
@@ -377,7 +392,23 @@ impl Hub {
             Some(_) => with_progress_token(params, gid),
             None => params.to_owned(),
         };
+        let modern = env_is_modern(&params);
+        // Backends are initialized in the handshake era: the 2026-07-28
+        // envelope (`_meta` protocol version, client capabilities) is the
+        // gateway's to read, not theirs; some refuse a request carrying it.
+        let params = if modern {
+            without_envelope(&params)
+        } else {
+            params
+        };
         let line = raw::request(gid, method, Some(&params));
+        let wrap = if modern {
+            Wrap::Modern {
+                cacheable: method == "resources/read",
+            }
+        } else {
+            Wrap::AsIs
+        };
         self.by_front_id.insert(front_id.clone(), gid);
         self.pending.insert(
             gid,
@@ -386,7 +417,7 @@ impl Hub {
                 id: front_id.clone(),
                 token,
                 cancelled: false,
-                wrap: Wrap::AsIs,
+                wrap,
             },
         );
         self.route(backend, gid, line, front_id).await;
@@ -652,6 +683,62 @@ fn is_modern(params: Option<&RawObject<'_>>) -> bool {
         .is_some_and(|v| v.as_str() >= "2026-07-28")
 }
 
+/// `params` without the 2026-07-28 envelope members of `_meta`
+/// (`io.modelcontextprotocol/…`); an emptied `_meta` is dropped.
+fn without_envelope(params: &str) -> String {
+    let Some(obj) = RawObject::parse(params) else {
+        return params.to_owned();
+    };
+    let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m.get())) else {
+        return params.to_owned();
+    };
+    let drop: Vec<(&str, Option<&str>)> = meta
+        .keys()
+        .filter(|k| k.starts_with(ENVELOPE_PREFIX))
+        .map(|k| (k, None))
+        .collect();
+    let kept = meta.write(&drop);
+    if kept == "{}" {
+        obj.write(&[("_meta", None)])
+    } else {
+        obj.with("_meta", &kept)
+    }
+}
+
+/// The prefix of the 2026-07-28 envelope's `_meta` keys.
+const ENVELOPE_PREFIX: &str = "io.modelcontextprotocol/";
+
+/// Whether raw `params` carry a 2026-07-28 protocol version in `_meta`.
+fn env_is_modern(params: &str) -> bool {
+    is_modern(RawObject::parse(params).as_ref())
+}
+
+/// A result with the members a 2026-07-28 client requires: `resultType`
+/// (always `complete`: the gateway answers nothing else), and for a
+/// cacheable result `ttlMs` (0: lists change as servers come and go) and
+/// `cacheScope` (`private`: what a gateway serves depends on who runs it).
+pub(crate) fn modern_result(result: &str, cacheable: bool) -> String {
+    let Some(obj) = RawObject::parse(result) else {
+        return result.to_owned();
+    };
+    let mut edits: Vec<(&str, Option<&str>)> = Vec::new();
+    if obj.get("resultType").is_none() {
+        edits.push(("resultType", Some("\"complete\"")));
+    }
+    if cacheable {
+        if obj.get("ttlMs").is_none() {
+            edits.push(("ttlMs", Some("0")));
+        }
+        if obj.get("cacheScope").is_none() {
+            edits.push(("cacheScope", Some("\"private\"")));
+        }
+    }
+    if edits.is_empty() {
+        return result.to_owned();
+    }
+    obj.write(&edits)
+}
+
 /// `params` with `_meta.progressToken` set to the gateway's id.
 fn with_progress_token(params: &str, gid: u64) -> String {
     let Some(obj) = RawObject::parse(params) else {
@@ -676,6 +763,17 @@ mod tests {
             with_progress_token(p, 42),
             r#"{"name":"x","arguments":{"a":1},"_meta":{"progressToken":42,"other":true}}"#
         );
+    }
+
+    #[test]
+    fn the_modern_envelope_is_taken_off_for_a_legacy_backend() {
+        let p = r#"{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"progressToken":3}}"#;
+        assert_eq!(
+            without_envelope(p),
+            r#"{"name":"x","_meta":{"progressToken":3}}"#
+        );
+        let p = r#"{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#;
+        assert_eq!(without_envelope(p), r#"{"name":"x"}"#);
     }
 
     #[test]

@@ -87,13 +87,21 @@ pub enum Outcome {
 /// What a backend's helper tasks report.
 #[derive(Debug)]
 pub(crate) enum Incoming {
+    /// From one session of the backend: its epoch fences off what a session
+    /// stopped earlier still reports.
+    Session(u64, FromSession),
+    /// The server's own files changed (debounced).
+    FilesChanged,
+}
+
+/// What one backend session reports.
+#[derive(Debug)]
+pub(crate) enum FromSession {
     Frame(Frame),
-    /// The backend's session ended its output.
+    /// The session ended its output.
     Closed,
     /// The session's lifecycle news.
     Status(mcpvisor_session::SessionEvent),
-    /// The server's own files changed (debounced).
-    FilesChanged,
 }
 
 /// A front request the gateway answers itself once servers settle.
@@ -106,6 +114,8 @@ pub(crate) struct Parked {
     /// A routed request whose target was not known yet: the whole line,
     /// handled again once servers have settled.
     pub line: Option<Bytes>,
+    /// A 2026-07-28 request: the result carries that era's members.
+    pub modern: bool,
 }
 
 /// Timers of the owning task.
@@ -145,6 +155,12 @@ pub(crate) enum Pending {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wrap {
     AsIs,
+    /// A 2026-07-28 request to a backend of an earlier era: its result gets
+    /// the members that era requires (`resultType`, and for a cacheable
+    /// result `ttlMs` and `cacheScope`).
+    Modern {
+        cacheable: bool,
+    },
 }
 
 /// The gateway's own requests to a backend.
@@ -185,6 +201,8 @@ pub(crate) struct FrontInfo {
     pub protocol: Option<String>,
     pub sampling: bool,
     pub elicitation: bool,
+    /// URL-mode elicitation (2025-11-25).
+    pub elicitation_url: bool,
     pub roots: bool,
     /// A 2026-07-28 client: no handshake, and on stdio no requests to it.
     pub modern: bool,
@@ -424,13 +442,18 @@ impl Hub {
 /// Reads one backend session's output into the hub's event channel.
 pub(crate) async fn pump(
     id: BackendId,
+    epoch: u64,
     mut output: mcpvisor_runner::link::Output,
     events: mpsc::Sender<(BackendId, Incoming)>,
 ) {
     while let Some(frame) = output.next().await {
         match frame {
             Ok(frame) => {
-                if events.send((id, Incoming::Frame(frame))).await.is_err() {
+                if events
+                    .send((id, Incoming::Session(epoch, FromSession::Frame(frame))))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -440,17 +463,24 @@ pub(crate) async fn pump(
             }
         }
     }
-    let _ = events.send((id, Incoming::Closed)).await;
+    let _ = events
+        .send((id, Incoming::Session(epoch, FromSession::Closed)))
+        .await;
 }
 
 /// Forwards one backend session's lifecycle events to the hub.
 pub(crate) async fn relay_status(
     id: BackendId,
+    epoch: u64,
     mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
     events: mpsc::Sender<(BackendId, Incoming)>,
 ) {
     while let Some(event) = status.recv().await {
-        if events.send((id, Incoming::Status(event))).await.is_err() {
+        if events
+            .send((id, Incoming::Session(epoch, FromSession::Status(event))))
+            .await
+            .is_err()
+        {
             return;
         }
     }
