@@ -33,6 +33,9 @@ pub struct InstructionsArgs {
     /// its tolerance over it.
     #[arg(long, value_name = "FILE")]
     check: Option<PathBuf>,
+    /// Show each figure's change from the baseline in FILE, without failing.
+    #[arg(long, value_name = "FILE", conflicts_with = "check")]
+    against: Option<PathBuf>,
     /// Write the figures to FILE as the new baseline.
     #[arg(long, value_name = "FILE")]
     write: Option<PathBuf>,
@@ -111,7 +114,7 @@ pub async fn run(bins: &Binaries, args: &InstructionsArgs) -> anyhow::Result<()>
     }
     let figures = measured?;
     let fresh = Baseline::new(valgrind, figures);
-    let old = match &args.check {
+    let old = match args.check.as_ref().or(args.against.as_ref()) {
         Some(path) => Some(Baseline::read(path)?),
         None => None,
     };
