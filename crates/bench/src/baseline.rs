@@ -179,7 +179,7 @@ impl Baseline {
         bail!(
             "instruction counts over the baseline {}:\n  {}\n\
              A change that makes a figure grow on purpose updates the baseline in the same \
-             commit (mcpvisor-bench instructions --write FILE) and says why in its message.",
+             commit (scripts/instructions --write) and says why in its message.",
             path.display(),
             failures.join("\n  ")
         )
