@@ -33,8 +33,15 @@
 //! answered, and polls the inspect process's VmHWM while it runs; without
 //! the server installed, that part is skipped and the report says so.
 //! [`report`] prints the table and writes the markdown report and raw JSON.
+//!
+//! `mcpvisor-bench instructions` ([`instructions`]) is separate from all of
+//! this: it counts mcpvisor's own instructions per request under callgrind
+//! and compares them with a committed [`baseline`], a figure that the rest
+//! of the machine cannot move.
 
+mod baseline;
 mod inspect;
+mod instructions;
 mod load;
 mod machine;
 mod payload;
@@ -93,6 +100,9 @@ enum Command {
     /// Runs one load on one peer and prints its figures: a steady load for
     /// a profiler to attach to (the peer's pid is printed first).
     Load(soak::SoakArgs),
+    /// Counts mcpvisor's own instructions per request under callgrind and
+    /// compares them with (or writes) a baseline.
+    Instructions(instructions::InstructionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -117,8 +127,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("cannot start the runtime")?;
-    if let Some(Command::Load(soak)) = &args.command {
-        return runtime.block_on(soak::run(&binaries, soak));
+    match &args.command {
+        Some(Command::Load(soak)) => return runtime.block_on(soak::run(&binaries, soak)),
+        Some(Command::Instructions(count)) => {
+            return runtime.block_on(instructions::run(&binaries, count));
+        }
+        None => {}
     }
     let plan = if args.quick {
         Plan::quick()

@@ -55,25 +55,14 @@ pub struct Binaries {
 
 impl Binaries {
     fn command(&self, via: Via) -> Command {
-        let mut command = match via {
+        match via {
             Via::Direct => Command::new(&self.worker),
             Via::Mcpvisor => {
                 let mut c = Command::new(&self.mcpvisor);
                 c.args(["run", "-q", "--no-watch", "--"]).arg(&self.worker);
                 c
             }
-        };
-        let stderr = if self.show_stderr {
-            Stdio::inherit()
-        } else {
-            Stdio::null()
-        };
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .kill_on_drop(true);
-        command
+        }
     }
 }
 
@@ -95,7 +84,22 @@ pub struct Peer {
 impl Peer {
     /// Starts a peer. Time it from just before this call.
     pub fn spawn(binaries: &Binaries, via: Via) -> anyhow::Result<Self> {
-        let mut command = binaries.command(via);
+        Self::start(via, binaries.command(via), binaries.show_stderr)
+    }
+
+    /// Starts `command` as the peer `via` names (a wrapper such as valgrind
+    /// around mcpvisor, say), on our pipes.
+    pub fn start(via: Via, mut command: Command, show_stderr: bool) -> anyhow::Result<Self> {
+        let stderr = if show_stderr {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        };
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .kill_on_drop(true);
         let mut child = command
             .spawn()
             .with_context(|| format!("cannot start {:?}", command.as_std().get_program()))?;

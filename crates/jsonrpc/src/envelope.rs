@@ -173,8 +173,84 @@ fn is_null(raw: &RawValue) -> bool {
     raw.get() == "null"
 }
 
+/// The members of a message that routing looks at, however they were found.
+#[derive(Debug, Default)]
+pub(crate) struct Fields<'a> {
+    pub id: Option<&'a RawValue>,
+    pub method: Option<Cow<'a, str>>,
+    pub params: ParamsFields<'a>,
+    pub result: bool,
+    pub error: bool,
+}
+
+/// The routing members of `params`.
+#[derive(Debug, Default)]
+pub(crate) struct ParamsFields<'a> {
+    /// `params.requestId`.
+    pub request_id: Option<&'a RawValue>,
+    /// `params.progressToken`.
+    pub progress_token: Option<&'a RawValue>,
+    /// `params._meta.progressToken`.
+    pub meta_token: Option<&'a RawValue>,
+}
+
+impl<'a> Fields<'a> {
+    /// The serde path: for whatever the scan leaves to it, and the reference
+    /// for the scan's tests. `line` is an object, at least by its first byte.
+    pub(crate) fn parse(line: &'a [u8]) -> Result<Self, EnvelopeError> {
+        // One UTF-8 check of the whole line up front, so that skipping long
+        // strings inside the payload does not check them again.
+        let text = std::str::from_utf8(line).map_err(|_| {
+            EnvelopeError::Json(<serde_json::Error as serde::de::Error>::custom(
+                "the line is not valid UTF-8",
+            ))
+        })?;
+        let wire: Wire<'a> = serde_json::from_str(text)?;
+        let params = wire.params.unwrap_or_default();
+        Ok(Fields {
+            id: wire.id,
+            method: wire.method,
+            params: ParamsFields {
+                request_id: params.request_id,
+                progress_token: params.progress_token,
+                meta_token: params.meta.and_then(|m| m.progress_token),
+            },
+            result: wire.result.is_some(),
+            error: wire.error.is_some(),
+        })
+    }
+
+    fn envelope(self) -> Result<Envelope<'a>, EnvelopeError> {
+        let kind = match (&self.method, self.id) {
+            (Some(_), Some(id)) if is_null(id) => {
+                return Err(EnvelopeError::Invalid("request id is null"));
+            }
+            (Some(_), Some(_)) => Kind::Request,
+            (Some(_), None) => Kind::Notification,
+            (None, Some(_)) if self.result || self.error => Kind::Response,
+            (None, _) => return Err(EnvelopeError::Invalid("no method, result or error")),
+        };
+        let progress_token = match kind {
+            Kind::Request => self.params.meta_token,
+            _ => self.params.progress_token,
+        };
+        Ok(Envelope {
+            kind,
+            id: self.id,
+            method: self.method,
+            request_id: self.params.request_id,
+            progress_token,
+        })
+    }
+}
+
 impl<'a> Envelope<'a> {
     /// Reads the envelope of `line`. Payload members are skipped, not built.
+    ///
+    /// A line that is not valid JSON is always an [`EnvelopeError::Json`]:
+    /// the structural scan that reads the usual line (`scan.rs`) only
+    /// answers for lines it has checked against the whole JSON grammar, and
+    /// leaves every other line to serde.
     pub fn peek(line: &'a [u8]) -> Result<Self, EnvelopeError> {
         let first = line.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'[') {
@@ -186,35 +262,11 @@ impl<'a> Envelope<'a> {
             serde_json::from_slice::<&RawValue>(line)?;
             return Err(EnvelopeError::Invalid("not an object"));
         }
-        // One UTF-8 check of the whole line up front, so that skipping long
-        // strings inside the payload does not check them again.
-        let text = std::str::from_utf8(line).map_err(|_| {
-            EnvelopeError::Json(<serde_json::Error as serde::de::Error>::custom(
-                "the line is not valid UTF-8",
-            ))
-        })?;
-        let wire: Wire<'a> = serde_json::from_str(text)?;
-        let kind = match (&wire.method, wire.id) {
-            (Some(_), Some(id)) if is_null(id) => {
-                return Err(EnvelopeError::Invalid("request id is null"));
-            }
-            (Some(_), Some(_)) => Kind::Request,
-            (Some(_), None) => Kind::Notification,
-            (None, Some(_)) if wire.result.is_some() || wire.error.is_some() => Kind::Response,
-            (None, _) => return Err(EnvelopeError::Invalid("no method, result or error")),
+        let fields = match crate::scan::fields(line) {
+            Some(fields) => fields,
+            None => Fields::parse(line)?,
         };
-        let params = wire.params.unwrap_or_default();
-        let progress_token = match kind {
-            Kind::Request => params.meta.and_then(|m| m.progress_token),
-            _ => params.progress_token,
-        };
-        Ok(Envelope {
-            kind,
-            id: wire.id,
-            method: wire.method,
-            request_id: params.request_id,
-            progress_token,
-        })
+        fields.envelope()
     }
 
     /// The method name, or `""` for a response.

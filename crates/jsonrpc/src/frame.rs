@@ -12,6 +12,10 @@ use tokio_util::codec::Decoder;
 /// How much of an oversize line is kept, so its `id` can still be found.
 pub const OVERSIZE_HEAD: usize = 4096;
 
+/// The most room made ahead of a line for it to be read in place (see
+/// [`LineCodec::decode`]).
+const READ_AHEAD: usize = 1 << 20;
+
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// One unit read from a line-delimited stream.
@@ -33,6 +37,9 @@ pub struct LineCodec {
     /// Set while discarding the rest of an oversize line.
     discarding: Option<Discard>,
     at_start: bool,
+    /// The last line's length with its terminator: the room to make ahead
+    /// of the next one.
+    last_len: usize,
 }
 
 #[derive(Debug)]
@@ -70,6 +77,7 @@ impl LineCodec {
             scanned: 0,
             discarding: None,
             at_start: true,
+            last_len: 0,
         }
     }
 
@@ -139,6 +147,7 @@ impl Decoder for LineCodec {
                 Some(offset) => {
                     let pos = from + offset;
                     self.scanned = 0;
+                    self.last_len = pos + 1;
                     let mut line = buf.split_to(pos + 1);
                     line.truncate(pos);
                     let line = trim_cr(line);
@@ -169,6 +178,17 @@ impl Decoder for LineCodec {
                 }
                 None => {
                     self.scanned = buf.len();
+                    // Room for a line as long as the last one before the
+                    // reads that fill it: otherwise the buffer grows as they
+                    // come, and each growth moves what was read so far (the
+                    // caller only asks for one more byte). While the last
+                    // line is still held elsewhere, this takes a new buffer
+                    // and copies only what is read of this line so far
+                    // (usually nothing).
+                    let ahead = self.last_len.min(READ_AHEAD);
+                    if ahead > buf.len() {
+                        buf.reserve(ahead - buf.len());
+                    }
                     return Ok(None);
                 }
             }
@@ -326,6 +346,40 @@ mod tests {
                 first_bad.map(|i| (&got[i], &want[i]))
             );
         }
+    }
+
+    /// While a line is read, room for one as long as the last is made
+    /// first, so that it is read in place, not moved as the buffer grows.
+    #[test]
+    fn room_is_made_for_a_line_like_the_last_one() {
+        let mut codec = LineCodec::new(4 << 20);
+        let mut buf = BytesMut::new();
+        let long = vec![b'x'; 100_000];
+        buf.extend_from_slice(&long);
+        buf.extend_from_slice(b"\n{");
+        assert!(matches!(codec.decode(&mut buf), Ok(Some(Frame::Line(l))) if l.len() == 100_000));
+        assert!(codec.decode(&mut buf).expect("decode").is_none());
+        assert!(buf.capacity() >= 100_001, "capacity {}", buf.capacity());
+        // A short line after it: the room follows the last line, not the longest.
+        buf.extend_from_slice(b"}\n");
+        assert!(codec.decode(&mut buf).expect("decode").is_some());
+        let mut small = BytesMut::new();
+        assert!(codec.decode(&mut small).expect("decode").is_none());
+        assert!(small.capacity() < 1024, "capacity {}", small.capacity());
+        // And never more than the bound, however long the last line.
+        let mut codec = LineCodec::new(8 << 20);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&vec![b'y'; 3 << 20]);
+        buf.extend_from_slice(b"\n");
+        assert!(codec.decode(&mut buf).expect("decode").is_some());
+        let mut next = BytesMut::new();
+        assert!(codec.decode(&mut next).expect("decode").is_none());
+        assert!(
+            next.capacity() <= READ_AHEAD * 2,
+            "capacity {}",
+            next.capacity()
+        );
+        assert!(next.capacity() >= READ_AHEAD);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! size bound, and [`envelope::Envelope::peek`] borrows the few fields that
 //! route a message (`id`, `method`, and the `params` members used for
 //! cancellation and progress) straight out of the line with
-//! [`serde_json::value::RawValue`]. When an id must change on the way
+//! [`serde_json::value::RawValue`], in one structural scan that also checks
+//! the line is JSON (`scan`; serde for the rare lines the scan leaves to
+//! it, and for every error message). When an id must change on the way
 //! through, [`rewrite::splice`] replaces exactly the bytes of the old id and
 //! copies the rest of the line untouched. [`build`] makes the few messages
 //! mcpvisor writes itself (errors, cancellations, replayed handshakes).
@@ -16,6 +18,7 @@ pub mod build;
 pub mod envelope;
 pub mod frame;
 pub mod rewrite;
+mod scan;
 
 pub use envelope::{Envelope, EnvelopeError, Kind};
 pub use frame::{Frame, LineCodec};

@@ -1,0 +1,318 @@
+//! `mcpvisor-bench instructions`: mcpvisor's own instructions per request,
+//! counted by callgrind, a figure that other load on the machine cannot
+//! move.
+//!
+//! mcpvisor runs under `valgrind --tool=callgrind --trace-children=no`, so
+//! only its own user-space instructions are counted: not the worker's (it
+//! runs natively), not the client's (this process, outside valgrind), not
+//! the kernel's. Each figure is two traced runs of the same scenario: one
+//! with `requests` `bench/echo` requests at concurrency 1 and one with none,
+//! both with the same start, handshake and shutdown. Their difference over
+//! `requests` is the cost of one request: read, peek, splice and write on
+//! the way in, the same on the way out, and the task hops between.
+//!
+//! The scenarios are a table ([`SCENARIOS`]) of how mcpvisor is put in front
+//! of the fake worker and how the client reaches it ([`Front`]); each is
+//! measured at every load of [`LOADS`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use tokio::process::Command;
+
+use crate::baseline::{Baseline, Figure};
+use crate::load::{self, Load, Stop};
+use crate::payload::Payloads;
+use crate::peer::{Binaries, Peer, Via};
+
+/// The options of `mcpvisor-bench instructions`.
+#[derive(Debug, clap::Args)]
+pub struct InstructionsArgs {
+    /// Compare with the baseline in FILE; fail when a figure is more than
+    /// its tolerance over it.
+    #[arg(long, value_name = "FILE")]
+    check: Option<PathBuf>,
+    /// Show each figure's change from the baseline in FILE, without failing.
+    #[arg(long, value_name = "FILE", conflicts_with = "check")]
+    against: Option<PathBuf>,
+    /// Write the figures to FILE as the new baseline.
+    #[arg(long, value_name = "FILE")]
+    write: Option<PathBuf>,
+    /// Requests per measured run [default: 2000].
+    #[arg(long, value_name = "N")]
+    requests: Option<u64>,
+    /// Keep callgrind's output files in DIR (for `callgrind_annotate`).
+    #[arg(long, value_name = "DIR")]
+    keep: Option<PathBuf>,
+    /// The valgrind binary.
+    #[arg(long, value_name = "PATH", default_value = "valgrind")]
+    valgrind: PathBuf,
+}
+
+/// How the client reaches mcpvisor in a scenario.
+#[derive(Debug, Clone, Copy)]
+pub enum Front {
+    /// JSON-RPC lines on the traced process's own stdin and stdout. (An HTTP
+    /// front, for `serve`, is another variant with its own client.)
+    Stdio,
+}
+
+/// One way of putting mcpvisor in front of the fake worker.
+#[derive(Debug)]
+pub struct Scenario {
+    /// Its name in reports and in the baseline.
+    pub name: &'static str,
+    /// mcpvisor's arguments; the fake worker's path follows them.
+    pub args: &'static [&'static str],
+    pub front: Front,
+}
+
+impl Scenario {
+    /// Its command line, as the baseline records it.
+    fn command(&self) -> String {
+        let mut words = vec!["mcpvisor"];
+        words.extend(self.args);
+        words.push("mcpvisor-fake-worker");
+        words.join(" ")
+    }
+}
+
+/// Every scenario measured, in report order.
+pub const SCENARIOS: &[Scenario] = &[Scenario {
+    name: "run",
+    args: &["run", "-q", "--no-watch", "--"],
+    front: Front::Stdio,
+}];
+
+/// Payload sizes at concurrency 1, measured for every scenario.
+pub const LOADS: &[(usize, usize)] = &[(64, 1), (65_536, 1)];
+
+/// Requests per measured run unless `--requests` says otherwise: enough
+/// that the sweep timer and the first requests' allocations are lost in
+/// the figure (it repeats within 1%).
+const REQUESTS: u64 = 2000;
+
+/// How much a figure may grow over its baseline before `--check` fails.
+pub const TOLERANCE_PERCENT: f64 = 10.0;
+
+pub async fn run(bins: &Binaries, args: &InstructionsArgs) -> anyhow::Result<()> {
+    let valgrind = valgrind_version(&args.valgrind).await?;
+    let requests = args.requests.unwrap_or(REQUESTS).max(1);
+    let dir = match &args.keep {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("mcpvisor-instructions-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tracer = Tracer {
+        valgrind: args.valgrind.clone(),
+        dir: dir.clone(),
+    };
+    let measured = measure_all(bins, &tracer, requests).await;
+    if args.keep.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let figures = measured?;
+    let fresh = Baseline::new(valgrind, figures);
+    let old = match args.check.as_ref().or(args.against.as_ref()) {
+        Some(path) => Some(Baseline::read(path)?),
+        None => None,
+    };
+    print!("{}", fresh.table(old.as_ref()));
+    if let Some(path) = &args.write {
+        fresh.write(path)?;
+        eprintln!("mcpvisor-bench: wrote the baseline {}", path.display());
+    }
+    if let (Some(old), Some(path)) = (&old, &args.check) {
+        old.check(&fresh, path)?;
+        println!(
+            "every figure is within {TOLERANCE_PERCENT}% of the baseline {}",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+async fn measure_all(
+    bins: &Binaries,
+    tracer: &Tracer,
+    requests: u64,
+) -> anyhow::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    for scenario in SCENARIOS {
+        for &(payload, concurrency) in LOADS {
+            eprintln!(
+                "mcpvisor-bench: instructions: {}, {payload} B at concurrency {concurrency}, \
+                 {requests} requests and none",
+                scenario.name
+            );
+            let empty = tracer
+                .count(bins, scenario, payload, concurrency, 0)
+                .await?;
+            let full = tracer
+                .count(bins, scenario, payload, concurrency, requests)
+                .await?;
+            let per_request = full.saturating_sub(empty) as f64 / requests as f64;
+            figures.push(Figure {
+                scenario: scenario.name.to_owned(),
+                command: scenario.command(),
+                payload_bytes: payload,
+                concurrency,
+                requests,
+                instructions_per_request: per_request.round() as u64,
+            });
+        }
+    }
+    Ok(figures)
+}
+
+/// Runs scenarios under callgrind, its files in `dir`.
+#[derive(Debug)]
+struct Tracer {
+    valgrind: PathBuf,
+    dir: PathBuf,
+}
+
+impl Tracer {
+    /// One traced run: start, handshake, `requests` requests, shutdown.
+    /// Returns every instruction mcpvisor executed.
+    async fn count(
+        &self,
+        bins: &Binaries,
+        scenario: &Scenario,
+        payload: usize,
+        concurrency: usize,
+        requests: u64,
+    ) -> anyhow::Result<u64> {
+        let label = format!("{}-{payload}-c{concurrency}-{requests}", scenario.name);
+        let mut command = Command::new(&self.valgrind);
+        command
+            .arg("--tool=callgrind")
+            .arg("--trace-children=no")
+            .arg(flag(
+                "--callgrind-out-file=",
+                &self.dir,
+                &label,
+                "callgrind",
+            ))
+            .arg(flag("--log-file=", &self.dir, &label, "log"))
+            .arg(&bins.mcpvisor)
+            .args(scenario.args)
+            .arg(&bins.worker);
+        let pid = match scenario.front {
+            Front::Stdio => {
+                let mut peer = Peer::start(Via::Mcpvisor, command, bins.show_stderr)?;
+                let pid = peer.pid;
+                let driven = drive(&mut peer, payload, concurrency, requests).await;
+                let status = peer.close().await;
+                let log = self.dir.join(format!("{label}.{pid}.log"));
+                driven.with_context(|| valgrind_log(&log))?;
+                let status = status.with_context(|| valgrind_log(&log))?;
+                if !status.success() {
+                    bail!(
+                        "{label}: mcpvisor under valgrind {status}; {}",
+                        valgrind_log(&log)
+                    );
+                }
+                pid
+            }
+        };
+        let out = self.dir.join(format!("{label}.{pid}.callgrind"));
+        let text = std::fs::read_to_string(&out)
+            .with_context(|| format!("callgrind wrote no {}", out.display()))?;
+        total_instructions(&text).with_context(|| format!("no totals in {}", out.display()))
+    }
+}
+
+/// The client's side of one run on a stdio front.
+async fn drive(
+    peer: &mut Peer,
+    payload: usize,
+    concurrency: usize,
+    requests: u64,
+) -> anyhow::Result<()> {
+    peer.initialize().await?;
+    if requests > 0 {
+        let load = Load {
+            payload,
+            concurrency,
+            stop: Stop::Count(requests),
+        };
+        load::run(peer, load, &Payloads::new(payload)).await?;
+    }
+    Ok(())
+}
+
+/// `--name=DIR/LABEL.%p.EXT`: valgrind puts the traced process's pid in
+/// place of `%p`.
+fn flag(name: &str, dir: &Path, label: &str, ext: &str) -> OsString {
+    let mut flag = OsString::from(name);
+    flag.push(dir.join(format!("{label}.%p.{ext}")));
+    flag
+}
+
+/// The end of valgrind's log, for an error message.
+fn valgrind_log(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(log) => {
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+            format!("valgrind's log {} ends:\n{tail}", path.display())
+        }
+        Err(_) => format!("valgrind wrote no log at {}", path.display()),
+    }
+}
+
+/// The `totals:` line of a callgrind output file (`summary:` in older
+/// formats): every instruction the process executed.
+fn total_instructions(callgrind: &str) -> Option<u64> {
+    let line = |key: &str| {
+        callgrind
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+    };
+    line("totals:").or_else(|| line("summary:"))
+}
+
+/// `valgrind --version`, such as `valgrind-3.19.0`.
+async fn valgrind_version(valgrind: &Path) -> anyhow::Result<String> {
+    let out = Command::new(valgrind)
+        .arg("--version")
+        .output()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot run {}: install valgrind (scripts/instructions does) or pass --valgrind PATH",
+                valgrind.display()
+            )
+        })?;
+    if !out.status.success() {
+        bail!("{} --version failed: {}", valgrind.display(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_callgrind_totals() {
+        let file = "version: 1\ncmd: mcpvisor run\nevents: Ir\nfn=(1) main\n3 10\n\
+                    summary: 41000\n\ntotals: 42000\n";
+        assert_eq!(total_instructions(file), Some(42000));
+        assert_eq!(total_instructions("events: Ir\nsummary: 7\n"), Some(7));
+        assert_eq!(total_instructions("events: Ir\n"), None);
+    }
+
+    #[test]
+    fn scenario_names_are_unique() {
+        let mut names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SCENARIOS.len());
+    }
+}

@@ -1,0 +1,873 @@
+//! The structural scan behind [`crate::Envelope::peek`].
+//!
+//! One pass over the line checks it against the JSON grammar and finds the
+//! routing members on the way, without building anything. A string is
+//! skipped to its next quote or backslash eight bytes at a time while it is
+//! short, then with `memchr`; a line's control characters and non-ASCII
+//! bytes are found once up front, in a loop the compiler vectorizes, so
+//! that the usual line (ASCII, no raw control characters) needs neither a
+//! UTF-8 pass nor a byte-by-byte look inside its strings.
+//!
+//! The scan answers only for what it fully handles. Anything else is left
+//! to the serde path ([`crate::envelope::Fields::parse`]): invalid JSON
+//! (whose error message serde writes), escapes in a member name or in the
+//! method, a duplicate envelope member, a `params` or `_meta` of an unusual
+//! type, nesting deeper than [`MAX_DEPTH`]. So the scan must never accept a
+//! line that serde rejects, and must find the same members when it accepts
+//! one; the tests compare the two on edge cases and on random lines.
+
+use std::borrow::Cow;
+
+use serde_json::value::RawValue;
+
+use crate::envelope::{Fields, ParamsFields};
+
+/// Containers nested deeper than this are left to serde.
+const MAX_DEPTH: u32 = 64;
+
+/// The routing members of `line`, an object, if the scan can vouch for the
+/// whole line; `None` leaves the line to serde.
+pub(crate) fn fields(line: &[u8]) -> Option<Fields<'_>> {
+    let (low, high) = extremes(line);
+    // A line that is not ASCII is checked as UTF-8 whole, once, and the few
+    // pieces borrowed as text (the method, ids) are cut from it; otherwise
+    // each of them is checked on its own (a few bytes each).
+    let text = if high >= 0x80 {
+        Some(std::str::from_utf8(line).ok()?)
+    } else {
+        None
+    };
+    let mut scan = Scan {
+        bytes: line,
+        text,
+        pos: 0,
+        controls: low < 0x20,
+    };
+    let fields = scan.envelope()?;
+    scan.ws();
+    (scan.pos == line.len()).then_some(fields)
+}
+
+/// Bytes looked at together in [`extremes`]: four SSE2 registers, so that
+/// the loop's own instructions are spread over more bytes.
+const LANES: usize = 64;
+
+/// The smallest and the largest byte of `bytes`, lane by lane over chunks
+/// with no early exit, so that the compiler vectorizes it.
+fn extremes(bytes: &[u8]) -> (u8, u8) {
+    let mut low = [u8::MAX; LANES];
+    let mut high = [u8::MIN; LANES];
+    let mut fold = |chunk: &[u8]| {
+        for i in 0..LANES {
+            low[i] = low[i].min(chunk[i]);
+            high[i] = high[i].max(chunk[i]);
+        }
+    };
+    let mut chunks = bytes.chunks_exact(LANES);
+    chunks.by_ref().for_each(&mut fold);
+    // The rest as one more chunk, padded with a byte that changes neither
+    // answer (a space is neither a control character nor non-ASCII).
+    let rest = chunks.remainder();
+    let mut last = [b' '; LANES];
+    last[..rest.len()].copy_from_slice(rest);
+    fold(&last);
+    (
+        low.into_iter().fold(u8::MAX, u8::min),
+        high.into_iter().fold(u8::MIN, u8::max),
+    )
+}
+
+/// The first quote or backslash at or after `from`.
+#[inline(always)]
+fn stop(bytes: &[u8], from: usize) -> Option<usize> {
+    // Most strings are short (member names, methods, ids): a word at a time,
+    // their end is found before `memchr` would have set up.
+    let mut at = from;
+    for _ in 0..SHORT_WORDS {
+        let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) else {
+            let rest = bytes.get(at..)?;
+            return rest
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\')
+                .map(|i| at + i);
+        };
+        let word = u64::from_le_bytes(*word);
+        let hits = bytes_equal(word, b'"') | bytes_equal(word, b'\\');
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    memchr::memchr2(b'"', b'\\', bytes.get(at..)?).map(|i| at + i)
+}
+
+/// Words looked at one by one before a string is handed to `memchr`.
+const SHORT_WORDS: usize = 16;
+
+/// The high bit of each byte of `word` that equals `b`, and perhaps of
+/// bytes above one that does: the lowest bit set is always exact.
+#[inline(always)]
+fn bytes_equal(word: u64, b: u8) -> u64 {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    let x = word ^ (ONES * u64::from(b));
+    x.wrapping_sub(ONES) & !x & (ONES << 7)
+}
+
+/// Past the escape whose backslash is at `at`.
+fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at + 1)? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(at + 2),
+        b'u' => {
+            let hex = bytes.get(at + 2..at + 6)?;
+            hex.iter().all(u8::is_ascii_hexdigit).then_some(at + 6)
+        }
+        _ => None,
+    }
+}
+
+/// A position in a line known to be UTF-8.
+struct Scan<'a> {
+    bytes: &'a [u8],
+    /// The line as text, when it was checked whole (it is not ASCII).
+    text: Option<&'a str>,
+    pos: usize,
+    /// Whether the line has any byte under 0x20: whitespace between tokens
+    /// (tab, carriage return) or, inside a string, an error.
+    controls: bool,
+}
+
+impl<'a> Scan<'a> {
+    #[inline(always)]
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.pos).copied()
+    }
+
+    /// Skips JSON whitespace (which is not `u8::is_ascii_whitespace`: no
+    /// form feed).
+    #[inline(always)]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.pos += 1;
+        }
+    }
+
+    /// The top-level object. Duplicate envelope members are serde's to
+    /// reject.
+    fn envelope(&mut self) -> Option<Fields<'a>> {
+        self.ws();
+        if self.peek()? != b'{' {
+            return None;
+        }
+        self.pos += 1;
+        let mut fields = Fields::default();
+        if self.empty(b'}') {
+            return Some(fields);
+        }
+        let (mut id, mut method, mut params, mut result, mut error) = Default::default();
+        loop {
+            let name = self.member()?;
+            match name {
+                b"id" => {
+                    once(&mut id)?;
+                    fields.id = Some(self.raw()?);
+                }
+                b"method" => {
+                    once(&mut method)?;
+                    fields.method = Some(self.method()?);
+                }
+                b"params" => {
+                    once(&mut params)?;
+                    fields.params = self.params()?;
+                }
+                b"result" => {
+                    once(&mut result)?;
+                    self.value()?;
+                    fields.result = true;
+                }
+                b"error" => {
+                    once(&mut error)?;
+                    self.value()?;
+                    fields.error = true;
+                }
+                _ => self.value()?,
+            }
+            if !self.more()? {
+                return Some(fields);
+            }
+        }
+    }
+
+    /// `method`: a string without escapes, borrowed.
+    fn method(&mut self) -> Option<Cow<'a, str>> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let (text, escaped) = self.string()?;
+        if escaped {
+            return None;
+        }
+        let end = self.pos - 1;
+        self.text(end - text.len(), end).map(Cow::Borrowed)
+    }
+
+    /// `params`: its routing members when it is an object, none when it is
+    /// an array or null.
+    fn params(&mut self) -> Option<ParamsFields<'a>> {
+        let mut params = ParamsFields::default();
+        match self.peek()? {
+            b'{' => self.pos += 1,
+            b'[' => return self.value().map(|()| params),
+            b'n' => return self.literal(b"null").map(|()| params),
+            _ => return None,
+        }
+        if self.empty(b'}') {
+            return Some(params);
+        }
+        loop {
+            // A repeated member overwrites the earlier one, as in serde.
+            match self.member()? {
+                b"requestId" => params.request_id = Some(self.raw()?),
+                b"progressToken" => params.progress_token = Some(self.raw()?),
+                b"_meta" => params.meta_token = self.meta()?,
+                _ => self.value()?,
+            }
+            if !self.more()? {
+                return Some(params);
+            }
+        }
+    }
+
+    /// `params._meta`: its `progressToken` (`null` is none), when it is an
+    /// object or null.
+    fn meta(&mut self) -> Option<Option<&'a RawValue>> {
+        match self.peek()? {
+            b'{' => self.pos += 1,
+            b'n' => return self.literal(b"null").map(|()| None),
+            _ => return None,
+        }
+        let mut token = None;
+        if self.empty(b'}') {
+            return Some(token);
+        }
+        let mut seen = false;
+        loop {
+            if self.member()? == b"progressToken" {
+                once(&mut seen)?;
+                token = match self.peek()? {
+                    b'n' => self.literal(b"null").map(|()| None)?,
+                    _ => Some(self.raw()?),
+                };
+            } else {
+                self.value()?;
+            }
+            if !self.more()? {
+                return Some(token);
+            }
+        }
+    }
+
+    /// The next value, borrowed as raw JSON.
+    fn raw(&mut self) -> Option<&'a RawValue> {
+        let start = self.pos;
+        self.value()?;
+        // Already checked: this only wraps the text (a few bytes, as ids
+        // and tokens are), there being no other way to borrow a RawValue.
+        serde_json::from_str(self.text(start, self.pos)?).ok()
+    }
+
+    /// The line's bytes from `start` to `end` as text.
+    fn text(&self, start: usize, end: usize) -> Option<&'a str> {
+        match self.text {
+            Some(text) => text.get(start..end),
+            None => std::str::from_utf8(self.bytes.get(start..end)?).ok(),
+        }
+    }
+
+    /// Past a container's opening bracket: whether it closes at once with
+    /// `close` (and if so, past it).
+    #[inline(always)]
+    fn empty(&mut self, close: u8) -> bool {
+        self.ws();
+        let empty = self.peek() == Some(close);
+        if empty {
+            self.pos += 1;
+        }
+        empty
+    }
+
+    /// After a member of an object: whether another follows (past the
+    /// comma) or the object ends (past its brace).
+    #[inline(always)]
+    fn more(&mut self) -> Option<bool> {
+        self.ws();
+        let more = match self.peek()? {
+            b',' => true,
+            b'}' => false,
+            _ => return None,
+        };
+        self.pos += 1;
+        Some(more)
+    }
+
+    /// A member's name and colon, up to its value. A name with escapes is
+    /// serde's to decode.
+    #[inline(always)]
+    fn member(&mut self) -> Option<&'a [u8]> {
+        let (name, escaped) = self.any_member()?;
+        (!escaped).then_some(name)
+    }
+
+    /// A member's name (and whether it has escapes) and colon, up to its
+    /// value.
+    #[inline(always)]
+    fn any_member(&mut self) -> Option<(&'a [u8], bool)> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let name = self.string()?;
+        self.ws();
+        if self.peek()? != b':' {
+            return None;
+        }
+        self.pos += 1;
+        self.ws();
+        Some(name)
+    }
+
+    /// The string whose opening quote is at `pos`: its contents, and whether
+    /// they hold escapes.
+    #[inline(always)]
+    fn string(&mut self) -> Option<(&'a [u8], bool)> {
+        let start = self.pos + 1;
+        let mut at = start;
+        let mut escaped = false;
+        loop {
+            let end = stop(self.bytes, at)?;
+            if self.controls && extremes(&self.bytes[at..end]).0 < 0x20 {
+                return None;
+            }
+            at = end;
+            if self.bytes[at] == b'"' {
+                self.pos = at + 1;
+                return Some((&self.bytes[start..at], escaped));
+            }
+            escaped = true;
+            at = escape_end(self.bytes, at)?;
+        }
+    }
+
+    /// Past one value of any kind, however nested (up to [`MAX_DEPTH`]).
+    #[inline(always)]
+    fn value(&mut self) -> Option<()> {
+        // Strings are the usual values, and short: no call for them.
+        if self.peek()? == b'"' {
+            return self.string().map(drop);
+        }
+        self.any_value()
+    }
+
+    /// [`Self::value`], out of line.
+    fn any_value(&mut self) -> Option<()> {
+        // One bit per open container, the innermost lowest: 1 for an object.
+        let mut open = 0u64;
+        let mut depth = 0;
+        loop {
+            self.ws();
+            match self.peek()? {
+                open_with @ (b'{' | b'[') => {
+                    self.pos += 1;
+                    let object = open_with == b'{';
+                    if !self.empty(if object { b'}' } else { b']' }) {
+                        if depth == MAX_DEPTH {
+                            return None;
+                        }
+                        depth += 1;
+                        open = open << 1 | u64::from(object);
+                        if object {
+                            self.any_member()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    self.string()?;
+                }
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => return None,
+            }
+            // A value has ended: close the containers it ends, up to the
+            // next element or member.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.ws();
+                let object = open & 1 == 1;
+                match self.peek()? {
+                    b',' => {
+                        self.pos += 1;
+                        if object {
+                            self.any_member()?;
+                        }
+                        break;
+                    }
+                    b'}' if object => {}
+                    b']' if !object => {}
+                    _ => return None,
+                }
+                self.pos += 1;
+                open >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        let end = self.pos + word.len();
+        (self.bytes.get(self.pos..end)? == word).then(|| self.pos = end)
+    }
+
+    /// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`. A digit right
+    /// after a leading zero is left for the caller to reject, as whatever
+    /// follows a value must be a delimiter.
+    fn number(&mut self) -> Option<()> {
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek()? {
+            b'0' => self.pos += 1,
+            b'1'..=b'9' => {
+                self.digits();
+            }
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            self.some_digits()?;
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    /// Skips digits; how many.
+    fn digits(&mut self) -> usize {
+        let start = self.pos;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.pos += 1;
+        }
+        self.pos - start
+    }
+
+    fn some_digits(&mut self) -> Option<()> {
+        (self.digits() > 0).then_some(())
+    }
+}
+
+/// Marks a member seen; `None` the second time.
+fn once(seen: &mut bool) -> Option<()> {
+    (!std::mem::replace(seen, true)).then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The scan against serde, the reference: whenever the scan accepts a
+    //! line, serde must accept it too and find the same members, borrowed
+    //! from the same bytes.
+
+    use super::*;
+
+    type Raw<'a> = Option<(usize, &'a str)>;
+    type View<'a> = (
+        Raw<'a>,
+        Option<String>,
+        Raw<'a>,
+        Raw<'a>,
+        Raw<'a>,
+        bool,
+        bool,
+    );
+
+    fn raw(r: Option<&RawValue>) -> Raw<'_> {
+        r.map(|r| (r.get().as_ptr() as usize, r.get()))
+    }
+
+    fn view<'a>(f: &Fields<'a>) -> View<'a> {
+        (
+            raw(f.id),
+            f.method.as_deref().map(str::to_owned),
+            raw(f.params.request_id),
+            raw(f.params.progress_token),
+            raw(f.params.meta_token),
+            f.result,
+            f.error,
+        )
+    }
+
+    /// Compares the scan with serde on `line`; returns whether the scan
+    /// answered for it.
+    fn agrees(line: &[u8]) -> bool {
+        let Some(fast) = fields(line) else {
+            return false;
+        };
+        let shown = String::from_utf8_lossy(line);
+        assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok(),
+            "the scan accepted a line that is not JSON: {shown:?}"
+        );
+        match Fields::parse(line) {
+            Ok(slow) => assert_eq!(view(&fast), view(&slow), "on {shown:?}"),
+            Err(e) => panic!("the scan accepted a line serde rejects ({e}): {shown:?}"),
+        }
+        true
+    }
+
+    const TYPICAL: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":1,"method":"bench/echo","params":{"s":"0000000000000001abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789ab"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"s":"0000000000000001abc"}}"#,
+        r#"{"jsonrpc":"2.0","id":"call-7f3a","method":"tools/call","params":{"name":"search_notes","arguments":{"query":"quarterly \"Q3\"","limit":20,"tags":["work","planning"],"x":null,"y":true,"z":-1.5e-3},"_meta":{"progressToken":"7f3a"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"7f3a","progress":40,"total":100,"message":"é 😀 \u00e9 \ud83d\ude00"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"call-7f3a","reason":"User pressed escape"}}"#,
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+        r#" { "id" : 7 , "result" : [ ] , "params" : null }	"#,
+        "{\"id\":0,\"method\":\"m\",\"params\":[1,{\"a\":[]},\"\\n\"]}\r",
+        r#"{"method":"m","params":{"_meta":null,"progressToken":null,"requestId":{"a":[1,2]}}}"#,
+        r#"{"method":"m","id":2,"params":{"_meta":{"progressToken":null,"other":{}}}}"#,
+        r#"{"method":"m","params":{"_meta":{"progressToken":1},"_meta":{}}}"#,
+        r#"{}"#,
+        r#"{"id":1}"#,
+    ];
+
+    #[test]
+    fn typical_messages_are_scanned() {
+        for line in TYPICAL {
+            assert!(agrees(line.as_bytes()), "left to serde: {line}");
+        }
+    }
+
+    /// A result whose string holds `inner` after 300 plain bytes.
+    fn long(inner: &[u8]) -> Vec<u8> {
+        let mut line = b"{\"id\":1,\"result\":\"".to_vec();
+        line.extend_from_slice(&[b'a'; 300]);
+        line.extend_from_slice(inner);
+        line.extend_from_slice(b"z\"}");
+        line
+    }
+
+    #[test]
+    fn edge_cases_agree_with_serde() {
+        let cases: &[&[u8]] = &[
+            // Not JSON.
+            b"{",
+            b"{\"id\":1",
+            b"{\"id\":1,}",
+            b"{,}",
+            b"{\"id\" 1}",
+            b"{\"id\":1}}",
+            b"{\"id\":1} x",
+            b"{\"id\":[1}",
+            b"{\"id\":{1:2}}",
+            b"{\"id\":{\"a\"}}",
+            b"{\"id\":[1,]}",
+            b"{\"id\":1,\"result\":[1}}",
+            b"{\"id\":1,\"result\":{\"a\":1]}",
+            b"{\"id\":1,\"result\":[[1]}]}",
+            b"{\"id\":[,1]}",
+            b"{\"id\":01}",
+            b"{\"id\":-01}",
+            b"{\"id\":1.}",
+            b"{\"id\":.5}",
+            b"{\"id\":1e}",
+            b"{\"id\":1e+}",
+            b"{\"id\":-}",
+            b"{\"id\":+1}",
+            b"{\"id\":1.5.3}",
+            b"{\"id\":tru}",
+            b"{\"id\":nul}",
+            b"{\"id\":nulll}",
+            b"{\"id\":True}",
+            b"{\"id\":\"a\x01b\"}",
+            &long(b"\x01"),
+            &long(b"\t"),
+            &long(b"\\q"),
+            &long(b"\\u00e9\\\""),
+            b"{\"id\":\"a\tb\"}",
+            b"{\"id\":\"a\\qb\"}",
+            b"{\"id\":\"a\\u12G4\"}",
+            b"{\"id\":\"a\\u12\"}",
+            b"{\"id\":1,\"result\":\"a\\x1234\"}",
+            b"{\"id\":1,\"result\":\"a\\U1234\"}",
+            b"{\"id\":1,\"result\":\"\\a\"}",
+            b"{\"id\":1,\"result\":\"\\'\"}",
+            b"{\"id\":1,\"result\":\"\\0\"}",
+            b"{\"id\":\"a\\",
+            b"{\"id\":\"\xff\"}",
+            b"{\"id\":\"\xc3\"}",
+            b"{\"\xc3\xa9\":1,\"id\":1}\xa9",
+            b"\x0c{\"id\":1,\"result\":1}",
+            b"{\"id\":1,\"result\":1}\x0c",
+            b"{\"id\":1\x01,\"result\":1}",
+            // JSON, scanned or left to serde.
+            b"{\"id\":\"a\\u12aF\\/\\b\\f\\n\\r\\t\\\"\\\\\",\"result\":1}",
+            b"{\t\"id\"\r:\t1 ,\"result\":{}}",
+            b"{\"id\":-0.0e+00,\"result\":1E5}",
+            b"{\"id\":18446744073709551616123,\"result\":1e999}",
+            b"{\"id\":\"\xc3\xa9\xf0\x9f\x98\x80\",\"result\":\"\"}",
+            b"{\"id\":1,\"id\":2,\"result\":1}",
+            b"{\"method\":\"a\",\"method\":\"b\"}",
+            b"{\"method\":\"a\",\"params\":null,\"params\":{}}",
+            b"{\"id\":1,\"result\":1,\"result\":2}",
+            b"{\"id\":1,\"error\":1,\"error\":2}",
+            b"{\"\\u0069d\":1,\"result\":1}",
+            b"{\"id\":1,\"re\\u0073ult\":1}",
+            b"{\"method\":\"notifications/m\\u0065ssage\"}",
+            b"{\"method\":\"\\ud800\"}",
+            b"{\"method\":\"x\",\"params\":{\"x\":\"\\ud800\"}}",
+            b"{\"method\":1}",
+            b"{\"method\":null}",
+            b"{\"method\":\"m\",\"params\":\"x\"}",
+            b"{\"method\":\"m\",\"params\":1}",
+            b"{\"method\":\"m\",\"params\":true}",
+            b"{\"method\":\"m\",\"params\":[1,2]}",
+            b"{\"method\":\"m\",\"params\":{\"_meta\":[\"t\"]}}",
+            b"{\"method\":\"m\",\"params\":{\"_meta\":[]}}",
+            b"{\"method\":\"m\",\"params\":{\"_meta\":[1,2]}}",
+            b"{\"method\":\"m\",\"params\":{\"_meta\":\"x\"}}",
+            b"{\"method\":\"m\",\"id\":1,\"params\":{\"_meta\":{\"progressToken\":1,\"progressToken\":2}}}",
+            b"{\"method\":\"m\",\"params\":{\"requestId\":1,\"requestId\":2}}",
+            b"{\"method\":\"m\",\"params\":{\"request\\u0049d\":1}}",
+            b"{\"method\":\"m\",\"params\":{\"_meta\":{\"progress\\u0054oken\":1}}}",
+            b"{\"\":1,\"id\":1,\"result\":null}",
+        ];
+        for line in cases {
+            agrees(line);
+        }
+    }
+
+    #[test]
+    fn every_cut_of_a_message_agrees() {
+        for line in TYPICAL {
+            for end in 0..=line.len() {
+                // Cuts inside a multi-byte character are not UTF-8.
+                agrees(&line.as_bytes()[..end]);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_left_to_serde_past_the_limit() {
+        for depth in [1, 63, 64, 65, 200] {
+            let line = format!(
+                "{{\"id\":1,\"result\":{}1{}}}",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            assert_eq!(agrees(line.as_bytes()), depth <= MAX_DEPTH as usize);
+            assert!(Fields::parse(line.as_bytes()).is_ok());
+        }
+    }
+
+    /// A xorshift generator: the same cases on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+
+        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
+            &from[self.below(from.len())]
+        }
+    }
+
+    const NAMES: &[&str] = &[
+        "id",
+        "method",
+        "params",
+        "result",
+        "error",
+        "jsonrpc",
+        "requestId",
+        "progressToken",
+        "_meta",
+        "name",
+        "",
+        "\\u0069d",
+        "m\\u00e9",
+    ];
+
+    fn ws(rng: &mut Rng, out: &mut Vec<u8>) {
+        if rng.below(4) == 0 {
+            out.extend_from_slice(rng.pick(&[" ", "  ", "\t", "\r", "\n", " \t "]).as_bytes());
+        }
+    }
+
+    fn string(rng: &mut Rng, out: &mut Vec<u8>) {
+        const PIECES: &[&str] = &[
+            "a",
+            "tools/call",
+            "0123456789",
+            " ",
+            "é",
+            "😀",
+            "\\\"",
+            "\\\\",
+            "\\/",
+            "\\n",
+            "\\t",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "\\ud800",
+            "\\udc00",
+            "{",
+            "]",
+            ":",
+            ",",
+        ];
+        // Now and then past the words looked at one by one.
+        let pieces = if rng.below(8) == 0 { 200 } else { 6 };
+        out.push(b'"');
+        for _ in 0..rng.below(pieces) {
+            out.extend_from_slice(rng.pick(PIECES).as_bytes());
+        }
+        out.push(b'"');
+    }
+
+    fn value(rng: &mut Rng, depth: usize, out: &mut Vec<u8>) {
+        ws(rng, out);
+        let kinds = if depth > 4 { 6 } else { 8 };
+        match rng.below(kinds) {
+            0 => out.extend_from_slice(rng.pick(&["null", "true", "false"]).as_bytes()),
+            1 | 2 => {
+                let number = rng.pick(&["0", "-0", "7", "-12", "3.25", "1e5", "-2.5E-3", "6e+2"]);
+                out.extend_from_slice(number.as_bytes());
+            }
+            3..=5 => string(rng, out),
+            6 => {
+                out.push(b'[');
+                for i in 0..rng.below(4) {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    value(rng, depth + 1, out);
+                }
+                ws(rng, out);
+                out.push(b']');
+            }
+            _ => object(rng, depth + 1, out),
+        }
+        ws(rng, out);
+    }
+
+    fn object(rng: &mut Rng, depth: usize, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for i in 0..rng.below(6) {
+            if i > 0 {
+                out.push(b',');
+            }
+            ws(rng, out);
+            out.push(b'"');
+            out.extend_from_slice(rng.pick(NAMES).as_bytes());
+            out.push(b'"');
+            ws(rng, out);
+            out.push(b':');
+            value(rng, depth, out);
+        }
+        ws(rng, out);
+        out.push(b'}');
+    }
+
+    /// A message-like object: envelope members with values of the usual
+    /// types most of the time, anything now and then.
+    fn message(rng: &mut Rng) -> Vec<u8> {
+        let mut out = Vec::new();
+        ws(rng, &mut out);
+        out.push(b'{');
+        for i in 0..1 + rng.below(5) {
+            if i > 0 {
+                out.push(b',');
+            }
+            ws(rng, &mut out);
+            let name = *rng.pick(NAMES);
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'"');
+            out.push(b':');
+            match (name, rng.below(3)) {
+                ("method", 0 | 1) => string(rng, &mut out),
+                ("params", 0 | 1) => {
+                    out.extend_from_slice(b"{\"_meta\":");
+                    if rng.below(2) == 0 {
+                        out.extend_from_slice(b"{\"progressToken\":");
+                        value(rng, 3, &mut out);
+                        out.push(b'}');
+                    } else {
+                        value(rng, 3, &mut out);
+                    }
+                    out.extend_from_slice(b",\"requestId\":");
+                    value(rng, 2, &mut out);
+                    out.extend_from_slice(b",\"progressToken\":");
+                    value(rng, 2, &mut out);
+                    out.push(b'}');
+                }
+                _ => value(rng, 1, &mut out),
+            }
+        }
+        ws(rng, &mut out);
+        out.push(b'}');
+        ws(rng, &mut out);
+        out
+    }
+
+    /// Breaks a line a little: a byte inserted, removed or replaced, or the
+    /// line cut short.
+    fn mutate(rng: &mut Rng, line: &mut Vec<u8>) {
+        const BYTES: &[u8] = b"\"{}[],:\\0-1eE.+ tnfu\x01\x0c\x7f\xc3\xa9\xff";
+        let at = rng.below(line.len() + 1);
+        match rng.below(4) {
+            0 => line.insert(at, *rng.pick(BYTES)),
+            1 if at < line.len() => {
+                line.remove(at);
+            }
+            2 if at < line.len() => line[at] = *rng.pick(BYTES),
+            _ => line.truncate(at),
+        }
+    }
+
+    #[test]
+    fn random_lines_agree_with_serde() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let (mut scanned, mut valid) = (0, 0);
+        for case in 0..30_000 {
+            let mut line = message(&mut rng);
+            if case % 2 == 1 {
+                for _ in 0..1 + rng.below(3) {
+                    mutate(&mut rng, &mut line);
+                }
+            }
+            valid += usize::from(Fields::parse(&line).is_ok());
+            scanned += usize::from(agrees(&line));
+        }
+        // Most valid lines are the scan's own, not serde's.
+        assert!(
+            scanned * 2 > valid,
+            "the scan answered for {scanned} of {valid} valid lines"
+        );
+    }
+}
