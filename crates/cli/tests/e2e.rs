@@ -19,7 +19,10 @@ fn concurrent_calls_crash_with_kill_9_and_a_strict_worker_keeps_working() {
     assert_eq!(p.recv()["id"], "fast");
     assert_eq!(p.recv()["id"], "slow");
     // SIGKILL mid-call: one -32098 with the signal, then a new generation.
-    p.send_call(json!("doomed"), "hang", json!({}));
+    // Its first progress shows the call reached the worker (one that had
+    // not would wait for the next worker instead).
+    p.send(json!({"jsonrpc":"2.0","id":"doomed","method":"tools/call","params":{"name":"sleep","arguments":{"ms": 600_000, "progress_ms": 10},"_meta":{"progressToken":"d"}}}));
+    assert_eq!(p.recv()["method"], "notifications/progress");
     signal(first["pid"].as_i64().expect("pid") as i32, 9);
     let r = p.response(&json!("doomed"));
     assert_eq!(r["error"]["code"], -32098, "{r}");

@@ -86,6 +86,10 @@ pub(crate) struct Generation {
     pub phase: Phase,
     /// Dropping it closes the worker's stdin (the first layer of a stop).
     pub tx: Option<mpsc::Sender<Bytes>>,
+    /// Messages put in its stdin queue so far.
+    pub queued: u64,
+    /// How many of those may have reached it; fences its writer off.
+    pub progress: Arc<writer::Progress>,
     pub stop: Box<dyn Fn() + Send>,
     pub pid: Option<u32>,
     /// Whether it has ever sent the cancel acknowledgement.
@@ -108,6 +112,15 @@ impl Generation {
     pub fn auth_url(&self) -> Option<String> {
         self.auth.as_ref().and_then(|a| a.url())
     }
+}
+
+/// Why a generation's stdin queue did not take a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unqueued {
+    /// The worker is a whole queue behind.
+    Full,
+    /// Its writer has stopped, or it is fenced.
+    Closed,
 }
 
 /// Traffic waiting for a ready generation, in arrival order.
@@ -280,20 +293,68 @@ impl<S: Spawner> Session<S> {
     /// Queues a message for a generation's stdin. A worker that has fallen
     /// a whole queue behind is stuck and is stopped.
     async fn send_to(&mut self, generation: u64, msg: Bytes) -> bool {
-        let Some(g) = self.gens.get(&generation) else {
-            return false;
-        };
-        let Some(tx) = &g.tx else { return false };
-        match tx.try_send(msg) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                let cause = "the server stopped reading its stdin".into();
-                self.retire(generation, cause, None, lifecycle::Why::Crash)
-                    .await;
+        match self.enqueue(generation, msg) {
+            Ok(_) => true,
+            Err(Unqueued::Full) => {
+                self.retire_stuck(generation).await;
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(Unqueued::Closed) => false,
         }
+    }
+
+    /// Sends client request `wid` to a generation. One that its stdin queue
+    /// does not take was never sent: it waits at the head of the queue for
+    /// the next generation. Returns whether it was sent.
+    async fn dispatch(&mut self, wid: u64, generation: u64) -> bool {
+        let Some(line) = self
+            .reqs
+            .get(&wid)
+            .and_then(Req::client)
+            .map(|c| c.line.clone())
+        else {
+            return true;
+        };
+        match self.enqueue(generation, line) {
+            Ok(seq) => {
+                if let Some(req) = self.reqs.get_mut(&wid) {
+                    req.generation = Some(generation);
+                    if let Some(c) = req.client_mut() {
+                        c.seq = seq;
+                    }
+                }
+                true
+            }
+            Err(unqueued) => {
+                self.waiting.push_front(Waiting::Request(wid));
+                if unqueued == Unqueued::Full {
+                    self.retire_stuck(generation).await;
+                }
+                false
+            }
+        }
+    }
+
+    /// Puts a message in a generation's stdin queue; returns its place
+    /// there (from 1).
+    fn enqueue(&mut self, generation: u64, msg: Bytes) -> Result<u64, Unqueued> {
+        let g = self.gens.get_mut(&generation).ok_or(Unqueued::Closed)?;
+        let tx = g.tx.as_ref().ok_or(Unqueued::Closed)?;
+        match tx.try_send(msg) {
+            Ok(()) => {
+                g.queued += 1;
+                Ok(g.queued)
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Unqueued::Full),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Unqueued::Closed),
+        }
+    }
+
+    /// A worker that has fallen a whole stdin queue behind is stuck.
+    async fn retire_stuck(&mut self, generation: u64) {
+        let cause = "the server stopped reading its stdin".into();
+        self.retire(generation, cause, None, lifecycle::Why::Crash)
+            .await;
     }
 
     // === requests ===

@@ -152,6 +152,7 @@ async fn worker(
     let mut running: std::collections::HashMap<String, JoinHandle<()>> = Default::default();
     let mut asks: std::collections::HashMap<String, oneshot::Sender<Value>> = Default::default();
     let mut next_ask = 0u64;
+    let mut close_stdin = false;
     while let Ok(Some(line)) = lines.next_line().await {
         let msg: Value = serde_json::from_str(&line).expect("supervisor sent valid JSON");
         log.lock().expect("log").push((generation, msg.clone()));
@@ -245,6 +246,11 @@ async fn worker(
                 let _ = out_tx.send(reply(json!({"generation": generation})));
             }
             ("tools/call", "hang") => {}
+            ("tools/call", "close_stdin") => {
+                let _ = out_tx.send(reply(json!({"generation": generation})));
+                close_stdin = true;
+                break;
+            }
             ("tools/call", "sleep") => {
                 let ms = args["ms"].as_u64().unwrap_or(100);
                 let progress_every = args["progress_ms"].as_u64();
@@ -287,6 +293,12 @@ async fn worker(
                 let _ = out_tx.send(reply(json!({"echo": args, "generation": generation})));
             }
         }
+    }
+    if close_stdin {
+        // Keep running with stdout open, like a server that closed its stdin.
+        drop(lines);
+        let _held = (out_tx, writer, running);
+        return std::future::pending::<i32>().await;
     }
     0
 }
