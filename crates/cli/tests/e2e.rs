@@ -402,3 +402,15 @@ fn a_client_that_uses_a_socketpair_for_stdio_works() {
     };
     assert!(status.success());
 }
+
+#[test]
+fn a_call_that_never_reached_a_departing_worker_is_served_by_the_next_one() {
+    // Each worker closes its stdin on reading its first line (before it
+    // answers) and runs on until stopped, as a dying server does.
+    let mut p = Proc::fake(&["--no-watch"], &["--close-stdin-at", "1"]);
+    assert_eq!(p.whoami(json!(1))["generation"], 1);
+    // Not a byte of this call gets through to generation 1: not -32098.
+    let r = p.call(json!(2), "whoami", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(Proc::tool_json(&r)["generation"], 2, "{r}");
+}
