@@ -652,3 +652,43 @@ async fn a_generation_stopped_while_its_writer_is_stuck_gives_back_what_it_never
         .collect();
     assert_eq!(order, [json!("behind-1"), json!("behind-2")]);
 }
+
+// === a client that stops reading ===
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_ends_the_session_after_the_client_write_timeout() {
+    let cfg = Config {
+        client_write_timeout: Duration::from_secs(5),
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start_with_pipe(cfg, spawner.clone(), 64);
+    let start = tokio::time::Instant::now();
+    c.send_call(json!(1), "echo", json!({"t": "x".repeat(1000)}))
+        .await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), &mut c.session)
+        .await
+        .expect("the session ends")
+        .expect("session task");
+    assert_eq!(outcome, Outcome::ClientGone);
+    assert_eq!(start.elapsed().as_secs(), 5);
+    assert_eq!(spawner.ended(), [1], "the worker was stopped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_reads_late_gets_every_answer_in_order() {
+    let cfg = Config {
+        max_in_flight: 4096,
+        ..config()
+    };
+    let mut c = Client::start_with_pipe(cfg, TestSpawner::new(Behaviour::default()), 64);
+    for i in 0..3000 {
+        c.send_call(json!(i), "echo", json!({})).await;
+    }
+    // The client reads nothing for a while: every queue towards it fills.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for i in 0..3000 {
+        assert_eq!(c.recv().await["id"], i);
+    }
+    assert_eq!(c.close().await, Outcome::ClientClosed);
+}

@@ -207,11 +207,16 @@ impl<S: Spawner> Session<S> {
         let (client_tx, client_rx) = mpsc::channel(1024);
         // Resolves when the client stops reading our stdout.
         let (client_gone_tx, mut client_gone_rx) = tokio::sync::oneshot::channel::<()>();
+        let stall = cfg.client_write_timeout;
         let client_writer = tokio::spawn(async move {
-            if let Err(e) = writer::write_lines(client_out, client_rx, None).await {
-                tracing::debug!(error = %e, "client stdout closed");
-                let _ = client_gone_tx.send(());
+            match writer::write_lines(client_out, client_rx, Some(stall)).await {
+                Ok(()) => return,
+                Err(e @ writer::WriteError::Stalled(_)) => {
+                    tracing::warn!(error = %e, "the client stopped reading; ending the session");
+                }
+                Err(e) => tracing::debug!(error = %e, "client stdout closed"),
             }
+            let _ = client_gone_tx.send(());
         });
         let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let mut s = Session {

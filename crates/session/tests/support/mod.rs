@@ -51,6 +51,8 @@ pub struct TestSpawner {
     pub behaviour: Arc<Mutex<Behaviour>>,
     pub log: Log,
     pub spawned: Arc<Mutex<Vec<u64>>>,
+    /// Generations whose worker has ended, in the order they ended.
+    pub ended: Arc<Mutex<Vec<u64>>>,
 }
 
 impl TestSpawner {
@@ -59,6 +61,7 @@ impl TestSpawner {
             behaviour: Arc::new(Mutex::new(behaviour)),
             log: Log::default(),
             spawned: Arc::default(),
+            ended: Arc::default(),
         }
     }
 
@@ -68,6 +71,10 @@ impl TestSpawner {
 
     pub fn generations(&self) -> Vec<u64> {
         self.spawned.lock().expect("spawned").clone()
+    }
+
+    pub fn ended(&self) -> Vec<u64> {
+        self.ended.lock().expect("ended").clone()
     }
 }
 
@@ -90,8 +97,11 @@ impl Spawner for TestSpawner {
             log,
         ));
         let abort = task.abort_handle();
+        let ended = Arc::clone(&self.ended);
         tokio::spawn(async move {
-            let status = match task.await {
+            let result = task.await;
+            ended.lock().expect("ended").push(generation);
+            let status = match result {
                 Ok(code) => Some(ExitStatus::Code(code)),
                 Err(_) => Some(ExitStatus::Signal(15)),
             };
@@ -313,8 +323,13 @@ pub struct Client {
 
 impl Client {
     pub fn start(cfg: Config, spawner: TestSpawner) -> Self {
+        Self::start_with_pipe(cfg, spawner, 1 << 20)
+    }
+
+    /// Like `start`, with a pipe to the client that holds `capacity` bytes.
+    pub fn start_with_pipe(cfg: Config, spawner: TestSpawner, capacity: usize) -> Self {
         let (client_in_ours, client_in_theirs) = tokio::io::duplex(1 << 20);
-        let (client_out_theirs, client_out_ours) = tokio::io::duplex(1 << 20);
+        let (client_out_theirs, client_out_ours) = tokio::io::duplex(capacity);
         let (control, control_rx) = mpsc::channel(4);
         let session = tokio::spawn(Session::run(
             cfg,
