@@ -655,6 +655,36 @@ async fn a_generation_stopped_while_its_writer_is_stuck_gives_back_what_it_never
 
 // === a client that stops reading ===
 
+fn worker_saw_a_cancel(spawner: &TestSpawner) -> bool {
+    spawner
+        .received()
+        .iter()
+        .any(|(_, m)| m["method"] == "notifications/cancelled")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_does_not_stop_the_timers() {
+    let cfg = Config {
+        request_timeout: Duration::from_secs(10),
+        client_write_timeout: Duration::from_secs(600),
+        max_in_flight: 4096,
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour::default());
+    // The pipe to the client holds 64 bytes, and the client never reads it.
+    let mut c = Client::start_with_pipe(cfg, spawner.clone(), 64);
+    c.send_call(json!("stuck"), "hang", json!({})).await;
+    // More answers than the session's queue to the client holds.
+    for i in 0..1500 {
+        c.send_call(json!(i), "echo", json!({})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(9_900)).await;
+    assert!(!worker_saw_a_cancel(&spawner));
+    // The request timeout fires on time: the worker is sent the cancel.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(worker_saw_a_cancel(&spawner));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_client_that_stops_reading_ends_the_session_after_the_client_write_timeout() {
     let cfg = Config {

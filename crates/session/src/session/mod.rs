@@ -161,6 +161,10 @@ pub struct Session<S> {
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
     client_tx: mpsc::Sender<Bytes>,
+    /// Messages for the client while its queue is full, in order. While any
+    /// wait here the session reads no more requests from the client; past
+    /// `OUTBOX` it takes no worker events either (timers still run).
+    outbox: VecDeque<Bytes>,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
     sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
@@ -183,6 +187,9 @@ impl<S> std::fmt::Debug for Session<S> {
 
 /// The most server-to-client requests the client may hold at once.
 const MAX_SERVER_REQUESTS: usize = 1024;
+/// Messages that may wait for a client that is behind (beyond its queue)
+/// before the session stops taking worker events.
+const OUTBOX: usize = 1024;
 /// Capacity of each worker's stdin queue; a worker this far behind is stuck.
 const WORKER_QUEUE: usize = 1024;
 /// How long one half of a generation's end waits for the other (stdout closed
@@ -238,6 +245,7 @@ impl<S: Spawner> Session<S> {
             events_tx,
             events_rx,
             client_tx,
+            outbox: VecDeque::new(),
             client: ClientState::Open,
             sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
             sweep_armed: false,
@@ -251,8 +259,12 @@ impl<S: Spawner> Session<S> {
                 ClientState::Closing if s.awaited() == 0 => break Outcome::ClientClosed,
                 ClientState::Open | ClientState::Closing => {}
             }
+            // A client that is behind sends nothing new until it catches
+            // up; far behind, the workers wait too. The timers run on.
+            let caught_up = s.outbox.is_empty();
+            let far_behind = s.outbox.len() >= OUTBOX;
             tokio::select! {
-                frame = input.next(), if s.client == ClientState::Open => match frame {
+                frame = input.next(), if s.client == ClientState::Open && caught_up => match frame {
                     Some(Ok(frame)) => s.on_client_frame(frame).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");
@@ -260,7 +272,16 @@ impl<S: Spawner> Session<S> {
                     }
                     None => s.start_drain(),
                 },
-                Some((generation, event)) = s.events_rx.recv() => s.on_worker_event(generation, event).await,
+                Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
+                    s.on_worker_event(generation, event).await;
+                }
+                open = has_room(&s.client_tx), if !caught_up => {
+                    if open {
+                        s.flush_outbox();
+                    } else {
+                        s.client = ClientState::Gone;
+                    }
+                }
                 Ok(()) = &mut client_gone_rx, if s.client != ClientState::Gone => {
                     s.client = ClientState::Gone;
                 }
@@ -277,21 +298,60 @@ impl<S: Spawner> Session<S> {
             s.settle().await;
         };
         s.shutdown().await;
-        // Closing the channel lets the writer flush what is queued and end.
+        // What waits for the client still goes out; closing the channel then
+        // lets the writer flush what is queued and end.
+        let outbox = std::mem::take(&mut s.outbox);
+        let client_tx = s.client_tx.clone();
         drop(s);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), client_writer).await;
+        let flushed = async move {
+            for msg in outbox {
+                if client_tx.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            drop(client_tx);
+            let _ = client_writer.await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), flushed).await;
         outcome
     }
 
     // === output ===
 
-    /// Queues a message for the client.
+    /// Queues a message for the client. Never waits: a client that does not
+    /// read must not stop the session's timers. When its queue is full the
+    /// message waits in the outbox; a client that stays stuck is gone once
+    /// a write to it has made no progress for `client_write_timeout`.
     async fn emit(&mut self, msg: Bytes) {
         if self.client == ClientState::Gone {
             return;
         }
-        if self.client_tx.send(msg).await.is_err() {
-            self.client = ClientState::Gone;
+        if !self.outbox.is_empty() {
+            self.outbox.push_back(msg);
+            return;
+        }
+        match self.client_tx.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(msg)) => self.outbox.push_back(msg),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.client = ClientState::Gone,
+        }
+    }
+
+    /// Moves messages from the outbox to the client's queue while it has room.
+    fn flush_outbox(&mut self) {
+        while let Some(msg) = self.outbox.pop_front() {
+            match self.client_tx.try_send(msg) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(msg)) => {
+                    self.outbox.push_front(msg);
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.client = ClientState::Gone;
+                    self.outbox.clear();
+                    return;
+                }
+            }
         }
     }
 
@@ -448,6 +508,12 @@ impl<S: Spawner> Session<S> {
             }
         }
     }
+}
+
+/// Resolves once the client's queue has room; false when its writer is gone.
+/// (The session is the only sender, so the room is still there after.)
+async fn has_room(tx: &mpsc::Sender<Bytes>) -> bool {
+    tx.reserve().await.is_ok()
 }
 
 fn display_status(exit: &Exit) -> String {
