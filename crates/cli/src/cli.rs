@@ -104,6 +104,9 @@ pub struct Supervision {
     /// A write to the server's stdin stalled this long stops that server.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub write_timeout: Duration,
+    /// A write to the client's stdout stalled this long ends the session as if the client had gone.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub client_write_timeout: Duration,
     /// Bound on the initialize replayed to a restarted server.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub init_timeout: Duration,
@@ -297,6 +300,7 @@ impl Supervision {
                 CancelAck::Release => CancelAckPolicy::Release,
             },
             write_timeout: self.write_timeout,
+            client_write_timeout: self.client_write_timeout,
             init_timeout: self.init_timeout,
             auth_timeout: self.auth_timeout,
             on_garbage: match self.on_worker_garbage {

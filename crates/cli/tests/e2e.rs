@@ -19,7 +19,10 @@ fn concurrent_calls_crash_with_kill_9_and_a_strict_worker_keeps_working() {
     assert_eq!(p.recv()["id"], "fast");
     assert_eq!(p.recv()["id"], "slow");
     // SIGKILL mid-call: one -32010 with the signal, then a new generation.
-    p.start_call(json!("doomed"), "sleep", json!({"ms": 600_000}));
+    // Its first progress shows the call reached the worker (one that had
+    // not would wait for the next worker instead).
+    p.send(json!({"jsonrpc":"2.0","id":"doomed","method":"tools/call","params":{"name":"sleep","arguments":{"ms": 600_000, "progress_ms": 10},"_meta":{"progressToken":"d"}}}));
+    assert_eq!(p.recv()["method"], "notifications/progress");
     signal(first["pid"].as_i64().expect("pid") as i32, 9);
     let r = p.response(&json!("doomed"));
     assert_eq!(r["error"]["code"], -32010, "{r}");
@@ -494,4 +497,62 @@ fn a_client_that_uses_a_socketpair_for_stdio_works() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert!(status.success());
+}
+
+#[test]
+fn a_call_that_never_reached_a_departing_worker_is_served_by_the_next_one() {
+    // Each worker closes its stdin on reading its first line (before it
+    // answers) and runs on until stopped, as a dying server does.
+    let mut p = Proc::fake(&["--no-watch"], &["--close-stdin-at", "1"]);
+    assert_eq!(p.whoami(json!(1))["generation"], 1);
+    // Not a byte of this call gets through to generation 1: not -32010.
+    let r = p.call(json!(2), "whoami", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(Proc::tool_json(&r)["generation"], 2, "{r}");
+}
+
+#[test]
+fn a_client_that_stops_reading_is_gone_after_the_client_write_timeout() {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = std::process::Command::new(support::mcpvisor())
+        .args([
+            "run",
+            "--no-watch",
+            "-q",
+            "--client-write-timeout",
+            "1s",
+            "--",
+        ])
+        .arg(support::fake_worker())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let call = |id: u32, tool: &str, args: Value| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":tool,"arguments":args}});
+    writeln!(stdin, "{}", call(1, "whoami", json!({}))).expect("write");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read");
+    let answer: Value = serde_json::from_str(&line).expect("JSON");
+    let me = Proc::tool_json(&answer);
+    let worker = me["pid"].as_i64().expect("pid") as i32;
+    // From here on the client reads nothing, and the answer is far larger
+    // than the pipe holds. Its stdout stays open.
+    writeln!(stdin, "{}", call(2, "huge", json!({"bytes": 4 << 20}))).expect("write");
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mcpvisor did not give up on the client"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status:?}");
+    assert!(wait_gone(worker, WAIT), "the worker was stopped");
+    drop(stdout);
 }

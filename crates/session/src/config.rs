@@ -58,6 +58,9 @@ pub struct Config {
     /// A write to the worker's stdin that makes no progress for this long
     /// stops the generation.
     pub write_timeout: Duration,
+    /// A write to the client's stdout that makes no progress for this long
+    /// ends the session as if the client had gone.
+    pub client_write_timeout: Duration,
     /// The bound on a replayed `initialize`.
     pub init_timeout: Duration,
     /// The bound on `initialize` (the client's or a replay) while the
@@ -99,6 +102,7 @@ impl Default for Config {
             cancel_ack_method: "notifications/mcpvisor/requestFinished".into(),
             cancel_ack: CancelAckPolicy::Auto,
             write_timeout: Duration::from_secs(10),
+            client_write_timeout: Duration::from_secs(30),
             init_timeout: Duration::from_secs(60),
             auth_timeout: Duration::from_secs(300),
             on_garbage: GarbagePolicy::Drop,

@@ -26,8 +26,13 @@ pub(crate) struct ClientReq {
     /// A `tools/list` whose answer must pass the configured tool filter.
     pub filter_tools: bool,
     pub progress_token: Option<Bytes>,
-    /// The bytes to send, while the request waits for a ready generation.
-    pub unsent: Option<Bytes>,
+    /// The request as workers see it (mcpvisor's id spliced in), kept until
+    /// it ends: one of which no byte reached its generation is sent to the
+    /// next.
+    pub line: Bytes,
+    /// Its place in its generation's stdin queue (from 1), to tell whether
+    /// it got through; 0 while it waits.
+    pub seq: u64,
     pub idle_deadline: Instant,
     pub ceiling: Instant,
 }

@@ -4,7 +4,15 @@
 //! into a bounded channel. The writer takes everything already queued, writes
 //! it as one batch and flushes once, so a burst of small messages costs one
 //! system call, not one each.
+//!
+//! A worker's stdin writer also keeps a [`Progress`]: how many of the
+//! messages it was given may have had a byte written. It claims a batch just
+//! before writing it, and after a failed write it lowers the count to the
+//! messages a byte of which did get through. The owner can fence it off at
+//! any moment: the writer writes nothing it has not claimed yet, so every
+//! message past the count is known never to have reached the reader.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,8 +22,8 @@ use tokio::sync::mpsc;
 /// Messages up to this size are copied into the batch buffer; larger ones are
 /// written straight from their own buffer.
 const BATCH_BYTES: usize = 64 * 1024;
-/// A large message is written in pieces of this size, each under the timeout,
-/// so the timeout measures a stall, not the size of the message.
+/// A large message is written in pieces of this size, so the buffer a single
+/// write is given stays bounded.
 const PIECE: usize = 1024 * 1024;
 
 /// Why a writer stopped before its channel closed.
@@ -27,46 +35,6 @@ pub enum WriteError {
     Io(#[from] std::io::Error),
 }
 
-/// Writes every message from `rx` to `out`, newline-terminated, until the
-/// channel closes (then flushes and returns `Ok`) or a write fails.
-/// `stall` bounds each write; `None` waits as long as the reader needs.
-pub async fn write_lines<W>(
-    mut out: W,
-    mut rx: mpsc::Receiver<Bytes>,
-    stall: Option<Duration>,
-) -> Result<(), WriteError>
-where
-    W: AsyncWrite + Unpin,
-{
-    let mut buf: Vec<u8> = Vec::with_capacity(BATCH_BYTES);
-    while let Some(first) = rx.recv().await {
-        let mut next = Some(first);
-        while let Some(msg) = next {
-            if msg.len() >= BATCH_BYTES {
-                put(&mut out, &buf, stall).await?;
-                buf.clear();
-                for piece in msg.chunks(PIECE) {
-                    put(&mut out, piece, stall).await?;
-                }
-                buf.push(b'\n');
-            } else {
-                buf.extend_from_slice(&msg);
-                buf.push(b'\n');
-                if buf.len() >= BATCH_BYTES {
-                    put(&mut out, &buf, stall).await?;
-                    buf.clear();
-                }
-            }
-            next = rx.try_recv().ok();
-        }
-        put(&mut out, &buf, stall).await?;
-        buf.clear();
-        bounded(stall, out.flush()).await?;
-    }
-    bounded(stall, out.flush()).await?;
-    Ok(())
-}
-
 impl WriteError {
     /// The reader is gone (as opposed to slow).
     pub fn is_closed_pipe(&self) -> bool {
@@ -74,20 +42,203 @@ impl WriteError {
     }
 }
 
+/// How many of a writer's messages, counted from the first it was given,
+/// may have had a byte written, and whether it is fenced off.
+#[derive(Debug, Default)]
+pub struct Progress(AtomicU64);
+
+/// The fence bit; the rest of the word is the count.
+const FENCED: u64 = 1 << 63;
+
+impl Progress {
+    /// Stops the writer before it writes anything it has not claimed, and
+    /// returns how many messages may have had a byte written. Every message
+    /// after those is never written.
+    pub fn fence(&self) -> u64 {
+        self.0.fetch_or(FENCED, Ordering::AcqRel) & !FENCED
+    }
+
+    /// Claims the first `n` messages for a write; false once fenced.
+    fn claim(&self, n: u64) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & FENCED == 0).then_some(n)
+            })
+            .is_ok()
+    }
+
+    /// A write failed: only the first `n` messages had a byte written.
+    /// Nothing more will be.
+    fn fail(&self, n: u64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & FENCED == 0).then_some(n | FENCED)
+            });
+    }
+}
+
+/// Writes every message from `rx` to `out`, newline-terminated, until the
+/// channel closes (then flushes and returns `Ok`) or a write fails.
+/// `stall` bounds each write; `None` waits as long as the reader needs.
+pub async fn write_lines<W>(
+    out: W,
+    rx: mpsc::Receiver<Bytes>,
+    stall: Option<Duration>,
+) -> Result<(), WriteError>
+where
+    W: AsyncWrite + Unpin,
+{
+    write_tracked(out, rx, stall, &Progress::default()).await
+}
+
+/// [`write_lines`], keeping `progress`. Once fenced, it stops (with `Ok`)
+/// before its next write.
+pub async fn write_tracked<W>(
+    mut out: W,
+    mut rx: mpsc::Receiver<Bytes>,
+    stall: Option<Duration>,
+    progress: &Progress,
+) -> Result<(), WriteError>
+where
+    W: AsyncWrite + Unpin,
+{
+    let mut batch = Batch {
+        buf: Vec::with_capacity(BATCH_BYTES),
+        starts: Vec::new(),
+        done: 0,
+        progress,
+    };
+    let result = async {
+        while let Some(first) = rx.recv().await {
+            let mut next = Some(first);
+            while let Some(msg) = next {
+                batch.push(&mut out, &msg, stall).await?;
+                next = rx.try_recv().ok();
+            }
+            batch.write(&mut out, stall).await?;
+            bounded(stall, out.flush()).await?;
+        }
+        bounded(stall, out.flush()).await?;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) | Err(Halt::Fenced) => Ok(()),
+        Err(Halt::Failed(e)) => Err(e),
+    }
+}
+
+/// Why the write loop ended early.
+enum Halt {
+    Fenced,
+    Failed(WriteError),
+}
+
+impl From<WriteError> for Halt {
+    fn from(e: WriteError) -> Self {
+        Halt::Failed(e)
+    }
+}
+
+/// Small messages gathered for one write.
+struct Batch<'p> {
+    buf: Vec<u8>,
+    /// Where each message copied into `buf` starts.
+    starts: Vec<usize>,
+    /// Messages taken before those in `buf`; each had a byte written.
+    done: u64,
+    progress: &'p Progress,
+}
+
+impl Batch<'_> {
+    async fn push<W: AsyncWrite + Unpin>(
+        &mut self,
+        out: &mut W,
+        msg: &[u8],
+        stall: Option<Duration>,
+    ) -> Result<(), Halt> {
+        if msg.len() < BATCH_BYTES {
+            self.starts.push(self.buf.len());
+            self.buf.extend_from_slice(msg);
+            self.buf.push(b'\n');
+            if self.buf.len() >= BATCH_BYTES {
+                self.write(out, stall).await?;
+            }
+            return Ok(());
+        }
+        self.write(out, stall).await?;
+        self.claim(self.done + 1)?;
+        let mut written = 0;
+        for piece in msg.chunks(PIECE) {
+            if let Err((n, e)) = put(out, piece, stall).await {
+                let reached = u64::from(written + n > 0);
+                self.progress.fail(self.done + reached);
+                return Err(e.into());
+            }
+            written += piece.len();
+        }
+        self.done += 1;
+        // Its newline goes out with the next batch.
+        self.buf.push(b'\n');
+        Ok(())
+    }
+
+    /// Writes what is gathered, after claiming it.
+    async fn write<W: AsyncWrite + Unpin>(
+        &mut self,
+        out: &mut W,
+        stall: Option<Duration>,
+    ) -> Result<(), Halt> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let taken = self.done + self.starts.len() as u64;
+        self.claim(taken)?;
+        if let Err((n, e)) = put(out, &self.buf, stall).await {
+            let reached = self.starts.iter().take_while(|start| **start < n).count();
+            self.progress.fail(self.done + reached as u64);
+            return Err(e.into());
+        }
+        self.done = taken;
+        self.buf.clear();
+        self.starts.clear();
+        Ok(())
+    }
+
+    fn claim(&self, n: u64) -> Result<(), Halt> {
+        if self.progress.claim(n) {
+            Ok(())
+        } else {
+            Err(Halt::Fenced)
+        }
+    }
+}
+
+/// Writes all of `bytes`, each write bounded by `stall`; on failure, also
+/// how many bytes got through.
 async fn put<W: AsyncWrite + Unpin>(
     out: &mut W,
     bytes: &[u8],
     stall: Option<Duration>,
-) -> Result<(), WriteError> {
-    if bytes.is_empty() {
-        return Ok(());
+) -> Result<(), (usize, WriteError)> {
+    let mut done = 0;
+    while done < bytes.len() {
+        match bounded(stall, out.write(&bytes[done..])).await {
+            Ok(0) => {
+                let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                return Err((done, e.into()));
+            }
+            Ok(n) => done += n,
+            Err(e) => return Err((done, e)),
+        }
     }
-    bounded(stall, out.write_all(bytes)).await
+    Ok(())
 }
 
-async fn bounded<F>(stall: Option<Duration>, io: F) -> Result<(), WriteError>
+async fn bounded<T, F>(stall: Option<Duration>, io: F) -> Result<T, WriteError>
 where
-    F: std::future::Future<Output = std::io::Result<()>>,
+    F: std::future::Future<Output = std::io::Result<T>>,
 {
     match stall {
         Some(limit) => match tokio::time::timeout(limit, io).await {
@@ -133,5 +284,63 @@ mod tests {
             .await
             .expect_err("must stall");
         assert!(matches!(err, WriteError::Stalled(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_write_counts_only_the_messages_a_byte_of_which_got_through() {
+        // The pipe takes 8 bytes: all of "aaaa\n", the start of "bbbbbbbb\n",
+        // nothing of "cc\n".
+        let (a, _b) = tokio::io::duplex(8);
+        let (tx, rx) = mpsc::channel(4);
+        for msg in ["aaaa", "bbbbbbbb", "cc"] {
+            tx.send(Bytes::from_static(msg.as_bytes()))
+                .await
+                .expect("send");
+        }
+        let progress = Progress::default();
+        let err = write_tracked(a, rx, Some(Duration::from_secs(5)), &progress)
+            .await
+            .expect_err("must stall");
+        assert!(matches!(err, WriteError::Stalled(_)));
+        assert_eq!(progress.fence(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_message_not_begun_is_not_counted() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        drop(b);
+        let (tx, rx) = mpsc::channel(4);
+        tx.send(Bytes::from(vec![b'x'; 2 * BATCH_BYTES]))
+            .await
+            .expect("send");
+        let progress = Progress::default();
+        let err = write_tracked(a, rx, None, &progress)
+            .await
+            .expect_err("the reader is gone");
+        assert!(err.is_closed_pipe(), "{err}");
+        assert_eq!(progress.fence(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_fenced_writer_writes_nothing_more() {
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        let (tx, rx) = mpsc::channel(4);
+        let progress = std::sync::Arc::new(Progress::default());
+        let task = tokio::spawn({
+            let progress = std::sync::Arc::clone(&progress);
+            async move { write_tracked(a, rx, None, &progress).await }
+        });
+        tx.send(Bytes::from_static(b"one")).await.expect("send");
+        let mut line = [0u8; 4];
+        b.read_exact(&mut line).await.expect("read");
+        assert_eq!(&line, b"one\n");
+        assert_eq!(progress.fence(), 1);
+        tx.send(Bytes::from_static(b"two")).await.expect("send");
+        task.await
+            .expect("join")
+            .expect("a fenced writer ends quietly");
+        let mut rest = Vec::new();
+        b.read_to_end(&mut rest).await.expect("read");
+        assert!(rest.is_empty(), "{rest:?}");
     }
 }

@@ -559,3 +559,166 @@ async fn a_worker_that_stops_reading_its_stdin_is_stopped_after_the_write_timeou
     );
     assert_eq!(start.elapsed().as_secs(), 3);
 }
+
+fn generations_that_saw(spawner: &TestSpawner, id: Value) -> Vec<u64> {
+    // The worker sees mcpvisor's ids; the client's id travels in the arguments.
+    spawner
+        .received()
+        .iter()
+        .filter(|(_, m)| m["method"] == "tools/call" && m["params"]["arguments"]["id"] == id)
+        .map(|(g, _)| *g)
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_that_never_reached_the_worker_waits_for_the_next_generation() {
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    let r = c.call(json!(1), "close_stdin", json!({})).await;
+    assert_eq!(r["result"]["generation"], 1, "{r}");
+    // The worker still runs, but not a byte of this call gets through to it.
+    let r = c.call(json!(2), "echo", json!({"id": 2})).await;
+    assert_eq!(
+        r["result"]["generation"], 2,
+        "not failed, not replayed: {r}"
+    );
+    assert_eq!(generations_that_saw(&spawner, json!(2)), [2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_write_loses_the_request_partly_through_and_not_the_one_behind_it() {
+    let cfg = Config {
+        write_timeout: Duration::from_secs(3),
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour {
+        never_read: true,
+        ..Behaviour::default()
+    });
+    let mut c = Client::start(cfg, spawner.clone());
+    // More than the pipe holds: the write stalls partway through.
+    let big = "z".repeat(200_000);
+    c.send_call(json!("big"), "echo", json!({"t": big})).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    spawner.behaviour.lock().expect("b").never_read = false;
+    c.send_call(json!("behind"), "echo", json!({"id": "behind"}))
+        .await;
+    let r = c.recv().await;
+    assert_eq!(r["id"], "big", "{r}");
+    assert_eq!(r["error"]["code"], -32010, "partly written: {r}");
+    let r = c.recv().await;
+    assert_eq!(r["id"], "behind", "{r}");
+    assert_eq!(r["result"]["generation"], 2, "{r}");
+    assert_eq!(generations_that_saw(&spawner, json!("behind")), [2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_generation_stopped_while_its_writer_is_stuck_gives_back_what_it_never_wrote() {
+    let cfg = Config {
+        write_timeout: Duration::from_secs(60),
+        request_timeout: Duration::from_secs(5),
+        cancel_ack: CancelAckPolicy::Stop,
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour {
+        never_read: true,
+        ..Behaviour::default()
+    });
+    let mut c = Client::start(cfg, spawner.clone());
+    let big = "z".repeat(200_000);
+    c.send_call(json!("big"), "echo", json!({"t": big})).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    spawner.behaviour.lock().expect("b").never_read = false;
+    for id in ["behind-1", "behind-2"] {
+        c.send_call(json!(id), "echo", json!({"id": id})).await;
+    }
+    // "big" times out; when its cancel grace is over the stuck generation is
+    // stopped, long before the write timeout. The two behind it never left
+    // the queue: generation 2 gets them, in the order they came.
+    let r = c.recv().await;
+    assert_eq!(r["id"], "big", "{r}");
+    assert_eq!(r["error"]["code"], -32001, "{r}");
+    for id in ["behind-1", "behind-2"] {
+        let r = c.recv().await;
+        assert_eq!(r["id"], id, "{r}");
+        assert_eq!(r["result"]["generation"], 2, "{r}");
+    }
+    let order: Vec<Value> = spawner
+        .received()
+        .iter()
+        .filter(|(g, m)| *g == 2 && m["method"] == "tools/call")
+        .map(|(_, m)| m["params"]["arguments"]["id"].clone())
+        .collect();
+    assert_eq!(order, [json!("behind-1"), json!("behind-2")]);
+}
+
+// === a client that stops reading ===
+
+fn worker_saw_a_cancel(spawner: &TestSpawner) -> bool {
+    spawner
+        .received()
+        .iter()
+        .any(|(_, m)| m["method"] == "notifications/cancelled")
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_does_not_stop_the_timers() {
+    let cfg = Config {
+        request_timeout: Duration::from_secs(10),
+        client_write_timeout: Duration::from_secs(600),
+        max_in_flight: 4096,
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour::default());
+    // The pipe to the client holds 64 bytes, and the client never reads it.
+    let mut c = Client::start_with_pipe(cfg, spawner.clone(), 64);
+    c.send_call(json!("stuck"), "hang", json!({})).await;
+    // More answers than the session's queue to the client holds.
+    for i in 0..1500 {
+        c.send_call(json!(i), "echo", json!({})).await;
+    }
+    tokio::time::sleep(Duration::from_millis(9_900)).await;
+    assert!(!worker_saw_a_cancel(&spawner));
+    // The request timeout fires on time: the worker is sent the cancel.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(worker_saw_a_cancel(&spawner));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_stops_reading_ends_the_session_after_the_client_write_timeout() {
+    let cfg = Config {
+        client_write_timeout: Duration::from_secs(5),
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start_with_pipe(cfg, spawner.clone(), 64);
+    let start = tokio::time::Instant::now();
+    c.send_call(json!(1), "echo", json!({"t": "x".repeat(1000)}))
+        .await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), &mut c.session)
+        .await
+        .expect("the session ends")
+        .expect("session task");
+    assert_eq!(outcome, Outcome::ClientGone);
+    assert_eq!(start.elapsed().as_secs(), 5);
+    assert_eq!(spawner.ended(), [1], "the worker was stopped");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_reads_late_gets_every_answer_in_order() {
+    let cfg = Config {
+        max_in_flight: 4096,
+        ..config()
+    };
+    let mut c = Client::start_with_pipe(cfg, TestSpawner::new(Behaviour::default()), 64);
+    for i in 0..3000 {
+        c.send_call(json!(i), "echo", json!({})).await;
+    }
+    // The client reads nothing for a while: every queue towards it fills.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for i in 0..3000 {
+        assert_eq!(c.recv().await["id"], i);
+    }
+    assert_eq!(c.close().await, Outcome::ClientClosed);
+}

@@ -67,11 +67,12 @@ impl<S: Spawner> Session<S> {
             self.emit(refusal).await;
             return;
         }
-        let wid = self.record_request(id, env, line);
-        let msg = splice(line, raw_id, wid.to_string().as_bytes());
+        let wid = self.record_request(id, raw_id, env, line);
         match self.route().await {
-            Route::Send(generation) => self.send_request(wid, generation, msg).await,
-            Route::Wait => self.queue_request(wid, msg),
+            Route::Send(generation) => {
+                self.dispatch(wid, generation).await;
+            }
+            Route::Wait => self.waiting.push_back(Waiting::Request(wid)),
             Route::Refuse(reason, data) => self.refuse_request(wid, &reason, data).await,
         }
     }
@@ -110,13 +111,20 @@ impl<S: Spawner> Session<S> {
 
     /// Records a client request under a fresh worker-side id, with its
     /// deadlines, not yet sent anywhere.
-    fn record_request(&mut self, id: Bytes, env: &Envelope<'_>, line: &Bytes) -> u64 {
+    fn record_request(
+        &mut self,
+        id: Bytes,
+        raw_id: &RawValue,
+        env: &Envelope<'_>,
+        line: &Bytes,
+    ) -> u64 {
         let initialize = (env.method() == "initialize").then(|| {
             raw_params(line)
                 .map(RawValue::to_owned)
                 .unwrap_or_else(empty_object)
         });
         let wid = self.next_worker_id();
+        let spliced = splice(line, raw_id, wid.to_string().as_bytes());
         let now = Instant::now();
         self.arm_sweep();
         let progress_token = env
@@ -135,7 +143,8 @@ impl<S: Spawner> Session<S> {
                     initialize,
                     filter_tools: !self.cfg.tools.is_open() && env.method() == "tools/list",
                     progress_token,
-                    unsent: None,
+                    line: spliced,
+                    seq: 0,
                     idle_deadline: now + self.cfg.request_timeout,
                     ceiling: now + self.cfg.request_ceiling,
                 }),
@@ -144,21 +153,6 @@ impl<S: Spawner> Session<S> {
             },
         );
         wid
-    }
-
-    async fn send_request(&mut self, wid: u64, generation: u64, msg: Bytes) {
-        if let Some(req) = self.reqs.get_mut(&wid) {
-            req.generation = Some(generation);
-        }
-        self.send_to(generation, msg).await;
-    }
-
-    /// Keeps a request until a generation is ready for it.
-    fn queue_request(&mut self, wid: u64, msg: Bytes) {
-        if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
-            c.unsent = Some(msg);
-        }
-        self.waiting.push_back(Waiting::Request(wid));
     }
 
     async fn refuse_request(&mut self, wid: u64, reason: &str, data: ErrorData) {

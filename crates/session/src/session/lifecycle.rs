@@ -157,10 +157,12 @@ impl<S: Spawner> Session<S> {
             stderr_tail,
         } = io;
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
+        let progress = Arc::new(writer::Progress::default());
         let events = self.events_tx.clone();
         let stall = self.cfg.write_timeout;
+        let kept = Arc::clone(&progress);
         tokio::spawn(async move {
-            if let Err(e) = writer::write_lines(stdin, rx, Some(stall)).await {
+            if let Err(e) = writer::write_tracked(stdin, rx, Some(stall), &kept).await {
                 let _ = events
                     .send((
                         id,
@@ -191,6 +193,8 @@ impl<S: Spawner> Session<S> {
         Generation {
             phase: Phase::Ready,
             tx: Some(tx),
+            queued: 0,
+            progress,
             stop,
             pid,
             acks: false,
@@ -220,14 +224,10 @@ impl<S: Spawner> Session<S> {
                     self.send_to(id, msg).await;
                 }
                 Waiting::Request(wid) => {
-                    let Some(req) = self.reqs.get_mut(&wid) else {
-                        continue;
-                    };
-                    let Some(msg) = req.client_mut().and_then(|c| c.unsent.take()) else {
-                        continue;
-                    };
-                    req.generation = Some(id);
-                    self.send_to(id, msg).await;
+                    if !self.dispatch(wid, id).await {
+                        // It waits again, and so does the rest.
+                        return;
+                    }
                 }
             }
             if !matches!(self.worker, WorkerState::Running(g) if g == id) {
@@ -265,6 +265,7 @@ impl<S: Spawner> Session<S> {
         let Some(loss) = self.fence(id, cause, exit, why) else {
             return;
         };
+        self.take_back(id);
         self.fail_held(id, &loss).await;
         self.withdraw_server_requests(id).await;
         if why == Why::Crash {
@@ -322,6 +323,39 @@ impl<S: Spawner> Session<S> {
             data: loss.clone(),
         });
         Some(loss)
+    }
+
+    /// Fences off generation `id`'s stdin writer. The client requests of
+    /// which no byte reached it (none ever will now) wait for the next
+    /// generation, ahead of what already waits, in the order they were sent:
+    /// they were never sent, so this is no replay. A cancelled one is done.
+    pub(crate) fn take_back(&mut self, id: u64) {
+        let Some(g) = self.gens.get(&id) else {
+            return;
+        };
+        let reached = g.progress.fence();
+        let mut unsent: Vec<(u64, u64)> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.generation == Some(id))
+            .filter_map(|(wid, r)| Some((r.client()?.seq, *wid)))
+            .filter(|(seq, _)| *seq > reached)
+            .collect();
+        unsent.sort_unstable();
+        for (_, wid) in unsent.into_iter().rev() {
+            let Some(req) = self.reqs.get_mut(&wid) else {
+                continue;
+            };
+            if req.client().is_some_and(|c| c.cancelled) {
+                self.remove_req(wid);
+                continue;
+            }
+            req.generation = None;
+            if let Some(c) = req.client_mut() {
+                c.seq = 0;
+            }
+            self.waiting.push_front(Waiting::Request(wid));
+        }
     }
 
     /// Fails each request generation `id` held exactly once: -32010 to the

@@ -90,6 +90,10 @@ pub(crate) struct Generation {
     pub phase: Phase,
     /// Dropping it closes the worker's stdin (the first layer of a stop).
     pub tx: Option<mpsc::Sender<Bytes>>,
+    /// Messages put in its stdin queue so far.
+    pub queued: u64,
+    /// How many of those may have reached it; fences its writer off.
+    pub progress: Arc<writer::Progress>,
     pub stop: Box<dyn Fn() + Send>,
     pub pid: Option<u32>,
     /// Whether it has ever sent the cancel acknowledgement.
@@ -116,6 +120,15 @@ impl Generation {
     pub fn auth_url(&self) -> Option<String> {
         self.auth.clone()
     }
+}
+
+/// Why a generation's stdin queue did not take a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unqueued {
+    /// The worker is a whole queue behind.
+    Full,
+    /// Its writer has stopped, or it is fenced.
+    Closed,
 }
 
 /// Traffic waiting for a ready generation, in arrival order.
@@ -156,6 +169,10 @@ pub struct Session<S> {
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
     client_tx: mpsc::Sender<Bytes>,
+    /// Messages for the client while its queue is full, in order. While any
+    /// wait here the session reads no more requests from the client; past
+    /// `OUTBOX` it takes no worker events either (timers still run).
+    outbox: VecDeque<Bytes>,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
     sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
@@ -180,6 +197,9 @@ impl<S> std::fmt::Debug for Session<S> {
 
 /// The most server-to-client requests the client may hold at once.
 const MAX_SERVER_REQUESTS: usize = 1024;
+/// Messages that may wait for a client that is behind (beyond its queue)
+/// before the session stops taking worker events.
+const OUTBOX: usize = 1024;
 /// Capacity of each worker's stdin queue; a worker this far behind is stuck.
 const WORKER_QUEUE: usize = 1024;
 /// How long one half of a generation's end waits for the other (stdout closed
@@ -206,11 +226,16 @@ impl<S: Spawner> Session<S> {
         let (client_tx, client_rx) = mpsc::channel(1024);
         // Resolves when the client stops reading our stdout.
         let (client_gone_tx, mut client_gone_rx) = tokio::sync::oneshot::channel::<()>();
+        let stall = cfg.client_write_timeout;
         let client_writer = tokio::spawn(async move {
-            if let Err(e) = writer::write_lines(client_out, client_rx, None).await {
-                tracing::debug!(error = %e, "client stdout closed");
-                let _ = client_gone_tx.send(());
+            match writer::write_lines(client_out, client_rx, Some(stall)).await {
+                Ok(()) => return,
+                Err(e @ writer::WriteError::Stalled(_)) => {
+                    tracing::warn!(error = %e, "the client stopped reading; ending the session");
+                }
+                Err(e) => tracing::debug!(error = %e, "client stdout closed"),
             }
+            let _ = client_gone_tx.send(());
         });
         let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let mut s = Session {
@@ -232,6 +257,7 @@ impl<S: Spawner> Session<S> {
             events_tx,
             events_rx,
             client_tx,
+            outbox: VecDeque::new(),
             client: ClientState::Open,
             sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
             sweep_armed: false,
@@ -246,8 +272,12 @@ impl<S: Spawner> Session<S> {
                 ClientState::Closing if s.awaited() == 0 => break Outcome::ClientClosed,
                 ClientState::Open | ClientState::Closing => {}
             }
+            // A client that is behind sends nothing new until it catches
+            // up; far behind, the workers wait too. The timers run on.
+            let caught_up = s.outbox.is_empty();
+            let far_behind = s.outbox.len() >= OUTBOX;
             tokio::select! {
-                frame = input.next(), if s.client == ClientState::Open => match frame {
+                frame = input.next(), if s.client == ClientState::Open && caught_up => match frame {
                     Some(Ok(frame)) => s.on_client_frame(frame).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");
@@ -255,7 +285,16 @@ impl<S: Spawner> Session<S> {
                     }
                     None => s.start_drain(),
                 },
-                Some((generation, event)) = s.events_rx.recv() => s.on_worker_event(generation, event).await,
+                Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
+                    s.on_worker_event(generation, event).await;
+                }
+                open = has_room(&s.client_tx), if !caught_up => {
+                    if open {
+                        s.flush_outbox();
+                    } else {
+                        s.client = ClientState::Gone;
+                    }
+                }
                 Ok(()) = &mut client_gone_rx, if s.client != ClientState::Gone => {
                     s.client = ClientState::Gone;
                 }
@@ -272,41 +311,128 @@ impl<S: Spawner> Session<S> {
             s.settle().await;
         };
         s.shutdown().await;
-        // Closing the channel lets the writer flush what is queued and end.
+        // What waits for the client still goes out; closing the channel then
+        // lets the writer flush what is queued and end.
+        let outbox = std::mem::take(&mut s.outbox);
+        let client_tx = s.client_tx.clone();
         drop(s);
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), client_writer).await;
+        let flushed = async move {
+            for msg in outbox {
+                if client_tx.send(msg).await.is_err() {
+                    break;
+                }
+            }
+            drop(client_tx);
+            let _ = client_writer.await;
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), flushed).await;
         outcome
     }
 
     // === output ===
 
-    /// Queues a message for the client.
+    /// Queues a message for the client. Never waits: a client that does not
+    /// read must not stop the session's timers. When its queue is full the
+    /// message waits in the outbox; a client that stays stuck is gone once
+    /// a write to it has made no progress for `client_write_timeout`.
     async fn emit(&mut self, msg: Bytes) {
         if self.client == ClientState::Gone {
             return;
         }
-        if self.client_tx.send(msg).await.is_err() {
-            self.client = ClientState::Gone;
+        if !self.outbox.is_empty() {
+            self.outbox.push_back(msg);
+            return;
+        }
+        match self.client_tx.try_send(msg) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(msg)) => self.outbox.push_back(msg),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.client = ClientState::Gone,
+        }
+    }
+
+    /// Moves messages from the outbox to the client's queue while it has room.
+    fn flush_outbox(&mut self) {
+        while let Some(msg) = self.outbox.pop_front() {
+            match self.client_tx.try_send(msg) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(msg)) => {
+                    self.outbox.push_front(msg);
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    self.client = ClientState::Gone;
+                    self.outbox.clear();
+                    return;
+                }
+            }
         }
     }
 
     /// Queues a message for a generation's stdin. A worker that has fallen
     /// a whole queue behind is stuck and is stopped.
     async fn send_to(&mut self, generation: u64, msg: Bytes) -> bool {
-        let Some(g) = self.gens.get(&generation) else {
-            return false;
-        };
-        let Some(tx) = &g.tx else { return false };
-        match tx.try_send(msg) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                let cause = "the server stopped reading its stdin".into();
-                self.retire(generation, cause, None, lifecycle::Why::Crash)
-                    .await;
+        match self.enqueue(generation, msg) {
+            Ok(_) => true,
+            Err(Unqueued::Full) => {
+                self.retire_stuck(generation).await;
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(Unqueued::Closed) => false,
         }
+    }
+
+    /// Sends client request `wid` to a generation. One that its stdin queue
+    /// does not take was never sent: it waits at the head of the queue for
+    /// the next generation. Returns whether it was sent.
+    async fn dispatch(&mut self, wid: u64, generation: u64) -> bool {
+        let Some(line) = self
+            .reqs
+            .get(&wid)
+            .and_then(Req::client)
+            .map(|c| c.line.clone())
+        else {
+            return true;
+        };
+        match self.enqueue(generation, line) {
+            Ok(seq) => {
+                if let Some(req) = self.reqs.get_mut(&wid) {
+                    req.generation = Some(generation);
+                    if let Some(c) = req.client_mut() {
+                        c.seq = seq;
+                    }
+                }
+                true
+            }
+            Err(unqueued) => {
+                self.waiting.push_front(Waiting::Request(wid));
+                if unqueued == Unqueued::Full {
+                    self.retire_stuck(generation).await;
+                }
+                false
+            }
+        }
+    }
+
+    /// Puts a message in a generation's stdin queue; returns its place
+    /// there (from 1).
+    fn enqueue(&mut self, generation: u64, msg: Bytes) -> Result<u64, Unqueued> {
+        let g = self.gens.get_mut(&generation).ok_or(Unqueued::Closed)?;
+        let tx = g.tx.as_ref().ok_or(Unqueued::Closed)?;
+        match tx.try_send(msg) {
+            Ok(()) => {
+                g.queued += 1;
+                Ok(g.queued)
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(Unqueued::Full),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(Unqueued::Closed),
+        }
+    }
+
+    /// A worker that has fallen a whole stdin queue behind is stuck.
+    async fn retire_stuck(&mut self, generation: u64) {
+        let cause = "the server stopped reading its stdin".into();
+        self.retire(generation, cause, None, lifecycle::Why::Crash)
+            .await;
     }
 
     // === requests ===
@@ -395,6 +521,12 @@ impl<S: Spawner> Session<S> {
             }
         }
     }
+}
+
+/// Resolves once the client's queue has room; false when its writer is gone.
+/// (The session is the only sender, so the room is still there after.)
+async fn has_room(tx: &mpsc::Sender<Bytes>) -> bool {
+    tx.reserve().await.is_ok()
 }
 
 fn display_status(exit: &Exit) -> String {

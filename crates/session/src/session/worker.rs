@@ -29,6 +29,7 @@ impl<S: Spawner> Session<S> {
             WorkerEvent::AuthPrompt(url) => self.on_auth_prompt(generation, url),
             WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
             WorkerEvent::WriteFailed { closed: true, .. } => {
+                self.take_back(generation);
                 // The worker is ending: stop sending, and let its exit status
                 // and the rest of its stdout arrive (bounded by the exit wait).
                 if let Some(g) = self.gens.get_mut(&generation) {
@@ -45,6 +46,7 @@ impl<S: Spawner> Session<S> {
                 closed: false,
                 error,
             } => {
+                self.take_back(generation);
                 let cause = format!("writing to its stdin failed: {error}");
                 self.retire(generation, cause, None, Why::Crash).await;
             }

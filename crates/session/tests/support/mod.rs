@@ -58,6 +58,8 @@ pub struct TestSpawner {
     pub behaviour: Arc<Mutex<Behaviour>>,
     pub log: Log,
     pub spawned: Arc<Mutex<Vec<u64>>>,
+    /// Generations whose worker has ended, in the order they ended.
+    pub ended: Arc<Mutex<Vec<u64>>>,
 }
 
 impl TestSpawner {
@@ -66,6 +68,7 @@ impl TestSpawner {
             behaviour: Arc::new(Mutex::new(behaviour)),
             log: Log::default(),
             spawned: Arc::default(),
+            ended: Arc::default(),
         }
     }
 
@@ -75,6 +78,10 @@ impl TestSpawner {
 
     pub fn generations(&self) -> Vec<u64> {
         self.spawned.lock().expect("spawned").clone()
+    }
+
+    pub fn ended(&self) -> Vec<u64> {
+        self.ended.lock().expect("ended").clone()
     }
 }
 
@@ -104,8 +111,11 @@ impl Spawner for TestSpawner {
             log,
         ));
         let abort = task.abort_handle();
+        let ended = Arc::clone(&self.ended);
         tokio::spawn(async move {
-            let status = match task.await {
+            let result = task.await;
+            ended.lock().expect("ended").push(generation);
+            let status = match result {
                 Ok(code) => ExitKind::Code(code),
                 Err(_) => ExitKind::signal(15),
             };
@@ -165,6 +175,7 @@ async fn worker(
     let mut running: std::collections::HashMap<String, JoinHandle<()>> = Default::default();
     let mut asks: std::collections::HashMap<String, oneshot::Sender<Value>> = Default::default();
     let mut next_ask = 0u64;
+    let mut close_stdin = false;
     while let Ok(Some(line)) = lines.next_line().await {
         let msg: Value = serde_json::from_str(&line).expect("supervisor sent valid JSON");
         log.lock().expect("log").push((generation, msg.clone()));
@@ -272,6 +283,11 @@ async fn worker(
                 let _ = out_tx.send(reply(json!({"generation": generation})));
             }
             ("tools/call", "hang") => {}
+            ("tools/call", "close_stdin") => {
+                let _ = out_tx.send(reply(json!({"generation": generation})));
+                close_stdin = true;
+                break;
+            }
             ("tools/call", "sleep") => {
                 let ms = args["ms"].as_u64().unwrap_or(100);
                 let progress_every = args["progress_ms"].as_u64();
@@ -315,6 +331,12 @@ async fn worker(
             }
         }
     }
+    if close_stdin {
+        // Keep running with stdout open, like a server that closed its stdin.
+        drop(lines);
+        let _held = (out_tx, writer, running);
+        return std::future::pending::<i32>().await;
+    }
     0
 }
 
@@ -328,7 +350,7 @@ pub struct Client {
 
 impl Client {
     pub fn start(cfg: Config, spawner: TestSpawner) -> Self {
-        Self::start_with(cfg, spawner, EventSink::none())
+        Self::start_with(cfg, spawner, EventSink::none(), 1 << 20)
     }
 
     /// A session whose status events are kept, up to `capacity` unread.
@@ -338,12 +360,17 @@ impl Client {
         capacity: usize,
     ) -> (Self, mpsc::Receiver<SessionEvent>) {
         let (sink, events) = EventSink::channel(capacity);
-        (Self::start_with(cfg, spawner, sink), events)
+        (Self::start_with(cfg, spawner, sink, 1 << 20), events)
     }
 
-    fn start_with(cfg: Config, spawner: TestSpawner, status: EventSink) -> Self {
+    /// Like `start`, with a pipe to the client that holds `capacity` bytes.
+    pub fn start_with_pipe(cfg: Config, spawner: TestSpawner, capacity: usize) -> Self {
+        Self::start_with(cfg, spawner, EventSink::none(), capacity)
+    }
+
+    fn start_with(cfg: Config, spawner: TestSpawner, status: EventSink, capacity: usize) -> Self {
         let (client_in_ours, client_in_theirs) = tokio::io::duplex(1 << 20);
-        let (client_out_theirs, client_out_ours) = tokio::io::duplex(1 << 20);
+        let (client_out_theirs, client_out_ours) = tokio::io::duplex(capacity);
         let (control, control_rx) = mpsc::channel(4);
         let session = tokio::spawn(Session::run(
             cfg,
