@@ -1039,3 +1039,59 @@ fn a_server_named_mcpvisor_is_refused_before_anything_starts() {
         assert!(!log_path(&dir, name).exists(), "server {name} was started");
     }
 }
+
+#[test]
+fn a_server_waiting_for_authorization_answers_with_its_link_and_joins_once_authorized() {
+    let link = "https://auth.example.com/authorize?client_id=gw&state=1";
+    let bridge = Entry::sh(
+        "remote",
+        &format!(
+            "echo '[7] Please authorize this client by visiting:' >&2; echo '[7] {link}' >&2; exec {} --initialize-delay 2500",
+            fake_worker().display()
+        ),
+    );
+    let (_dir, _config, mut p) = gateway(
+        "serve-auth",
+        &[bridge, Entry::fake("local", &[])],
+        &[
+            "--list-timeout",
+            "2s",
+            "--init-timeout",
+            "500ms",
+            "--auth-timeout",
+            "30s",
+        ],
+    );
+    initialize_with(&mut p, json!({}));
+    // The server waiting on a person delays nothing: the other one is listed.
+    let names = tool_names(&mut p, json!("list"));
+    assert!(names.iter().any(|n| n == "local__echo"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("remote__")),
+        "{names:?}"
+    );
+    // A call to it is refused at once with the link in the message itself.
+    let r = p.request(
+        json!("early"),
+        "tools/call",
+        json!({"name": "remote__echo", "arguments": {}}),
+    );
+    assert_eq!(error_code(&r), NOT_STARTED, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(link), "{r}");
+    assert_eq!(r["error"]["data"]["authorization_url"], link, "{r}");
+    // Once its initialize completes, its tools arrive with one list change.
+    until(
+        &mut p,
+        "the list change after authorization",
+        is_tools_changed,
+    );
+    let names = tool_names(&mut p, json!("relist"));
+    assert!(names.iter().any(|n| n == "remote__echo"), "{names:?}");
+    let r = p.request(
+        json!("after"),
+        "tools/call",
+        json!({"name": "remote__echo", "arguments": {"text": "hi"}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+}

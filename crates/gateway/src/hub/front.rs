@@ -4,7 +4,7 @@ use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
 use mcpvisor_jsonrpc::{
     Envelope, EnvelopeError, Frame, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND,
-    PARSE_ERROR, build, rewrite,
+    NOT_STARTED, PARSE_ERROR, build, rewrite,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -128,6 +128,12 @@ impl Hub {
                     return self.call_found_tool(id, env, &obj).await;
                 }
                 let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+                    if let Some((message, data)) = self.waiting_for_authorization(&name) {
+                        let refusal =
+                            build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
+                        self.emit(refusal).await;
+                        return;
+                    }
                     if !retry && self.any_settling() {
                         return self.park_line(id, line);
                     }
@@ -233,6 +239,30 @@ impl Hub {
     async fn invalid_params(&mut self, id: &str, message: &str) {
         self.emit(build::error(id, INVALID_PARAMS, message, None))
             .await;
+    }
+
+    /// For a name under the prefix of a server that waits on an
+    /// authorization link (its tools are not known until it is authorized):
+    /// the refusal that carries the link, for the person to open.
+    fn waiting_for_authorization(&self, name: &str) -> Option<(String, Value)> {
+        self.order.iter().find_map(|id| {
+            let b = &self.backends[id];
+            let State::WaitingAuth(url) = &b.state else {
+                return None;
+            };
+            // The prefix its names get: the exposed name of a one-letter
+            // name, less that letter.
+            let probe = crate::naming::exposed_name(&self.settings.separator, b.name(), "x");
+            let prefix = probe.strip_suffix('x').unwrap_or(&probe);
+            name.starts_with(prefix).then(|| {
+                let message = format!(
+                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
+                    b.name()
+                );
+                let data = json!({"reason": "waiting for authorization", "server": b.name(), "authorization_url": url});
+                (message, data)
+            })
+        })
     }
 
     /// Records what the front client declared.
