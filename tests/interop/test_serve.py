@@ -318,3 +318,74 @@ async def test_serve_one_server_crash_fails_only_its_call(setup: Setup, errlog) 
             new = int(_texts(await client.call_tool("py__pid", {}))[0])
         assert new != old
         assert _texts(await client.call_tool("py__echo", {"text": "back"})) == ["back"]
+
+
+ADDED_TOOL = '''
+
+@server.tool(description="Added while the gateway ran.")
+def added() -> str:
+    return "added while serving"
+'''
+
+
+async def test_serve_editing_a_server_adds_its_tool(tmp_path: Path, errlog) -> None:
+    """Editing a served Python server's file reloads it; the client gets one
+    tools/list_changed and can call the new `py__added`."""
+    source = tmp_path / "server.py"
+    source.write_text(PY_SERVER.read_text())
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"py": {"command": sys.executable, "args": ["-u", str(source)]}}}))
+    notifications: list[str] = []
+
+    async def handler(message) -> None:
+        if isinstance(message, types.ServerNotification):
+            notifications.append(message.method)
+
+    async with connect(serve_params(config), errlog, mode="legacy", message_handler=handler) as client:
+        assert "py__added" not in await _tool_names(client)
+        await anyio.sleep(0.5)  # the watcher settles on its first look
+        text = source.read_text()
+        main = text.index('if __name__ == "__main__":')
+        source.write_text(text[:main] + ADDED_TOOL.lstrip("\n") + "\n\n" + text[main:])
+        await eventually(lambda: "notifications/tools/list_changed" in notifications, timeout=20)
+        assert "py__added" in await _tool_names(client)
+        assert _texts(await client.call_tool("py__added", {})) == ["added while serving"]
+    assert notifications.count("notifications/tools/list_changed") == 1, notifications
+
+
+SEARCHES = {
+    "print the environment variables": "everything__get-env",
+    "compress a file with gzip": "everything__gzip-file-as-resource",
+    "add two numbers": "everything__get-sum",
+    "write a file": "filesystem__write_file",
+    "list the contents of a directory": "filesystem__list_directory",
+    "move or rename a file": "filesystem__move_file",
+    "search for files matching a pattern": "filesystem__search_files",
+}
+
+
+async def test_serve_tool_search_ranks_the_right_tool_first(setup: Setup, errlog) -> None:
+    """With --tool-search the client sees two tools; searching the real tools
+    of server-everything, server-filesystem and the Python server puts the
+    one that does the job first, and calling it through the call tool works."""
+    params = serve_params(setup.config, flags=["--tool-search"])
+    async with connect(params, errlog, mode="legacy") as client:
+        assert await _tool_names(client) == {"mcpvisor__search_tools", "mcpvisor__call_tool"}
+
+        async def first_hit(query: str) -> str | None:
+            result = await client.call_tool("mcpvisor__search_tools", {"query": query, "limit": 3})
+            tools = json.loads(_texts(result)[0])["tools"]
+            return tools[0]["name"] if tools else None
+
+        # server-everything lists some tools only after `initialized`.
+        await eventually(lambda: _hits(first_hit, "add two numbers", "everything__get-sum"), timeout=15)
+        for query, expected in SEARCHES.items():
+            assert await first_hit(query) == expected, query
+        called = await client.call_tool(
+            "mcpvisor__call_tool", {"name": "everything__echo", "arguments": {"message": "found"}}
+        )
+        assert _texts(called) == ["Echo: found"]
+
+
+async def _hits(first_hit, query: str, expected: str) -> bool:
+    return await first_hit(query) == expected

@@ -1095,3 +1095,49 @@ fn a_server_waiting_for_authorization_answers_with_its_link_and_joins_once_autho
     );
     assert!(r.get("result").is_some(), "{r}");
 }
+
+#[test]
+fn a_lazy_server_is_listed_from_the_cache_and_started_by_its_first_call() {
+    let dir = temp_dir("serve-lazy");
+    let cache = dir.join("cache");
+    let config = dir.join("mcp.json");
+    let log = log_path(&dir, "lazy");
+    let text = json!({"mcpServers": {"lazy": {
+        "command": fake_worker().display().to_string(),
+        "args": ["--log-file", log.display().to_string()],
+        "start": "lazy",
+    }}});
+    std::fs::write(&config, text.to_string()).expect("config");
+    let serve_cached = || {
+        Proc::spawn_with_env(
+            &[
+                "serve".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            &[("MCPVISOR_CACHE_DIR", cache.display().to_string())],
+        )
+    };
+    // First run: no cache entry, so it is started once to read its lists.
+    let mut p = serve_cached();
+    initialize_with(&mut p, json!({}));
+    let first = tool_names(&mut p, json!(1));
+    assert!(first.iter().any(|n| n == "lazy__echo"), "{first:?}");
+    p.close_stdin();
+    p.wait_exit(WAIT);
+    std::fs::remove_file(&log).expect("the first run started it");
+    // Second run: listed from the cache, nothing started.
+    let mut p = serve_cached();
+    initialize_with(&mut p, json!({}));
+    let second = tool_names(&mut p, json!(1));
+    assert_eq!(second, first);
+    assert!(!log.exists(), "the lazy server was started just to list it");
+    // The first call starts it.
+    let r = p.request(
+        json!(2),
+        "tools/call",
+        json!({"name": "lazy__echo", "arguments": {"x": 1}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(received(&dir, "lazy").contains("tools/call"));
+}

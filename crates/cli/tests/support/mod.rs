@@ -53,8 +53,14 @@ impl Proc {
     }
 
     pub fn spawn(args: &[String]) -> Self {
+        Self::spawn_with_env(args, &[])
+    }
+
+    /// Like `spawn`, with these variables added to mcpvisor's environment.
+    pub fn spawn_with_env(args: &[String], env: &[(&str, String)]) -> Self {
         let mut child = Command::new(mcpvisor())
             .args(args)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
