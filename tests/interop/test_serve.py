@@ -11,6 +11,7 @@ checked in both modes.
 from __future__ import annotations
 
 import json
+import warnings
 import sys
 from pathlib import Path
 from typing import Any
@@ -389,3 +390,47 @@ async def test_serve_tool_search_ranks_the_right_tool_first(setup: Setup, errlog
 
 async def _hits(first_hit, query: str, expected: str) -> bool:
     return await first_hit(query) == expected
+
+
+async def test_serve_prompts_resources_completion_logging(setup: Setup, errlog) -> None:
+    """The rest of the surface through the gateway: prompts under the server's
+    prefix, resources and templates with their own URIs (read and subscribe
+    routed by URI), completion routed by the prompt, logging/setLevel
+    answered once, and a server's log messages carrying its name."""
+    messages: list[types.LoggingMessageNotificationParams] = []
+
+    async def logging_callback(params: types.LoggingMessageNotificationParams) -> None:
+        messages.append(params)
+
+    params = serve_params(setup.config)
+    async with connect(params, errlog, mode="legacy", logging_callback=logging_callback) as client:
+        await eventually(lambda: _has_prompt(client, "everything__args-prompt"), timeout=15)
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"everything__simple-prompt", "everything__args-prompt", "everything__completable-prompt"} <= prompts
+        prompt = await client.get_prompt("everything__args-prompt", {"city": "Paris", "state": "TX"})
+        assert "Paris" in json.dumps(prompt.model_dump(mode="json"))
+        completion = await client.complete(
+            types.PromptReference(type="ref/prompt", name="everything__completable-prompt"),
+            {"name": "department", "value": "E"},
+        )
+        assert completion.completion.values, completion
+        resources = (await client.list_resources()).resources
+        first = str(resources[0].uri)
+        assert first.startswith("demo://"), first  # server-everything's own URI, unchanged
+        read = await client.read_resource(first)
+        assert read.contents, read
+        templates = (await client.list_resource_templates()).resource_templates
+        assert templates, "server-everything's templates are merged"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated in 2026-07-28
+            await client.subscribe_resource(first)
+            await client.unsubscribe_resource(first)
+            await client.set_logging_level("debug")
+        await client.call_tool("everything__toggle-simulated-logging", {})
+        await eventually(lambda: bool(messages), timeout=15)
+        assert {m.logger for m in messages} == {"everything"}, [m.logger for m in messages]
+        await client.call_tool("everything__toggle-simulated-logging", {})
+
+
+async def _has_prompt(client, name: str) -> bool:
+    return name in {p.name for p in (await client.list_prompts()).prompts}
