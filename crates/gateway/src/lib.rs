@@ -32,6 +32,7 @@
 //!   before it ever starts.
 
 pub mod cache;
+pub mod fronts;
 mod hub;
 pub mod naming;
 mod raw;
