@@ -90,6 +90,8 @@ def serve_params(*configs: str | Path, flags: list[str] | None = None) -> StdioS
     for key in ("RUST_LOG", "RUST_BACKTRACE", "MCPVISOR_LOG"):
         if key in os.environ:
             env[key] = os.environ[key]
+    # A list cache of the test's own, beside its first config, never the user's.
+    env["MCPVISOR_CACHE_DIR"] = str(Path(configs[0]).parent / "mcpvisor-cache")
     args = ["serve", *(arg for config in configs for arg in ("--config", str(config))), *(flags or [])]
     return StdioServerParameters(command=str(mcpvisor_bin()), args=args, env=env)
 

@@ -208,8 +208,15 @@ impl Defaults {
         }
         session.tools = def.tools.clone();
         let cache_key = self.cache.as_ref().map(|_| Key::new(def, entry_mtime(def)));
+        let lazy = match own.start {
+            Some(StartMode::Lazy) => true,
+            Some(StartMode::Eager) => false,
+            None => self.lazy,
+        };
+        // Only a lazy server is listed from the cache: an eager one is
+        // listed as it answers, so its list is never older than the server.
         let cached = match (&self.cache, &cache_key) {
-            (Some(cache), Some(key)) => cache.get(key).map(|l| Cached::from_lists(&l)),
+            (Some(cache), Some(key)) if lazy => cache.get(key).map(|l| Cached::from_lists(&l)),
             _ => None,
         };
         let timer = |t: Option<Timer>, default: Option<Duration>| match t {
@@ -222,11 +229,7 @@ impl Defaults {
             def: def.clone(),
             session,
             stderr: self.stderr,
-            lazy: match own.start {
-                Some(StartMode::Lazy) => true,
-                Some(StartMode::Eager) => false,
-                None => self.lazy,
-            },
+            lazy,
             idle_timeout: timer(own.idle_timeout, None),
             health_interval: timer(own.health_interval, Some(self.health_interval)),
             health_misses: own.health_misses.unwrap_or(self.health_misses),

@@ -37,5 +37,6 @@ mod hub;
 pub mod naming;
 mod raw;
 pub mod search;
+mod stdio;
 
 pub use hub::{Cached, Control, Hub, Outcome, ServerPlan, Settings};

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
 use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
+use crate::fronts::FrontId;
 use crate::raw::{self, RawObject};
 
 /// A backend's identity for the life of the gateway (names can be reused
@@ -350,7 +351,14 @@ impl Hub {
 
     /// Routes a front request, already addressed to the backend under
     /// gateway id `gid`, starting the backend or queueing as its state says.
-    pub(crate) async fn route(&mut self, id: BackendId, gid: u64, line: Bytes, front_id: Bytes) {
+    pub(crate) async fn route(
+        &mut self,
+        front: FrontId,
+        id: BackendId,
+        gid: u64,
+        line: Bytes,
+        front_id: Bytes,
+    ) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
@@ -385,8 +393,8 @@ impl Hub {
         if let Some((message, data)) = refusal {
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
-            self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
-                .await;
+            let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.emit_to(front, refusal, Some(front_id)).await;
             return;
         }
         b.in_flight += 1;
@@ -410,6 +418,7 @@ impl Hub {
     /// Answers a front request that never reached its server.
     pub(crate) async fn answer_not_started(&mut self, gid: u64, reason: &str) {
         if let Some(Pending::Front {
+            front,
             id,
             backend,
             cancelled,
@@ -421,8 +430,8 @@ impl Hub {
                 let data =
                     serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
                 let text = String::from_utf8_lossy(&id).into_owned();
-                self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
-                    .await;
+                let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+                self.emit_to(front, refusal, Some(id)).await;
             }
         }
     }
@@ -448,6 +457,7 @@ impl Hub {
         for gid in held {
             match self.take_pending(gid) {
                 Some(Pending::Front {
+                    front,
                     id: front_id,
                     cancelled: false,
                     ..
@@ -458,13 +468,9 @@ impl Hub {
                     );
                     let data = serde_json::json!({"reason": why, "server": self.backend_name(id)});
                     let text = String::from_utf8_lossy(&front_id).into_owned();
-                    self.emit(build::error(
-                        &text,
-                        mcpvisor_jsonrpc::WORKER_LOST,
-                        &message,
-                        Some(&data),
-                    ))
-                    .await;
+                    let lost =
+                        build::error(&text, mcpvisor_jsonrpc::WORKER_LOST, &message, Some(&data));
+                    self.emit_to(front, lost, Some(front_id)).await;
                 }
                 Some(Pending::Private {
                     what: Private::SetLevel(f),
@@ -481,10 +487,11 @@ impl Hub {
             .map(|(k, _)| *k)
             .collect();
         for fid in asked {
-            self.server_reqs.remove(&fid);
-            let fid = format!("\"mcpvisor-{fid}\"");
-            self.emit(build::cancelled(&fid, "the server stopped"))
-                .await;
+            if let Some(req) = self.server_reqs.remove(&fid) {
+                let fid = format!("\"mcpvisor-{fid}\"");
+                let note = build::cancelled(&fid, "the server stopped");
+                self.emit_to(req.front, note, None).await;
+            }
         }
     }
 
@@ -492,9 +499,12 @@ impl Hub {
     pub(crate) fn take_pending(&mut self, gid: u64) -> Option<Pending> {
         let p = self.pending.remove(&gid)?;
         match &p {
-            Pending::Front { id, backend, .. } => {
-                if self.by_front_id.get(id) == Some(&gid) {
-                    self.by_front_id.remove(id);
+            Pending::Front {
+                front, id, backend, ..
+            } => {
+                let key = (*front, id.clone());
+                if self.by_front_id.get(&key) == Some(&gid) {
+                    self.by_front_id.remove(&key);
                 }
                 if let Some(b) = self.backends.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
@@ -520,8 +530,16 @@ impl Hub {
     }
 
     fn forget_front(&mut self, gid: u64) {
-        if let Some(Pending::Front { id, .. }) = self.pending.remove(&gid) {
-            self.by_front_id.remove(&id);
+        if let Some(Pending::Front { front, id, .. }) = self.pending.remove(&gid) {
+            self.by_front_id.remove(&(front, id));
+        }
+    }
+
+    /// Tells a backend's session that the request it knows as `gid` is
+    /// cancelled.
+    pub(crate) fn cancel_on_backend(&self, backend: BackendId, gid: u64, reason: &str) {
+        if let Some(link) = self.backends.get(&backend).and_then(|b| b.link.as_ref()) {
+            link.try_send(build::cancelled(&gid.to_string(), reason));
         }
     }
 
@@ -619,6 +637,7 @@ impl Hub {
     /// Refuses a queued front request with the backend's current state.
     async fn refuse_queued(&mut self, id: BackendId, gid: u64) {
         let Some(Pending::Front {
+            front,
             id: front_id,
             cancelled,
             ..
@@ -639,8 +658,8 @@ impl Hub {
             );
             let data = serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url});
             let text = String::from_utf8_lossy(&front_id).into_owned();
-            self.emit(build::error(&text, NOT_STARTED, &message, Some(&data)))
-                .await;
+            let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.emit_to(front, refusal, Some(front_id)).await;
         }
     }
 
@@ -666,6 +685,7 @@ impl Hub {
     async fn on_response(&mut self, id: BackendId, gid: u64, line: &Bytes, env: &Envelope<'_>) {
         match self.take_pending(gid) {
             Some(Pending::Front {
+                front,
                 id: front_id,
                 cancelled,
                 wrap,
@@ -679,11 +699,12 @@ impl Hub {
                 match wrap {
                     Wrap::AsIs => {
                         let out = rewrite::splice(line, raw_id, &front_id);
-                        self.emit(out).await;
+                        self.emit_to(front, out, Some(front_id)).await;
                     }
                     Wrap::Modern { cacheable } => {
                         let out = rewrite::splice(line, raw_id, &front_id);
-                        self.emit(modern_answer(&out, cacheable)).await;
+                        let out = modern_answer(&out, cacheable);
+                        self.emit_to(front, out, Some(front_id)).await;
                     }
                 }
             }
@@ -755,6 +776,7 @@ impl Hub {
                 }
             }
             Private::SetLevel(f) => self.fanout_done(f).await,
+            Private::Quiet => {}
         }
     }
 
@@ -846,40 +868,49 @@ impl Hub {
     ) {
         let Some(raw_id) = env.id else { return };
         let method = env.method();
-        if method != "ping" && !self.front.initialized && !self.front.modern {
-            // Until the client has initialized, what it can take is unknown,
-            // and nothing may be sent to it: hold the request (bounded).
-            if self.early.len() < MAX_EARLY {
-                self.early.push((id, line.clone()));
-                return;
+        if method == "ping" {
+            let reply = build::result(raw_id.get(), "{}");
+            if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+                link.try_send(reply);
             }
+            return;
         }
-        let needs = match method {
-            "ping" => {
-                let reply = build::result(raw_id.get(), "{}");
-                if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
-                    link.try_send(reply);
-                }
-                return;
-            }
-            "sampling/createMessage" => Some(("sampling", self.front.sampling)),
-            "elicitation/create" if is_url_mode(line) => {
-                Some(("elicitation.url", self.front.elicitation_url))
-            }
-            "elicitation/create" => Some(("elicitation", self.front.elicitation)),
-            "roots/list" => Some(("roots", self.front.roots)),
-            _ => None,
-        };
-        let declined = if self.front.modern {
-            Some(format!(
-                "the client connected to mcpvisor uses the 2026-07-28 protocol, which has no server-to-client requests on stdio; `{method}` cannot be delivered"
-            ))
-        } else {
-            match needs {
-                Some((cap, false)) => Some(format!(
-                    "the client connected to mcpvisor did not declare the `{cap}` capability, so `{method}` cannot be delivered"
-                )),
-                _ => None,
+        let any_ready = self
+            .fronts
+            .values()
+            .any(|f| f.closing.is_none() && (f.info.initialized || f.info.modern));
+        if !any_ready && self.early.len() < MAX_EARLY {
+            // Until a client has initialized, what it can take is unknown,
+            // and nothing may be sent to it: hold the request (bounded).
+            self.early.push((id, line.clone()));
+            return;
+        }
+        let (target, declined) = match self.attribute(id) {
+            Err(why) => (None, Some(why)),
+            Ok((front, related)) => {
+                let info = &self.fronts[&front].info;
+                let needs = match method {
+                    "sampling/createMessage" => Some(("sampling", info.sampling)),
+                    "elicitation/create" if is_url_mode(line) => {
+                        Some(("elicitation.url", info.elicitation_url))
+                    }
+                    "elicitation/create" => Some(("elicitation", info.elicitation)),
+                    "roots/list" => Some(("roots", info.roots)),
+                    _ => None,
+                };
+                let declined = if info.modern {
+                    Some(format!(
+                        "the client connected to mcpvisor uses the 2026-07-28 protocol, which has no server-to-client requests on stdio; `{method}` cannot be delivered"
+                    ))
+                } else {
+                    match needs {
+                        Some((cap, false)) => Some(format!(
+                            "the client connected to mcpvisor did not declare the `{cap}` capability, so `{method}` cannot be delivered"
+                        )),
+                        _ => None,
+                    }
+                };
+                (Some((front, related)), declined)
             }
         };
         if let Some(message) = declined {
@@ -890,6 +921,9 @@ impl Hub {
             }
             return;
         }
+        let Some((front, related)) = target else {
+            return;
+        };
         let fid = self.next_front_id;
         self.next_front_id += 1;
         self.server_reqs.insert(
@@ -897,10 +931,57 @@ impl Hub {
             ServerReq {
                 backend: id,
                 id: Bytes::copy_from_slice(raw_id.get().as_bytes()),
+                front,
             },
         );
         let out = rewrite::splice(line, raw_id, format!("\"mcpvisor-{fid}\"").as_bytes());
-        self.emit(out).await;
+        self.emit_to(front, out, related).await;
+    }
+
+    /// The front a backend's request is for: the only client there is, or
+    /// else the only one with requests in flight at that backend (with the
+    /// oldest of them, the request this one most likely serves). Anything
+    /// else is a guess, and a guess sends one person's question to another.
+    fn attribute(&self, backend: BackendId) -> Result<(FrontId, Option<Bytes>), String> {
+        let open: Vec<FrontId> = self
+            .fronts
+            .iter()
+            .filter(|(_, f)| f.closing.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        let mut asking: Vec<(u64, FrontId, Bytes)> = self
+            .pending
+            .iter()
+            .filter_map(|(gid, p)| match p {
+                Pending::Front {
+                    front,
+                    backend: b,
+                    id,
+                    cancelled: false,
+                    ..
+                } if *b == backend => Some((*gid, *front, id.clone())),
+                _ => None,
+            })
+            .collect();
+        asking.sort_by_key(|(gid, _, _)| *gid);
+        let related = |front: FrontId| {
+            asking
+                .iter()
+                .find(|(_, f, _)| *f == front)
+                .map(|(_, _, id)| id.clone())
+        };
+        if let [only] = open.as_slice() {
+            return Ok((*only, related(*only)));
+        }
+        let mut fronts: Vec<FrontId> = asking.iter().map(|(_, f, _)| *f).collect();
+        fronts.dedup();
+        fronts.sort();
+        fronts.dedup();
+        match fronts.as_slice() {
+            [only] => Ok((*only, related(*only))),
+            [] => Err("no client of mcpvisor has a request in flight at this server, so the request cannot be attributed to one".into()),
+            _ => Err("several clients of mcpvisor have requests in flight at this server, so the request cannot be attributed to one; use `\"sessions\": \"per-client\"` for servers that ask their clients things".into()),
+        }
     }
 
     async fn on_server_notification(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
@@ -913,13 +994,16 @@ impl Hub {
                     return;
                 };
                 if let Some(Pending::Front {
+                    front,
+                    id: front_id,
                     token: Some(front_token),
                     cancelled: false,
                     ..
                 }) = self.pending.get(&gid)
                 {
                     let out = rewrite::splice(line, token, front_token);
-                    self.emit(out).await;
+                    let (front, related) = (*front, Some(front_id.clone()));
+                    self.emit_to(front, out, related).await;
                 }
             }
             "notifications/tools/list_changed" => self.read_list(id, ListKind::Tools),
@@ -937,15 +1021,22 @@ impl Hub {
                     return;
                 };
                 let params = obj.with("logger", &raw::quote(&name));
-                self.emit(build::notification("notifications/message", Some(&params)))
+                self.broadcast(build::notification("notifications/message", Some(&params)))
                     .await;
             }
             "notifications/resources/updated" => {
                 let uri = mcpvisor_jsonrpc::envelope::raw_params(line)
                     .and_then(|p| RawObject::parse(p.get()))
                     .and_then(|o| o.str("uri"));
-                if uri.is_some_and(|u| self.subscriptions.contains(&u)) {
-                    self.emit(line.clone()).await;
+                let Some(uri) = uri else { return };
+                let to: Vec<FrontId> = self
+                    .fronts
+                    .iter()
+                    .filter(|(_, f)| f.subscriptions.contains(&uri))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for front in to {
+                    self.emit_to(front, line.clone(), None).await;
                 }
             }
             "notifications/cancelled" => {
@@ -956,17 +1047,14 @@ impl Hub {
                     .iter()
                     .find(|(_, r)| r.backend == id && r.id.as_ref() == rid.get().as_bytes())
                     .map(|(k, _)| *k);
-                if let Some(fid) = found {
-                    self.server_reqs.remove(&fid);
+                if let Some(req) = found.and_then(|fid| Some((fid, self.server_reqs.remove(&fid)?)))
+                {
+                    let (fid, req) = req;
                     let out = rewrite::splice(line, rid, format!("\"mcpvisor-{fid}\"").as_bytes());
-                    self.emit(out).await;
+                    self.emit_to(req.front, out, None).await;
                 }
             }
-            _ => {
-                if !self.front.modern {
-                    self.emit(line.clone()).await;
-                }
-            }
+            _ => self.broadcast(line.clone()).await,
         }
     }
 

@@ -1,10 +1,10 @@
 //! What the front client says, and the answers the gateway gives itself.
 
 use bytes::Bytes;
-use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
+use mcpvisor_jsonrpc::envelope::raw_params;
 use mcpvisor_jsonrpc::{
-    Envelope, EnvelopeError, Frame, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND,
-    NOT_STARTED, PARSE_ERROR, build, rewrite,
+    Envelope, EnvelopeError, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND, NOT_STARTED,
+    PARSE_ERROR, build, rewrite,
 };
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use super::backend::{BackendId, State};
 use super::lists::Kind as ListKind;
 use super::{FanOut, Hub, Parked, Pending, Private, Timer, Wrap};
+use crate::fronts::FrontId;
 use crate::raw::{self, RawObject};
 
 /// Protocol revisions the gateway speaks with a front client that
@@ -24,192 +25,203 @@ pub(crate) const SEARCH_TOOL: &str = "mcpvisor__search_tools";
 pub(crate) const CALL_TOOL: &str = "mcpvisor__call_tool";
 
 impl Hub {
-    pub(crate) async fn on_front_frame(&mut self, frame: Frame) {
-        let line = match frame {
-            Frame::Line(line) => line,
-            Frame::Oversize { len, head } => {
-                let id = scan_id(&head).unwrap_or("null").to_owned();
-                tracing::warn!(
-                    bytes = len,
-                    "client message over --max-message-bytes; not forwarded"
-                );
-                let detail = format!(
-                    "Invalid request: the message is {len} bytes, over the limit of {} bytes (--max-message-bytes); it was not forwarded",
-                    self.settings.max_message_bytes
-                );
-                self.emit(build::error(&id, INVALID_REQUEST, &detail, None))
-                    .await;
-                return;
-            }
-        };
+    pub(crate) async fn on_front_message(&mut self, front: FrontId, line: Bytes) {
         let env = match Envelope::peek(&line) {
             Ok(env) => env,
             Err(EnvelopeError::Json(e)) => {
                 let msg = format!("Parse error: {e}");
-                self.emit(build::error("null", PARSE_ERROR, &msg, None))
+                self.emit_to(front, build::error("null", PARSE_ERROR, &msg, None), None)
                     .await;
                 return;
             }
             Err(e) => {
                 let msg = format!("Invalid request: {e}");
-                self.emit(build::error("null", INVALID_REQUEST, &msg, None))
-                    .await;
+                self.emit_to(
+                    front,
+                    build::error("null", INVALID_REQUEST, &msg, None),
+                    None,
+                )
+                .await;
                 return;
             }
         };
         match env.kind {
-            Kind::Request => self.on_front_request(&line, &env, false).await,
-            Kind::Notification => self.on_front_notification(&line, &env).await,
-            Kind::Response => self.on_front_response(&line, &env),
+            Kind::Request => self.on_front_request(front, &line, &env, false).await,
+            Kind::Notification => self.on_front_notification(front, &line, &env).await,
+            Kind::Response => self.on_front_response(front, &line, &env),
         }
     }
 
-    async fn on_front_request(&mut self, line: &Bytes, env: &Envelope<'_>, retry: bool) {
+    async fn on_front_request(
+        &mut self,
+        front: FrontId,
+        line: &Bytes,
+        env: &Envelope<'_>,
+        retry: bool,
+    ) {
         let Some(raw_id) = env.id else { return };
         let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
-        if !retry && self.parked.iter().any(|p| p.id == id) || self.by_front_id.contains_key(&id) {
+        let in_flight = self.by_front_id.contains_key(&(front, id.clone()));
+        if in_flight || !retry && self.parked.iter().any(|p| p.front == front && p.id == id) {
             let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
-            self.emit(build::error(
-                raw_id.get(),
-                mcpvisor_jsonrpc::NOT_STARTED,
-                msg,
-                None,
-            ))
+            self.emit_to(
+                front,
+                build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, msg, None),
+                Some(id.clone()),
+            )
             .await;
             return;
         }
-        if !retry && self.front_awaited() >= self.settings.max_in_flight {
+        if !retry && self.awaited_by(front) >= self.settings.max_in_flight {
             let msg = format!(
                 "Request not started: {} requests are already in flight (--max-in-flight). It is safe to retry.",
                 self.settings.max_in_flight
             );
-            self.emit(build::error(
-                raw_id.get(),
-                mcpvisor_jsonrpc::NOT_STARTED,
-                &msg,
-                None,
-            ))
+            self.emit_to(
+                front,
+                build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, &msg, None),
+                Some(id.clone()),
+            )
             .await;
             return;
         }
         let params = raw_params(line);
         let obj = params.and_then(|p| RawObject::parse(p.get()));
-        if !self.front.initialized && is_modern(obj.as_ref()) {
-            self.front.modern = true;
+        if let Some(f) = self.fronts.get_mut(&front) {
+            if !f.info.initialized && is_modern(obj.as_ref()) {
+                f.info.modern = true;
+            }
         }
         let method = env.method().to_owned();
         let modern = is_modern(obj.as_ref());
         match method.as_str() {
             "initialize" => {
-                self.on_initialize(obj.as_ref());
-                self.park(id, method, None, false);
+                self.on_initialize(front, obj.as_ref());
+                self.park(front, id, method, None, false);
             }
             "ping" if modern => {
-                self.emit(build::result(raw_id.get(), r#"{"resultType":"complete"}"#))
-                    .await;
+                self.emit_to(
+                    front,
+                    build::result(raw_id.get(), r#"{"resultType":"complete"}"#),
+                    Some(id.clone()),
+                )
+                .await;
             }
-            "ping" => self.emit(build::result(raw_id.get(), "{}")).await,
-            "server/discover" => self.park(id, method, None, true),
+            "ping" => {
+                self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()))
+                    .await
+            }
+            "server/discover" => self.park(front, id, method, None, true),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
-                self.park(id, method, cursor, modern);
+                self.park(front, id, method, cursor, modern);
             }
             "tools/call" => {
                 let Some(obj) = obj else {
                     return self
-                        .invalid_params(raw_id.get(), "tools/call needs params")
+                        .invalid_params(front, raw_id.get(), "tools/call needs params")
                         .await;
                 };
                 let name = obj.str("name").unwrap_or_default();
                 if self.settings.tool_search && name == SEARCH_TOOL {
-                    return self.search_tools(raw_id.get(), &obj).await;
+                    return self.search_tools(front, raw_id.get(), &obj).await;
                 }
                 if self.settings.tool_search && name == CALL_TOOL {
-                    return self.call_found_tool(id, env, &obj).await;
+                    return self.call_found_tool(front, id, env, &obj).await;
                 }
                 let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
                     if let Some((message, data)) = self.waiting_for_authorization(&name) {
                         let refusal =
                             build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
-                        self.emit(refusal).await;
+                        self.emit_to(front, refusal, Some(id.clone())).await;
                         return;
                     }
                     if !retry && self.any_settling() {
-                        return self.park_line(id, line);
+                        return self.park_line(front, id, line);
                     }
                     let msg = format!("Unknown tool: {name}");
-                    return self.invalid_params(raw_id.get(), &msg).await;
+                    return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
                 let params = obj.with("name", &raw::quote(&original));
-                self.forward(backend, id, "tools/call", &params, env).await;
+                self.forward(front, backend, id, "tools/call", &params, env)
+                    .await;
             }
             "prompts/get" => {
                 let Some(obj) = obj else {
                     return self
-                        .invalid_params(raw_id.get(), "prompts/get needs params")
+                        .invalid_params(front, raw_id.get(), "prompts/get needs params")
                         .await;
                 };
                 let name = obj.str("name").unwrap_or_default();
                 let Some((backend, original)) = self.merged.prompts.get(&name).cloned() else {
                     if !retry && self.any_settling() {
-                        return self.park_line(id, line);
+                        return self.park_line(front, id, line);
                     }
                     let msg = format!("Unknown prompt: {name}");
-                    return self.invalid_params(raw_id.get(), &msg).await;
+                    return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
                 let params = obj.with("name", &raw::quote(&original));
-                self.forward(backend, id, "prompts/get", &params, env).await;
+                self.forward(front, backend, id, "prompts/get", &params, env)
+                    .await;
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let Some(obj) = obj else {
                     return self
-                        .invalid_params(raw_id.get(), "the request needs params")
+                        .invalid_params(front, raw_id.get(), "the request needs params")
                         .await;
                 };
                 let uri = obj.str("uri").unwrap_or_default();
                 let Some(backend) = self.backend_for_uri(&uri) else {
                     if !retry && self.any_settling() {
-                        return self.park_line(id, line);
+                        return self.park_line(front, id, line);
                     }
                     let msg = format!("Resource not found: {uri}");
                     let data = json!({"uri": uri});
-                    self.emit(build::error(
-                        raw_id.get(),
-                        RESOURCE_NOT_FOUND,
-                        &msg,
-                        Some(&data),
-                    ))
+                    self.emit_to(
+                        front,
+                        build::error(raw_id.get(), RESOURCE_NOT_FOUND, &msg, Some(&data)),
+                        Some(id.clone()),
+                    )
                     .await;
                     return;
                 };
-                match method.as_str() {
-                    "resources/subscribe" => {
-                        self.subscriptions.insert(uri);
-                    }
-                    "resources/unsubscribe" => {
-                        self.subscriptions.remove(&uri);
-                    }
-                    _ => {}
+                // Subscriptions are counted: the server sees one subscribe
+                // per URI, and the unsubscribe when the last client leaves.
+                let needed = match method.as_str() {
+                    "resources/subscribe" => self.hold_subscription(front, &uri),
+                    "resources/unsubscribe" => self.drop_subscription(front, &uri),
+                    _ => true,
+                };
+                if !needed {
+                    self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()))
+                        .await;
+                    return;
                 }
                 let params = params.map(|p| p.get().to_owned()).unwrap_or_default();
-                self.forward(backend, id, &method, &params, env).await;
+                self.forward(front, backend, id, &method, &params, env)
+                    .await;
             }
             "completion/complete" => {
                 let Some(obj) = obj else {
                     return self
-                        .invalid_params(raw_id.get(), "completion/complete needs params")
+                        .invalid_params(front, raw_id.get(), "completion/complete needs params")
                         .await;
                 };
                 match self.completion_target(&obj) {
                     Some((backend, params)) => {
-                        self.forward(backend, id, &method, &params, env).await;
+                        self.forward(front, backend, id, &method, &params, env)
+                            .await;
                     }
                     None => {
                         // Nothing to complete from: an empty completion.
-                        self.emit(build::result(
-                            raw_id.get(),
-                            r#"{"completion":{"values":[],"hasMore":false}}"#,
-                        ))
+                        self.emit_to(
+                            front,
+                            build::result(
+                                raw_id.get(),
+                                r#"{"completion":{"values":[],"hasMore":false}}"#,
+                            ),
+                            Some(id.clone()),
+                        )
                         .await;
                     }
                 }
@@ -218,27 +230,39 @@ impl Hub {
                 let params = params
                     .map(|p| p.get().to_owned())
                     .unwrap_or_else(|| "{}".into());
-                self.fan_out(id, "logging/setLevel", &params, "logging")
+                self.fan_out(front, id, "logging/setLevel", &params, "logging")
                     .await;
             }
             m if m.starts_with("tasks/") => {
                 let msg = format!(
                     "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
                 );
-                self.emit(build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None))
-                    .await;
+                self.emit_to(
+                    front,
+                    build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
+                    Some(id.clone()),
+                )
+                .await;
             }
             m => {
                 let msg = format!("Method not found: {m}");
-                self.emit(build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None))
-                    .await;
+                self.emit_to(
+                    front,
+                    build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
+                    Some(id.clone()),
+                )
+                .await;
             }
         }
     }
 
-    async fn invalid_params(&mut self, id: &str, message: &str) {
-        self.emit(build::error(id, INVALID_PARAMS, message, None))
-            .await;
+    async fn invalid_params(&mut self, front: FrontId, id: &str, message: &str) {
+        self.emit_to(
+            front,
+            build::error(id, INVALID_PARAMS, message, None),
+            Some(Bytes::copy_from_slice(id.as_bytes())),
+        )
+        .await;
     }
 
     /// For a name under the prefix of a server that waits on an
@@ -266,28 +290,90 @@ impl Hub {
     }
 
     /// Records what the front client declared.
-    fn on_initialize(&mut self, obj: Option<&RawObject<'_>>) {
+    fn on_initialize(&mut self, front: FrontId, obj: Option<&RawObject<'_>>) {
         let caps: Value = obj
             .and_then(|o| o.get("capabilities"))
             .and_then(|c| serde_json::from_str(c.get()).ok())
             .unwrap_or(Value::Null);
         let has = |k: &str| caps.get(k).is_some_and(|v| !v.is_null());
-        self.front.sampling = has("sampling");
-        self.front.elicitation = has("elicitation");
-        self.front.roots = has("roots");
-        self.front.elicitation_url = caps
+        let Some(f) = self.fronts.get_mut(&front) else {
+            return;
+        };
+        f.info.sampling = has("sampling");
+        f.info.elicitation = has("elicitation");
+        f.info.roots = has("roots");
+        f.info.elicitation_url = caps
             .get("elicitation")
             .and_then(|e| e.get("url"))
             .is_some_and(|u| !u.is_null());
-        self.front.protocol = obj.and_then(|o| o.str("protocolVersion"));
-        self.front.modern = false;
+        f.info.protocol = obj.and_then(|o| o.str("protocolVersion"));
+        f.info.modern = false;
+    }
+
+    /// Counts a front's subscription to `uri`; whether the server must be
+    /// told (the first front to subscribe).
+    fn hold_subscription(&mut self, front: FrontId, uri: &str) -> bool {
+        let Some(f) = self.fronts.get_mut(&front) else {
+            return false;
+        };
+        if !f.subscriptions.insert(uri.to_owned()) {
+            return false;
+        }
+        let count = self.subscribed.entry(uri.to_owned()).or_insert(0);
+        *count += 1;
+        *count == 1
+    }
+
+    /// Ends a front's subscription to `uri`; whether the server must be
+    /// told (the last front left).
+    fn drop_subscription(&mut self, front: FrontId, uri: &str) -> bool {
+        let Some(f) = self.fronts.get_mut(&front) else {
+            return false;
+        };
+        if !f.subscriptions.remove(uri) {
+            return false;
+        }
+        self.unsubscribed(uri)
+    }
+
+    /// One front fewer holds `uri`; whether that was the last.
+    fn unsubscribed(&mut self, uri: &str) -> bool {
+        match self.subscribed.get_mut(uri) {
+            Some(count) if *count > 1 => {
+                *count -= 1;
+                false
+            }
+            Some(_) => {
+                self.subscribed.remove(uri);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A front that held `uri` has gone: the server is told when it was the
+    /// last.
+    pub(crate) fn release_subscription(&mut self, uri: &str) {
+        if !self.unsubscribed(uri) {
+            return;
+        }
+        if let Some(backend) = self.backend_for_uri(uri) {
+            let params = json!({ "uri": uri }).to_string();
+            self.send_private(
+                backend,
+                Private::Quiet,
+                "resources/unsubscribe",
+                Some(&params),
+            );
+        }
     }
 
     /// Holds a routed request whose target is not known yet, while servers
     /// are still starting.
-    fn park_line(&mut self, id: Bytes, line: &Bytes) {
+    fn park_line(&mut self, front: FrontId, id: Bytes, line: &Bytes) {
         let wait = self.settings.list_timeout;
         self.parked.push_back(Parked {
+            front,
             id,
             method: String::new(),
             params: None,
@@ -300,9 +386,17 @@ impl Hub {
 
     /// Holds a request the gateway answers itself until the servers that
     /// are starting have settled, at most `--list-timeout`.
-    fn park(&mut self, id: Bytes, method: String, cursor: Option<String>, modern: bool) {
+    fn park(
+        &mut self,
+        front: FrontId,
+        id: Bytes,
+        method: String,
+        cursor: Option<String>,
+        modern: bool,
+    ) {
         let wait = self.settings.list_timeout;
         self.parked.push_back(Parked {
+            front,
             id,
             method,
             params: cursor,
@@ -320,13 +414,13 @@ impl Hub {
     pub(crate) async fn answer_parked(&mut self, p: Parked) {
         if let Some(line) = &p.line {
             if let Ok(env) = Envelope::peek(line) {
-                self.on_front_request(line, &env, true).await;
+                self.on_front_request(p.front, line, &env, true).await;
             }
             return;
         }
         let id = String::from_utf8_lossy(&p.id).into_owned();
         let result = match p.method.as_str() {
-            "initialize" => Ok(self.initialize_result()),
+            "initialize" => Ok(self.initialize_result(p.front)),
             "server/discover" => Ok(self.discover_result()),
             "tools/list" if self.settings.tool_search => Ok(search_tools_list()),
             m => match ListKind::of_method(m) {
@@ -339,10 +433,17 @@ impl Hub {
             other => other,
         };
         match result {
-            Ok(result) => self.emit(build::result(&id, &result)).await,
+            Ok(result) => {
+                self.emit_to(p.front, build::result(&id, &result), Some(p.id.clone()))
+                    .await
+            }
             Err(msg) => {
-                self.emit(build::error(&id, INVALID_PARAMS, &msg, None))
-                    .await;
+                self.emit_to(
+                    p.front,
+                    build::error(&id, INVALID_PARAMS, &msg, None),
+                    Some(p.id.clone()),
+                )
+                .await;
             }
         }
     }
@@ -357,11 +458,15 @@ impl Hub {
         })
     }
 
-    fn initialize_result(&mut self) -> String {
-        let requested = self.front.protocol.as_deref().unwrap_or(FRONT_PROTOCOLS[0]);
+    fn initialize_result(&mut self, front: FrontId) -> String {
+        let requested = self
+            .fronts
+            .get(&front)
+            .and_then(|f| f.info.protocol.clone())
+            .unwrap_or_else(|| FRONT_PROTOCOLS[0].to_owned());
         let version = FRONT_PROTOCOLS
             .iter()
-            .find(|v| **v == requested)
+            .find(|v| **v == requested.as_str())
             .copied()
             .unwrap_or(FRONT_PROTOCOLS[0]);
         let mut result = json!({
@@ -408,6 +513,7 @@ impl Hub {
     /// its progress token (if any) rewritten to that id.
     async fn forward(
         &mut self,
+        front: FrontId,
         backend: BackendId,
         front_id: Bytes,
         method: &str,
@@ -439,10 +545,11 @@ impl Hub {
         } else {
             Wrap::AsIs
         };
-        self.by_front_id.insert(front_id.clone(), gid);
+        self.by_front_id.insert((front, front_id.clone()), gid);
         self.pending.insert(
             gid,
             Pending::Front {
+                front,
                 backend,
                 id: front_id.clone(),
                 token,
@@ -450,12 +557,19 @@ impl Hub {
                 wrap,
             },
         );
-        self.route(backend, gid, line, front_id).await;
+        self.route(front, backend, gid, line, front_id).await;
     }
 
     /// Sends one request to every ready backend that declares
     /// `capability`; the front gets one answer when all have answered.
-    async fn fan_out(&mut self, front_id: Bytes, method: &str, params: &str, capability: &str) {
+    async fn fan_out(
+        &mut self,
+        front: FrontId,
+        front_id: Bytes,
+        method: &str,
+        params: &str,
+        capability: &str,
+    ) {
         let targets: Vec<BackendId> = self
             .order
             .iter()
@@ -484,6 +598,7 @@ impl Hub {
         self.fanouts.insert(
             fid,
             FanOut {
+                front,
                 id: front_id,
                 waiting: sent,
             },
@@ -506,7 +621,8 @@ impl Hub {
     async fn fanout_done_now(&mut self, fid: u64) {
         if let Some(f) = self.fanouts.remove(&fid) {
             let id = String::from_utf8_lossy(&f.id).into_owned();
-            self.emit(build::result(&id, "{}")).await;
+            self.emit_to(f.front, build::result(&id, "{}"), Some(f.id.clone()))
+                .await;
         }
     }
 
@@ -535,10 +651,12 @@ impl Hub {
         }
     }
 
-    async fn on_front_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    async fn on_front_notification(&mut self, front: FrontId, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
             "notifications/initialized" => {
-                self.front.initialized = true;
+                if let Some(f) = self.fronts.get_mut(&front) {
+                    f.info.initialized = true;
+                }
                 for (backend, held) in std::mem::take(&mut self.early) {
                     if let Ok(env) = Envelope::peek(&held) {
                         self.on_server_request(backend, &held, &env).await;
@@ -548,9 +666,9 @@ impl Hub {
             "notifications/cancelled" => {
                 let Some(rid) = env.request_id else { return };
                 let key = Bytes::copy_from_slice(rid.get().as_bytes());
-                let Some(gid) = self.by_front_id.get(&key).copied() else {
+                let Some(gid) = self.by_front_id.get(&(front, key.clone())).copied() else {
                     // A parked request: drop it without an answer.
-                    self.parked.retain(|p| p.id != key);
+                    self.parked.retain(|p| p.front != front || p.id != key);
                     return;
                 };
                 // The backend's session gives a cancelled request no answer,
@@ -565,11 +683,7 @@ impl Hub {
                         Some(b.queue.remove(at))
                     });
                     if queued.is_none() {
-                        if let Some(link) =
-                            self.backends.get(&backend).and_then(|b| b.link.as_ref())
-                        {
-                            link.try_send(build::cancelled(&gid.to_string(), &reason));
-                        }
+                        self.cancel_on_backend(backend, gid, &reason);
                     }
                 }
             }
@@ -588,7 +702,7 @@ impl Hub {
 
     /// The front's answer to a backend's request goes back to the backend
     /// (and its session generation) that asked, under the backend's id.
-    fn on_front_response(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    fn on_front_response(&mut self, front: FrontId, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let fid = serde_json::from_str::<String>(raw_id.get())
             .ok()
@@ -596,7 +710,8 @@ impl Hub {
                 s.strip_prefix("mcpvisor-")
                     .and_then(|n| n.parse::<u64>().ok())
             });
-        let Some(req) = fid.and_then(|f| self.server_reqs.remove(&f)) else {
+        let known = fid.filter(|f| self.server_reqs.get(f).is_some_and(|r| r.front == front));
+        let Some(req) = known.and_then(|f| self.server_reqs.remove(&f)) else {
             tracing::debug!("an answer for no pending server request dropped");
             return;
         };
@@ -612,7 +727,7 @@ impl Hub {
 
     // === tool search ===
 
-    async fn search_tools(&mut self, id: &str, obj: &RawObject<'_>) {
+    async fn search_tools(&mut self, front: FrontId, id: &str, obj: &RawObject<'_>) {
         let args: Value = obj
             .get("arguments")
             .and_then(|a| serde_json::from_str(a.get()).ok())
@@ -645,28 +760,44 @@ impl Hub {
             "content": [{"type": "text", "text": text}],
             "structuredContent": {"tools": found},
         });
-        self.emit(build::result(id, &result.to_string())).await;
+        self.emit_to(
+            front,
+            build::result(id, &result.to_string()),
+            Some(Bytes::copy_from_slice(id.as_bytes())),
+        )
+        .await;
     }
 
-    async fn call_found_tool(&mut self, id: Bytes, env: &Envelope<'_>, obj: &RawObject<'_>) {
+    async fn call_found_tool(
+        &mut self,
+        front: FrontId,
+        id: Bytes,
+        env: &Envelope<'_>,
+        obj: &RawObject<'_>,
+    ) {
         let raw_id = String::from_utf8_lossy(&id).into_owned();
         let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
         let Some(args) = args else {
             return self
-                .invalid_params(&raw_id, "mcpvisor__call_tool needs {name, arguments}")
+                .invalid_params(
+                    front,
+                    &raw_id,
+                    "mcpvisor__call_tool needs {name, arguments}",
+                )
                 .await;
         };
         let name = args.str("name").unwrap_or_default();
         let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
             let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
-            return self.invalid_params(&raw_id, &msg).await;
+            return self.invalid_params(front, &raw_id, &msg).await;
         };
         let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
         let params = obj.write(&[
             ("name", Some(&raw::quote(&original))),
             ("arguments", Some(arguments)),
         ]);
-        self.forward(backend, id, "tools/call", &params, env).await;
+        self.forward(front, backend, id, "tools/call", &params, env)
+            .await;
     }
 }
 

@@ -350,11 +350,10 @@ impl Hub {
             return;
         }
         *slot = items;
-        let tell = self.front.initialized && !self.front.modern;
         let search_hides = kind == Kind::Tools && self.settings.tool_search;
-        if tell && !search_hides {
+        if !search_hides {
             tracing::info!("{} changed", kind.method());
-            self.emit(mcpvisor_jsonrpc::build::notification(kind.changed(), None))
+            self.broadcast(mcpvisor_jsonrpc::build::notification(kind.changed(), None))
                 .await;
         }
     }

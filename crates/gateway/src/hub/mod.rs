@@ -16,12 +16,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcpvisor_jsonrpc::{Frame, LineCodec};
-use mcpvisor_session::writer;
+use mcpvisor_jsonrpc::Frame;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::codec::FramedRead;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key;
 
@@ -29,6 +27,8 @@ pub use backend::ServerPlan;
 use backend::{Backend, BackendId};
 pub use lists::Cached;
 use lists::Merged;
+
+use crate::fronts::{FrontCommand, FrontId, Outbound};
 
 /// Gateway-wide settings (the per-server ones are in [`ServerPlan`]).
 #[derive(Debug, Clone)]
@@ -107,6 +107,7 @@ pub(crate) enum FromSession {
 /// A front request the gateway answers itself once servers settle.
 #[derive(Debug)]
 pub(crate) struct Parked {
+    pub front: FrontId,
     pub id: Bytes,
     pub method: String,
     pub params: Option<String>,
@@ -132,8 +133,9 @@ pub(crate) enum Timer {
 /// A request towards a backend, by the gateway-side id it was sent under.
 #[derive(Debug)]
 pub(crate) enum Pending {
-    /// The front client's request.
+    /// A front client's request.
     Front {
+        front: FrontId,
         backend: BackendId,
         /// The front's id, as written.
         id: Bytes,
@@ -177,11 +179,15 @@ pub(crate) enum Private {
     Ping,
     /// `logging/setLevel` fanned out; the front's answer goes when all came.
     SetLevel(u64),
+    /// A request whose answer nobody waits for (an unsubscribe after the
+    /// last client left).
+    Quiet,
 }
 
 /// A fan-out request: one front request, several backend answers.
 #[derive(Debug)]
 pub(crate) struct FanOut {
+    pub front: FrontId,
     pub id: Bytes,
     pub waiting: usize,
 }
@@ -192,9 +198,22 @@ pub(crate) struct ServerReq {
     pub backend: BackendId,
     /// The backend session's id, as written.
     pub id: Bytes,
+    /// The front it was sent to.
+    pub front: FrontId,
 }
 
-/// What the front client said about itself in `initialize`.
+/// One front connection: what its client declared, where its messages go,
+/// what it subscribed to.
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub info: FrontInfo,
+    pub out: mpsc::Sender<Outbound>,
+    pub subscriptions: std::collections::HashSet<String>,
+    /// Its input ended: requests in flight may still finish, until this.
+    pub closing: Option<Instant>,
+}
+
+/// What a front client said about itself in `initialize`.
 #[derive(Debug, Default)]
 pub(crate) struct FrontInfo {
     pub initialized: bool,
@@ -219,24 +238,26 @@ pub struct Hub {
     next_front_id: u64,
     next_fanout: u64,
     pending: HashMap<u64, Pending>,
-    /// Front id → gateway id, for cancellation.
-    by_front_id: HashMap<Bytes, u64>,
+    /// A front's request id → gateway id, for cancellation.
+    by_front_id: HashMap<(FrontId, Bytes), u64>,
     server_reqs: HashMap<u64, ServerReq>,
     fanouts: HashMap<u64, FanOut>,
     parked: VecDeque<Parked>,
-    front: FrontInfo,
-    /// Backends' requests that arrived before the client initialized.
+    fronts: HashMap<FrontId, Front>,
+    /// Backends' requests that arrived before any client initialized.
     early: Vec<(BackendId, Bytes)>,
-    /// Resource URIs the front subscribed to.
-    subscriptions: std::collections::HashSet<String>,
+    /// Subscribed resource URIs, with how many fronts hold each: a backend
+    /// sees one subscribe per URI and one unsubscribe when the last leaves.
+    subscribed: HashMap<String, usize>,
     merged: Merged,
     cache: Option<crate::cache::Cache>,
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(BackendId, Incoming)>,
     events_rx: mpsc::Receiver<(BackendId, Incoming)>,
-    front_tx: mpsc::Sender<Bytes>,
-    front_gone: bool,
-    closing: bool,
+    /// The one front whose end ends the hub (stdio), if any.
+    primary: Option<FrontId>,
+    /// How the primary front ended.
+    ended: Option<Outcome>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -248,36 +269,47 @@ impl std::fmt::Debug for Hub {
     }
 }
 
-/// How long a front client may leave a full queue unread before it counts
-/// as gone.
-const FRONT_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long, after the front closed its input, answers may still arrive.
+/// How long, after a front closed its input, answers may still arrive.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Room in a front's queue; a front that leaves it full is closed.
+pub(crate) const FRONT_QUEUE: usize = 4096;
 
 impl Hub {
-    /// Serves `servers` as one MCP server to the client on `input`/`output`
-    /// until it leaves or a shutdown is asked for, then stops every server.
+    /// Serves `servers` as one MCP server on stdio: `input` and `output` are
+    /// the one front client's, and the hub ends when it leaves or a
+    /// shutdown is asked for, then stops every server.
     pub async fn run<R, W>(
         settings: Settings,
         servers: Vec<ServerPlan>,
         input: R,
         output: W,
-        mut control: mpsc::Receiver<Control>,
+        control: mpsc::Receiver<Control>,
     ) -> Outcome
     where
-        R: AsyncRead + Unpin + Send,
+        R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
+        let (fronts_tx, fronts_rx) = mpsc::channel(1024);
+        let front = FrontId(0);
+        let max = settings.max_message_bytes;
+        let stdio = tokio::spawn(crate::stdio::serve(input, output, front, max, fronts_tx));
+        let outcome = Self::serve(settings, servers, fronts_rx, control, Some(front)).await;
+        // The writer flushes what is queued once the hub has let go.
+        let _ = tokio::time::timeout(Duration::from_secs(5), stdio).await;
+        outcome
+    }
+
+    /// Serves `servers` as one MCP server to every front that opens on
+    /// `fronts`, until a shutdown is asked for (or, with a `primary`
+    /// front, until that one ends), then stops every server.
+    pub async fn serve(
+        settings: Settings,
+        servers: Vec<ServerPlan>,
+        mut fronts: mpsc::Receiver<FrontCommand>,
+        mut control: mpsc::Receiver<Control>,
+        primary: Option<FrontId>,
+    ) -> Outcome {
         let (events_tx, events_rx) = mpsc::channel(4096);
-        let (front_tx, front_rx) = mpsc::channel(4096);
-        let (gone_tx, mut gone_rx) = tokio::sync::oneshot::channel::<()>();
-        let writer = tokio::spawn(async move {
-            if let Err(e) = writer::write_lines(output, front_rx, Some(FRONT_WRITE_TIMEOUT)).await {
-                tracing::debug!(error = %e, "front client output closed");
-                let _ = gone_tx.send(());
-            }
-        });
-        let mut input = FramedRead::new(input, LineCodec::new(settings.max_message_bytes));
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
         let mut hub = Hub {
             settings,
@@ -292,43 +324,35 @@ impl Hub {
             server_reqs: HashMap::new(),
             fanouts: HashMap::new(),
             parked: VecDeque::new(),
-            front: FrontInfo::default(),
+            fronts: HashMap::new(),
             early: Vec::new(),
-            subscriptions: Default::default(),
+            subscribed: HashMap::new(),
             merged: Merged::default(),
             cache,
             timers: DelayQueue::new(),
             events_tx,
             events_rx,
-            front_tx,
-            front_gone: false,
-            closing: false,
+            primary,
+            ended: None,
         };
         for plan in servers {
             hub.add_backend(plan);
         }
         // Lazy servers' cached lists count from the start.
         hub.remerge_all().await;
-        let mut drain_deadline: Option<Instant> = None;
+        let mut fronts_open = true;
         let outcome = loop {
-            if hub.front_gone {
-                break Outcome::ClientGone;
+            if let Some(outcome) = hub.ended {
+                break outcome;
             }
-            if hub.closing {
-                let deadline = *drain_deadline.get_or_insert_with(|| Instant::now() + DRAIN);
-                if hub.front_awaited() == 0 || Instant::now() >= deadline {
-                    break Outcome::ClientClosed;
-                }
+            if !fronts_open && primary.is_some() && hub.fronts.is_empty() {
+                break Outcome::ClientClosed;
             }
-            let drain_sleep = drain_deadline.map(tokio::time::sleep_until);
+            let drain = hub.next_drain_deadline();
             tokio::select! {
-                frame = input.next(), if !hub.closing => match frame {
-                    Some(Ok(frame)) => hub.on_front_frame(frame).await,
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "front client input failed");
-                        hub.closing = true;
-                    }
-                    None => hub.closing = true,
+                command = fronts.recv(), if fronts_open => match command {
+                    Some(command) => hub.on_front_command(command).await,
+                    None => fronts_open = false,
                 },
                 Some((backend, incoming)) = hub.events_rx.recv() => {
                     hub.on_backend(backend, incoming).await;
@@ -341,34 +365,148 @@ impl Hub {
                     Control::Reconfigure(plans) => hub.reconfigure(plans).await,
                     Control::Reload(name) => hub.reload_backend(&name),
                 },
-                Ok(()) = &mut gone_rx, if !hub.front_gone => hub.front_gone = true,
-                () = async { if let Some(s) = drain_sleep { s.await } }, if drain_sleep.is_some() => {}
+                () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
             }
             hub.settle().await;
+            hub.finish_closed_fronts().await;
         };
         hub.shutdown().await;
-        drop(hub);
-        let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
         outcome
     }
 
-    // === output ===
+    // === fronts ===
 
-    /// Queues a message for the front client. A client that leaves a whole
-    /// queue unread has stopped reading: the writer's timeout ends it.
-    pub(crate) async fn emit(&mut self, msg: Bytes) {
-        if self.front_gone {
-            return;
-        }
-        match self.front_tx.try_send(msg) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(msg)) => {
-                match tokio::time::timeout(FRONT_WRITE_TIMEOUT, self.front_tx.send(msg)).await {
-                    Ok(Ok(())) => {}
-                    _ => self.front_gone = true,
+    async fn on_front_command(&mut self, command: FrontCommand) {
+        match command {
+            FrontCommand::Open { front, out } => {
+                self.fronts.insert(
+                    front,
+                    Front {
+                        info: FrontInfo::default(),
+                        out,
+                        subscriptions: Default::default(),
+                        closing: None,
+                    },
+                );
+            }
+            FrontCommand::Message { front, line } => {
+                if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
+                    self.on_front_message(front, line).await;
                 }
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => self.front_gone = true,
+            FrontCommand::Close { front } => {
+                if let Some(f) = self.fronts.get_mut(&front) {
+                    f.closing.get_or_insert_with(|| Instant::now() + DRAIN);
+                }
+            }
+        }
+    }
+
+    /// The earliest drain deadline of a closing front.
+    fn next_drain_deadline(&self) -> Option<Instant> {
+        self.fronts.values().filter_map(|f| f.closing).min()
+    }
+
+    /// Forgets closing fronts whose requests are all answered or whose
+    /// drain is over.
+    async fn finish_closed_fronts(&mut self) {
+        let now = Instant::now();
+        let done: Vec<FrontId> = self
+            .fronts
+            .iter()
+            .filter(|(id, f)| {
+                f.closing
+                    .is_some_and(|at| now >= at || self.awaited_by(**id) == 0)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for front in done {
+            self.drop_front(front, Outcome::ClientClosed).await;
+        }
+    }
+
+    /// Ends a front: its requests are cancelled towards their servers, the
+    /// servers' requests to it are refused, its subscriptions end.
+    pub(crate) async fn drop_front(&mut self, front: FrontId, why: Outcome) {
+        let Some(f) = self.fronts.remove(&front) else {
+            return;
+        };
+        if self.primary == Some(front) {
+            self.ended = Some(why);
+        }
+        self.parked.retain(|p| p.front != front);
+        self.fanouts.retain(|_, fo| fo.front != front);
+        let held: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| matches!(p, Pending::Front { front: f, .. } if *f == front))
+            .map(|(gid, _)| *gid)
+            .collect();
+        for gid in held {
+            if let Some(Pending::Front { backend, .. }) = self.take_pending(gid) {
+                self.cancel_on_backend(backend, gid, "the client left");
+            }
+        }
+        let asked: Vec<u64> = self
+            .server_reqs
+            .iter()
+            .filter(|(_, r)| r.front == front)
+            .map(|(k, _)| *k)
+            .collect();
+        for fid in asked {
+            if let Some(req) = self.server_reqs.remove(&fid) {
+                let id = String::from_utf8_lossy(&req.id).into_owned();
+                let reply = mcpvisor_jsonrpc::build::error(
+                    &id,
+                    mcpvisor_jsonrpc::INTERNAL_ERROR,
+                    "the client this request was sent to has left",
+                    None,
+                );
+                if let Some(link) = self
+                    .backends
+                    .get(&req.backend)
+                    .and_then(|b| b.link.as_ref())
+                {
+                    link.try_send(reply);
+                }
+            }
+        }
+        for uri in f.subscriptions {
+            self.release_subscription(&uri);
+        }
+    }
+
+    /// Queues a message for one front. A front that leaves its whole queue
+    /// unread, or has gone, is dropped: one slow client never stalls another.
+    pub(crate) async fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
+        let Some(f) = self.fronts.get(&front) else {
+            return;
+        };
+        let gone = match f.out.try_send(Outbound { line, related }) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(
+                    front = front.0,
+                    "a client left its queue full: it is dropped"
+                );
+                Outcome::ClientGone
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Outcome::ClientGone,
+        };
+        Box::pin(self.drop_front(front, gone)).await;
+    }
+
+    /// Queues a message for every front that has initialized (a 2026-07-28
+    /// client gets no notifications of this kind).
+    pub(crate) async fn broadcast(&mut self, line: Bytes) {
+        let to: Vec<FrontId> = self
+            .fronts
+            .iter()
+            .filter(|(_, f)| f.closing.is_none() && f.info.initialized && !f.info.modern)
+            .map(|(id, _)| *id)
+            .collect();
+        for front in to {
+            self.emit_to(front, line.clone(), None).await;
         }
     }
 
@@ -378,22 +516,23 @@ impl Hub {
         id
     }
 
-    /// Front requests still waiting for an answer.
-    fn front_awaited(&self) -> usize {
+    /// A front's requests still waiting for an answer.
+    pub(crate) fn awaited_by(&self, front: FrontId) -> usize {
         self.pending
             .values()
             .filter(|p| {
                 matches!(
                     p,
                     Pending::Front {
+                        front: f,
                         cancelled: false,
                         ..
-                    }
+                    } if *f == front
                 )
             })
             .count()
-            + self.parked.len()
-            + self.fanouts.len()
+            + self.parked.iter().filter(|p| p.front == front).count()
+            + self.fanouts.values().filter(|f| f.front == front).count()
     }
 
     // === timers ===
