@@ -253,6 +253,7 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         max_message_bytes: args.sup.max_message_bytes,
         tool_search: args.tool_search,
         cache_dir: mcpvisor_gateway::cache::default_dir(),
+        transparent: false,
     };
     Ok((settings, plans))
 }

@@ -469,6 +469,9 @@ impl Hub {
             .find(|v| **v == requested.as_str())
             .copied()
             .unwrap_or(FRONT_PROTOCOLS[0]);
+        if let Some(own) = self.transparent_result(version) {
+            return own;
+        }
         let mut result = json!({
             "protocolVersion": version,
             "capabilities": Self::capabilities(),
@@ -478,6 +481,32 @@ impl Hub {
             result["instructions"] = Value::String(text);
         }
         result.to_string()
+    }
+
+    /// In transparent mode, the one server's own `initialize` result, with
+    /// the version agreed with this client and `listChanged` set on every
+    /// list it declares (as `run` does).
+    fn transparent_result(&self, version: &str) -> Option<String> {
+        if !self.settings.transparent {
+            return None;
+        }
+        let init = self
+            .order
+            .first()
+            .and_then(|id| self.backends[id].init.clone())?;
+        let mut result = init;
+        result["protocolVersion"] = Value::String(version.to_owned());
+        if let Some(caps) = result
+            .get_mut("capabilities")
+            .and_then(Value::as_object_mut)
+        {
+            for list in ["tools", "prompts", "resources"] {
+                if let Some(cap) = caps.get_mut(list).and_then(Value::as_object_mut) {
+                    cap.insert("listChanged".into(), Value::Bool(true));
+                }
+            }
+        }
+        Some(result.to_string())
     }
 
     fn discover_result(&self) -> String {

@@ -287,16 +287,25 @@ impl Hub {
                 let mut routes = HashMap::new();
                 let mut out = Vec::with_capacity(entries.len());
                 for (id, item) in &entries {
-                    let Some(exposed) = table.exposed(index_of[id], &item.name) else {
-                        continue;
+                    // One server served as itself keeps its own names.
+                    let exposed = if self.settings.transparent {
+                        item.name.clone()
+                    } else {
+                        let Some(exposed) = table.exposed(index_of[id], &item.name) else {
+                            continue;
+                        };
+                        exposed.to_owned()
                     };
-                    let exposed = exposed.to_owned();
                     if routes.contains_key(&exposed) {
                         continue;
                     }
-                    let text = RawObject::parse(item.raw.get())
-                        .map(|o| o.with("name", &raw::quote(&exposed)))
-                        .unwrap_or_else(|| item.raw.get().to_owned());
+                    let text = if self.settings.transparent {
+                        item.raw.get().to_owned()
+                    } else {
+                        RawObject::parse(item.raw.get())
+                            .map(|o| o.with("name", &raw::quote(&exposed)))
+                            .unwrap_or_else(|| item.raw.get().to_owned())
+                    };
                     routes.insert(exposed, (*id, item.name.clone()));
                     out.push(text);
                 }

@@ -46,6 +46,9 @@ pub struct Settings {
     pub tool_search: bool,
     /// Where lazy servers' lists are cached; `None` turns the cache off.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// One server served as itself (`run --http`): no name prefixes, and
+    /// its own `initialize` result (with `listChanged` set) passed through.
+    pub transparent: bool,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             max_message_bytes: 64 * 1024 * 1024,
             tool_search: false,
             cache_dir: None,
+            transparent: false,
         }
     }
 }
