@@ -1,0 +1,5 @@
+//! mcpvisor's Streamable HTTP front.
+
+mod config;
+
+pub use config::{BearerToken, ConfigError, HttpConfig};
