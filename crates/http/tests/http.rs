@@ -15,6 +15,10 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::timeout;
 
+/// Unrelated messages `flood` sends, 16 KiB each: more than socket
+/// buffers hold.
+const FLOOD: usize = 1000;
+
 /// The bound on every wait in these tests.
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -28,6 +32,7 @@ enum Seen {
 /// - `progress`: a progress notification related to the request;
 /// - `notify`: a list change related to nothing;
 /// - `hold`: a progress, then (after the gate opens) another progress;
+/// - `flood`: [`FLOOD`] unrelated log messages;
 /// - `pair`: nothing until a second `pair` comes, then answers both.
 async fn fake_hub(
     mut rx: mpsc::Receiver<FrontCommand>,
@@ -82,6 +87,21 @@ async fn fake_hub(
                         })
                         .await
                         .expect("front");
+                        out.send(answer).await.expect("front");
+                    }
+                    "flood" => {
+                        let pad = "x".repeat(16 * 1024);
+                        for n in 0..FLOOD {
+                            let line = line_of(
+                                &json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": n, "pad": pad}}),
+                            );
+                            out.send(Outbound {
+                                line,
+                                related: None,
+                            })
+                            .await
+                            .expect("front");
+                        }
                         out.send(answer).await.expect("front");
                     }
                     "hold" => {
@@ -593,4 +613,37 @@ async fn drain_finishes_requests_in_flight_then_stops() {
         .expect("in time")
         .expect("joined")
         .expect("served");
+}
+
+#[tokio::test]
+async fn a_stalled_reader_is_cut_off_and_slows_nobody() {
+    let cfg = HttpConfig {
+        front_queue: 8,
+        stream_queue: 4,
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    let a = h.initialize().await;
+    let b = h.initialize().await;
+    // A's standalone stream is open and never read while the hub floods it.
+    let stalled = h.send(h.get(&a)).await;
+    assert_eq!(stalled.status(), StatusCode::OK);
+    let resp = h
+        .send(h.post(Some(&a), &request(1, "flood", json!({}))))
+        .await;
+    assert_eq!(h.json(resp).await["id"], 1);
+    let resp = h
+        .send(h.post(Some(&b), &request(1, "ping", json!({}))))
+        .await;
+    assert_eq!(h.json(resp).await["id"], 1);
+
+    let mut events = Events::new(stalled);
+    let mut got = 0;
+    while events.next().await.is_some() {
+        got += 1;
+    }
+    assert!(
+        got < FLOOD,
+        "the stalled stream was cut ({got} events read)"
+    );
 }
