@@ -1,0 +1,110 @@
+//! mcpvisor's Streamable HTTP front.
+//!
+//! # Theory of operation
+//!
+//! The gateway's hub serves fronts through the channel protocol of
+//! [`mcpvisor_gateway::fronts`]. Over HTTP each MCP session is one front:
+//! `initialize` opens it (and mints an unguessable `Mcp-Session-Id`),
+//! DELETE or idle expiry closes it. A sessionless request of 2026-07-28 or
+//! later gets a throwaway front that closes once it is answered.
+//!
+//! Each front is owned by one session task (`session.rs`). It reads the
+//! hub's messages and puts each on the one stream it belongs to: the POST
+//! that carried the request it relates to, or the session's standalone GET
+//! stream. Every stream keeps a bounded buffer of its events for
+//! resumption with `Last-Event-ID`, and every connection reading a stream
+//! has a bounded queue: a reader that falls behind is cut off rather than
+//! waited for, so the hub is never slowed by a client.
+//!
+//! Request handlers (`server.rs`) check Host, Origin and the bearer token,
+//! then the media types and size, and peek at the message's envelope to
+//! route it: a request waits for its response (answered as JSON when the
+//! response comes first, else as an event stream that ends with it); a
+//! notification or response is handed on and gets 202.
+//!
+//! Shutdown drains: readiness turns 503, new sessions, streams and requests
+//! are refused, requests in flight may finish within the drain period, then
+//! every session closes its front.
+
+mod config;
+mod server;
+mod session;
+mod sse;
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcpvisor_gateway::fronts::FrontCommand;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+pub use config::{BearerToken, ConfigError, HttpConfig};
+pub use server::FRONT_ID_BASE;
+
+/// How long connections and sessions get to wind down after the drain.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Why [`serve`] stopped before its shutdown signal.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("the HTTP listener failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Serves MCP's Streamable HTTP on `listener`, every session a front of the
+/// hub that reads `hub`.
+///
+/// The configuration is checked before anything is served. When `shutdown`
+/// completes the front drains (see the crate docs) and then returns.
+pub async fn serve<S>(
+    listener: TcpListener,
+    cfg: HttpConfig,
+    hub: mpsc::Sender<FrontCommand>,
+    shutdown: S,
+) -> Result<(), ServeError>
+where
+    S: Future<Output = ()> + Send + 'static,
+{
+    let local = listener.local_addr()?;
+    let cfg = cfg.validate(local)?;
+    let drain = cfg.cfg.drain;
+    let shared = Arc::new(server::Shared::new(cfg, hub));
+    tracing::info!(%local, path = %shared.cfg.cfg.path, "serving MCP over HTTP");
+
+    let drained = {
+        let shared = shared.clone();
+        async move {
+            shutdown.await;
+            tracing::info!("HTTP front draining");
+            shared.draining.cancel();
+            if tokio::time::timeout(drain, shared.in_flight.idle())
+                .await
+                .is_err()
+            {
+                tracing::warn!("requests still in flight after the drain period; closing");
+            }
+            shared.stop.cancel();
+        }
+    };
+    let server = axum::serve(listener, server::router(shared.clone()))
+        .with_graceful_shutdown(drained)
+        .into_future();
+    let stop = shared.stop.clone();
+    tokio::select! {
+        r = server => r?,
+        // A connection that does not end after its session closed (a
+        // reader that stopped reading) is not waited for.
+        () = async { stop.cancelled().await; tokio::time::sleep(CLOSE_GRACE).await } => {}
+    }
+    shared.tasks.close();
+    if tokio::time::timeout(CLOSE_GRACE, shared.tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some HTTP sessions did not close in time");
+    }
+    Ok(())
+}

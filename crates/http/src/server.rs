@@ -1,0 +1,687 @@
+//! The endpoint: checks every request, then hands it to its session.
+
+#![expect(
+    clippy::result_large_err,
+    reason = "a refusal is the response to send; it is built once per request, not moved around"
+)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId};
+use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Kind, build};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Valid;
+use crate::session::{Command, Event, Handle, Refusal, Session};
+use crate::sse;
+
+const SESSION_ID: &str = "mcp-session-id";
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// Protocol revisions this front speaks over HTTP.
+const VERSIONS: [&str; 5] = [
+    "2024-11-05",
+    "2025-03-26",
+    "2025-06-18",
+    "2025-11-25",
+    "2026-07-28",
+];
+/// The first revision without sessions.
+const STATELESS_SINCE: &str = "2026-07-28";
+
+/// Transport-level refusals (the TypeScript SDK's code for them).
+const TRANSPORT_ERROR: i64 = -32000;
+
+/// HTTP fronts are numbered from here, clear of the ids other transports
+/// give their fronts.
+pub const FRONT_ID_BASE: u64 = 1 << 32;
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub cfg: Valid,
+    pub hub: mpsc::Sender<FrontCommand>,
+    sessions: Mutex<HashMap<Arc<str>, Handle>>,
+    next_front: AtomicU64,
+    /// Shutdown was asked: no new sessions, streams or requests.
+    pub draining: CancellationToken,
+    /// The drain is over: every session closes.
+    pub stop: CancellationToken,
+    pub tasks: TaskTracker,
+    pub in_flight: InFlight,
+}
+
+impl Shared {
+    pub fn new(cfg: Valid, hub: mpsc::Sender<FrontCommand>) -> Self {
+        Shared {
+            cfg,
+            hub,
+            sessions: Mutex::new(HashMap::new()),
+            next_front: AtomicU64::new(FRONT_ID_BASE),
+            draining: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            in_flight: InFlight::default(),
+        }
+    }
+
+    fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Handle>> {
+        // A panic while holding this short lock leaves the map whole.
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.registry().remove(key);
+    }
+
+    fn lookup(&self, key: &str) -> Option<Handle> {
+        self.registry().get(key).cloned()
+    }
+
+    /// Opens a session (a registered front) unless there are too many.
+    async fn open(self: &Arc<Self>) -> Result<(Arc<str>, Handle), Response> {
+        let key: Arc<str> = new_session_id()
+            .map_err(|_| {
+                error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    None,
+                    "no randomness for a session id",
+                )
+            })?
+            .into();
+        let front = FrontId(self.next_front.fetch_add(1, Ordering::Relaxed));
+        let (handle, out) = {
+            let mut sessions = self.registry();
+            if sessions.len() >= self.cfg.cfg.max_sessions {
+                return Err(error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    "too many sessions; retry later",
+                ));
+            }
+            let (handle, out) = Session::spawn(self, key.clone(), front);
+            sessions.insert(key.clone(), handle.clone());
+            (handle, out)
+        };
+        if !self.to_hub(FrontCommand::Open { front, out }).await {
+            self.forget(&key);
+            let _ = handle.commands.try_send(Command::End);
+            return Err(hub_unavailable());
+        }
+        Ok((key, handle))
+    }
+
+    /// Hands the hub a command within the configured bound.
+    async fn to_hub(&self, cmd: FrontCommand) -> bool {
+        let bound = self.cfg.cfg.hub_send_timeout;
+        matches!(
+            tokio::time::timeout(bound, self.hub.send(cmd)).await,
+            Ok(Ok(()))
+        )
+    }
+}
+
+/// Requests awaiting their response, across sessions, for the drain.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    count: AtomicUsize,
+    zero: Notify,
+}
+
+/// One request in flight; dropping it ends it.
+#[derive(Debug)]
+pub(crate) struct InFlightGuard(Arc<Shared>);
+
+impl InFlight {
+    pub async fn idle(&self) {
+        loop {
+            // Registered before the check, so a wake-up between the two is
+            // not lost.
+            let woken = self.zero.notified();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            woken.await;
+        }
+    }
+}
+
+impl InFlightGuard {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.in_flight.count.fetch_add(1, Ordering::AcqRel);
+        InFlightGuard(shared.clone())
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.in_flight.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.in_flight.zero.notify_waiters();
+        }
+    }
+}
+
+fn new_session_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+// === the router ===
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    let path = shared.cfg.cfg.path.clone();
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route(&path, get(listen).post(post).delete(delete))
+        .with_state(shared)
+}
+
+async fn ready(State(shared): State<Arc<Shared>>) -> Response {
+    if shared.draining.is_cancelled() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else {
+        (StatusCode::OK, "ready").into_response()
+    }
+}
+
+// === checks ===
+
+/// Host, Origin and token, on every request to the endpoint.
+fn admit(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if !host.is_some_and(|h| shared.cfg.host_allowed(h)) {
+        return Err(error(StatusCode::FORBIDDEN, None, "Host not allowed"));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let ok = origin.to_str().is_ok_and(|o| shared.cfg.origin_allowed(o));
+        if !ok {
+            return Err(error(StatusCode::FORBIDDEN, None, "Origin not allowed"));
+        }
+    }
+    if let Some(token) = &shared.cfg.cfg.token {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| {
+                let (scheme, rest) = h.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+            });
+        if !presented.is_some_and(|p| token.matches(p)) {
+            let mut resp = error(
+                StatusCode::UNAUTHORIZED,
+                None,
+                "a valid bearer token is required",
+            );
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return Err(resp);
+        }
+    }
+    Ok(())
+}
+
+/// What the client's `Accept` takes: (JSON, an event stream).
+fn accepts(headers: &HeaderMap) -> (bool, bool) {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()) else {
+        return (true, true);
+    };
+    let (mut json, mut sse) = (false, false);
+    for item in accept.split(',') {
+        let mut parts = item.split(';');
+        let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        if parts.any(|p| p.trim().replace(' ', "") == "q=0") {
+            continue;
+        }
+        match media.as_str() {
+            "*/*" => (json, sse) = (true, true),
+            "application/*" | "application/json" => json = true,
+            "text/*" | "text/event-stream" => sse = true,
+            _ => {}
+        }
+    }
+    (json, sse)
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A present `MCP-Protocol-Version` this front does not speak: 400.
+fn check_version(headers: &HeaderMap, id: Option<&str>) -> Result<(), Response> {
+    match headers.get(PROTOCOL_VERSION) {
+        None => Ok(()),
+        Some(v) if v.to_str().is_ok_and(|v| VERSIONS.contains(&v)) => Ok(()),
+        Some(_) => Err(error(
+            StatusCode::BAD_REQUEST,
+            id,
+            &format!("unsupported MCP-Protocol-Version; this server speaks {VERSIONS:?}"),
+        )),
+    }
+}
+
+/// The session a request names: 400 without one, 404 for an unknown one.
+fn session(shared: &Shared, headers: &HeaderMap, id: Option<&str>) -> Result<Handle, Response> {
+    let Some(key) = header_str(headers, SESSION_ID) else {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            id,
+            "no Mcp-Session-Id: initialize first, then send the id it gave",
+        ));
+    };
+    shared.lookup(key).ok_or_else(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            id,
+            "session not found (ended or expired): initialize a new one",
+        )
+    })
+}
+
+// === POST ===
+
+async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    match post_inner(&shared, &headers, body).await {
+        Ok(resp) | Err(resp) => resp,
+    }
+}
+
+async fn post_inner(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
+    admit(shared, headers)?;
+    let (json_ok, sse_ok) = accepts(headers);
+    if !json_ok && !sse_ok {
+        return Err(error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "Accept must allow application/json or text/event-stream",
+        ));
+    }
+    let is_json = header_str(headers, header::CONTENT_TYPE.as_str()).is_some_and(|ct| {
+        ct.split(';')
+            .next()
+            .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+    });
+    if !is_json {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            None,
+            "Content-Type must be application/json",
+        ));
+    }
+    let max = shared.cfg.cfg.max_message_bytes;
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            None,
+            &format!("a message may be at most {max} bytes"),
+        )
+    };
+    let declared =
+        header_str(headers, header::CONTENT_LENGTH.as_str()).and_then(|l| l.parse::<u64>().ok());
+    if declared.is_some_and(|l| l > max as u64) {
+        return Err(too_large());
+    }
+    let line = axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| too_large())?;
+    let env = match Envelope::peek(&line) {
+        Ok(env) => env,
+        Err(e) => {
+            let code = match e {
+                EnvelopeError::Json(_) => mcpvisor_jsonrpc::PARSE_ERROR,
+                EnvelopeError::Batch | EnvelopeError::Invalid(_) => {
+                    mcpvisor_jsonrpc::INVALID_REQUEST
+                }
+            };
+            return Err(rpc_error(
+                StatusCode::BAD_REQUEST,
+                None,
+                code,
+                &e.to_string(),
+            ));
+        }
+    };
+    let id = env.id.map(|id| id.get().to_owned());
+    let kind = env.kind;
+    let initialize = kind == Kind::Request && env.method() == "initialize";
+    let has_session = headers.contains_key(SESSION_ID);
+    if initialize {
+        if has_session {
+            return Err(error(
+                StatusCode::BAD_REQUEST,
+                id.as_deref(),
+                "initialize inside a session; send it without Mcp-Session-Id",
+            ));
+        }
+        if shared.draining.is_cancelled() {
+            return Err(draining(id.as_deref()));
+        }
+        let (key, handle) = shared.open().await?;
+        let id = id.unwrap_or_default();
+        let answer = exchange(shared, &handle, id, line, json_ok, sse_ok).await;
+        let failed = match &answer {
+            Answer::Json(ev) => is_error(&ev.line),
+            Answer::Stream(_) => false,
+            Answer::Failed(_) => true,
+        };
+        let mut resp = answer.into_response();
+        if failed {
+            // No session came of it.
+            shared.forget(&key);
+            let _ = handle.commands.send(Command::End).await;
+            return Ok(resp);
+        }
+        if let Ok(v) = HeaderValue::from_str(&key) {
+            resp.headers_mut().insert(SESSION_ID, v);
+        }
+        return Ok(resp);
+    }
+    if has_session {
+        let handle = session(shared, headers, id.as_deref())?;
+        check_version(headers, id.as_deref())?;
+        return Ok(match (kind, id) {
+            (Kind::Request, Some(id)) => exchange(shared, &handle, id, line, json_ok, sse_ok)
+                .await
+                .into_response(),
+            _ => {
+                let _ = handle.commands.send(Command::Touch).await;
+                let msg = FrontCommand::Message {
+                    front: handle.front,
+                    line,
+                };
+                if shared.to_hub(msg).await {
+                    StatusCode::ACCEPTED.into_response()
+                } else {
+                    hub_unavailable()
+                }
+            }
+        });
+    }
+    if !stateless(headers, &line) {
+        return Err(session(shared, headers, id.as_deref())
+            .err()
+            .unwrap_or_else(hub_unavailable));
+    }
+    check_version(headers, id.as_deref())?;
+    let Some(id) = id.filter(|_| kind == Kind::Request) else {
+        // A sessionless client has no stream for anything else to belong to.
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    if shared.draining.is_cancelled() {
+        return Err(draining(Some(&id)));
+    }
+    // A throwaway front for this one request; it closes once answered.
+    let (key, handle) = shared.open().await?;
+    let _throwaway = Throwaway {
+        shared: shared.clone(),
+        key,
+        handle: handle.clone(),
+    };
+    Ok(exchange(shared, &handle, id, line, json_ok, sse_ok)
+        .await
+        .into_response())
+}
+
+/// A stateless request's front: it closes once the request is answered,
+/// even if the client went away first.
+struct Throwaway {
+    shared: Arc<Shared>,
+    key: Arc<str>,
+    handle: Handle,
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        self.shared.forget(&self.key);
+        if let Err(mpsc::error::TrySendError::Full(cmd)) =
+            self.handle.commands.try_send(Command::Finish)
+        {
+            let commands = self.handle.commands.clone();
+            tokio::spawn(async move { commands.send(cmd).await });
+        }
+    }
+}
+
+/// Whether a response is an error.
+fn is_error(line: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        error: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Probe>(line).is_ok_and(|p| p.error.is_some())
+}
+
+/// How a request was answered.
+enum Answer {
+    /// Its response came first: one JSON body.
+    Json(Event),
+    /// An event stream that ends with its response.
+    Stream(Response),
+    /// Refused or cut short, with the error to send.
+    Failed(Response),
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        match self {
+            Answer::Json(ev) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                ev.line,
+            )
+                .into_response(),
+            Answer::Stream(resp) | Answer::Failed(resp) => resp,
+        }
+    }
+}
+
+/// A sessionless request of 2026-07-28 or later, by header or `_meta`.
+fn stateless(headers: &HeaderMap, line: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(rename = "_meta", borrow)]
+        meta: Option<Meta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta<'a> {
+        #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+        version: Option<std::borrow::Cow<'a, str>>,
+    }
+    let modern = |v: &str| v.len() == STATELESS_SINCE.len() && v >= STATELESS_SINCE;
+    if let Some(v) = header_str(headers, PROTOCOL_VERSION) {
+        return modern(v);
+    }
+    mcpvisor_jsonrpc::envelope::raw_params(line)
+        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
+        .and_then(|p| p.meta?.version)
+        .is_some_and(|v| modern(&v))
+}
+
+/// Sends one request through its session and answers with its response:
+/// JSON when the response comes first, else a stream that ends with it.
+async fn exchange(
+    shared: &Arc<Shared>,
+    handle: &Handle,
+    id: String,
+    line: Bytes,
+    json_ok: bool,
+    sse_ok: bool,
+) -> Answer {
+    let guard = InFlightGuard::new(shared);
+    let rid = Bytes::from(id.clone());
+    let (reply, registered) = oneshot::channel();
+    let cmd = Command::Request {
+        id: rid.clone(),
+        sse: sse_ok,
+        reply,
+    };
+    if handle.commands.send(cmd).await.is_err() {
+        return Answer::Failed(gone(&id));
+    }
+    let mut rx = match registered.await {
+        Ok(Ok(rx)) => rx,
+        Ok(Err(refusal)) => return Answer::Failed(refused(refusal, &id)),
+        Err(_) => return Answer::Failed(gone(&id)),
+    };
+    let msg = FrontCommand::Message {
+        front: handle.front,
+        line,
+    };
+    if !shared.to_hub(msg).await {
+        let _ = handle.commands.send(Command::Abandon { id: rid }).await;
+        return Answer::Failed(hub_unavailable());
+    }
+    let Some(first) = rx.recv().await else {
+        return Answer::Failed(gone(&id));
+    };
+    if first.response && json_ok {
+        return Answer::Json(first);
+    }
+    let keep_alive = shared.cfg.cfg.keep_alive;
+    Answer::Stream(sse::response(Some(first), rx, keep_alive, Some(guard)))
+}
+
+// === GET and DELETE ===
+
+async fn listen(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    match listen_inner(&shared, &headers).await {
+        Ok(resp) | Err(resp) => resp,
+    }
+}
+
+async fn listen_inner(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Response, Response> {
+    admit(shared, headers)?;
+    if !accepts(headers).1 {
+        return Err(error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "GET opens an event stream: Accept must allow text/event-stream",
+        ));
+    }
+    if !headers.contains_key(SESSION_ID)
+        && header_str(headers, PROTOCOL_VERSION).is_some_and(|v| v >= STATELESS_SINCE)
+    {
+        return Err(error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            None,
+            "no standalone stream without a session",
+        ));
+    }
+    let handle = session(shared, headers, None)?;
+    check_version(headers, None)?;
+    if shared.draining.is_cancelled() {
+        return Err(draining(None));
+    }
+    let (reply, attached) = oneshot::channel();
+    let cmd = Command::Listen {
+        last_event_id: header_str(headers, LAST_EVENT_ID).map(str::to_owned),
+        reply,
+    };
+    if handle.commands.send(cmd).await.is_err() {
+        return Err(gone("null"));
+    }
+    match attached.await {
+        Ok(Ok(rx)) => Ok(sse::response(None, rx, shared.cfg.cfg.keep_alive, None)),
+        Ok(Err(refusal)) => Err(refused(refusal, "null")),
+        Err(_) => Err(gone("null")),
+    }
+}
+
+async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(resp) = admit(&shared, &headers) {
+        return resp;
+    }
+    let handle = match session(&shared, &headers, None) {
+        Ok(handle) => handle,
+        Err(resp) => return resp,
+    };
+    if let Some(key) = header_str(&headers, SESSION_ID) {
+        // Forgotten now, so the id is unknown from this answer on; the
+        // session's task closes its front.
+        shared.forget(key);
+    }
+    let _ = handle.commands.send(Command::End).await;
+    StatusCode::NO_CONTENT.into_response()
+}
+
+// === answers ===
+
+fn rpc_error(status: StatusCode, id: Option<&str>, code: i64, message: &str) -> Response {
+    let body = build::error(id.unwrap_or("null"), code, message, None);
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn error(status: StatusCode, id: Option<&str>, message: &str) -> Response {
+    rpc_error(status, id, TRANSPORT_ERROR, message)
+}
+
+fn draining(id: Option<&str>) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        id,
+        "the server is shutting down; retry against another instance or later",
+    )
+}
+
+fn hub_unavailable() -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        None,
+        "the gateway is not taking messages; retry later",
+    )
+}
+
+/// The session ended while the request waited (deleted, expired, or the
+/// server shut down): whether it ran is unknown.
+fn gone(id: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        Some(id),
+        "the session ended before the response; whether the request ran is unknown",
+    )
+}
+
+fn refused(refusal: Refusal, id: &str) -> Response {
+    let (status, message) = match refusal {
+        Refusal::TooManyInFlight => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many requests in flight in this session; retry after one is answered",
+        ),
+        Refusal::DuplicateId => (
+            StatusCode::BAD_REQUEST,
+            "a request with this id is already in flight in this session",
+        ),
+        Refusal::Busy => (
+            StatusCode::CONFLICT,
+            "this session's standalone stream is already open",
+        ),
+        Refusal::UnknownEvent => (
+            StatusCode::BAD_REQUEST,
+            "Last-Event-ID names no stream this session still keeps",
+        ),
+        Refusal::Draining => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the server is shutting down; retry later",
+        ),
+    };
+    error(status, Some(id), message)
+}

@@ -1,0 +1,649 @@
+//! The HTTP front end to end: a real HTTP client against `serve`, with a
+//! fake hub that speaks the front protocol.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId, Outbound};
+use mcpvisor_http::{BearerToken, HttpConfig, serve};
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HOST, ORIGIN};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::timeout;
+
+/// Unrelated messages `flood` sends, 16 KiB each: more than socket
+/// buffers hold.
+const FLOOD: usize = 1000;
+
+/// The bound on every wait in these tests.
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Debug)]
+enum Seen {
+    Open,
+    Close(FrontId),
+}
+
+/// A hub that answers every request with `{"method", "params"}`, after:
+/// - `progress`: a progress notification related to the request;
+/// - `notify`: a list change related to nothing;
+/// - `hold`: a progress, then (after the gate opens) another progress;
+/// - `flood`: [`FLOOD`] unrelated log messages;
+/// - `pair`: nothing until a second `pair` comes, then answers both.
+async fn fake_hub(
+    mut rx: mpsc::Receiver<FrontCommand>,
+    seen: mpsc::UnboundedSender<Seen>,
+    gate: Arc<Notify>,
+) {
+    let mut fronts: HashMap<FrontId, mpsc::Sender<Outbound>> = HashMap::new();
+    let mut paired: Vec<(mpsc::Sender<Outbound>, Value, Value)> = Vec::new();
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            FrontCommand::Open { front, out } => {
+                fronts.insert(front, out);
+                let _ = seen.send(Seen::Open);
+            }
+            FrontCommand::Close { front } => {
+                fronts.remove(&front);
+                let _ = seen.send(Seen::Close(front));
+            }
+            FrontCommand::Message { front, line } => {
+                let msg: Value = serde_json::from_slice(&line).expect("json");
+                let (Some(id), Some(method)) = (msg.get("id"), msg["method"].as_str()) else {
+                    continue;
+                };
+                let out = fronts[&front].clone();
+                let params = msg.get("params").cloned().unwrap_or(Value::Null);
+                let related = Some(Bytes::from(id.to_string()));
+                let result = line_of(
+                    &json!({"jsonrpc": "2.0", "id": id, "result": {"method": method, "params": params}}),
+                );
+                let answer = Outbound {
+                    line: result,
+                    related: related.clone(),
+                };
+                let progress = move |n: u32| Outbound {
+                    line: line_of(
+                        &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": n}}),
+                    ),
+                    related: related.clone(),
+                };
+                match method {
+                    "progress" => {
+                        out.send(progress(1)).await.expect("front");
+                        out.send(answer).await.expect("front");
+                    }
+                    "notify" => {
+                        let changed = line_of(
+                            &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+                        );
+                        out.send(Outbound {
+                            line: changed,
+                            related: None,
+                        })
+                        .await
+                        .expect("front");
+                        out.send(answer).await.expect("front");
+                    }
+                    "flood" => {
+                        let pad = "x".repeat(16 * 1024);
+                        for n in 0..FLOOD {
+                            let line = line_of(
+                                &json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"n": n, "pad": pad}}),
+                            );
+                            out.send(Outbound {
+                                line,
+                                related: None,
+                            })
+                            .await
+                            .expect("front");
+                        }
+                        out.send(answer).await.expect("front");
+                    }
+                    "hold" => {
+                        let gate = gate.clone();
+                        tokio::spawn(async move {
+                            out.send(progress(1)).await.expect("front");
+                            gate.notified().await;
+                            out.send(progress(2)).await.expect("front");
+                            out.send(answer).await.expect("front");
+                        });
+                    }
+                    "pair" => {
+                        paired.push((out, id.clone(), params));
+                        if paired.len() == 2 {
+                            for (out, id, params) in paired.drain(..).rev() {
+                                let line = line_of(
+                                    &json!({"jsonrpc": "2.0", "id": id, "result": {"method": "pair", "params": params}}),
+                                );
+                                out.send(Outbound {
+                                    line,
+                                    related: Some(Bytes::from(id.to_string())),
+                                })
+                                .await
+                                .expect("front");
+                            }
+                        }
+                    }
+                    _ => out.send(answer).await.expect("front"),
+                }
+            }
+        }
+    }
+}
+
+fn line_of(v: &Value) -> Bytes {
+    Bytes::from(serde_json::to_vec(v).expect("json"))
+}
+
+struct Harness {
+    url: String,
+    base: String,
+    client: reqwest::Client,
+    seen: mpsc::UnboundedReceiver<Seen>,
+    gate: Arc<Notify>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<Result<(), mcpvisor_http::ServeError>>,
+}
+
+async fn start(cfg: HttpConfig) -> Harness {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (hub_tx, hub_rx) = mpsc::channel(64);
+    let (seen_tx, seen) = mpsc::unbounded_channel();
+    let gate = Arc::new(Notify::new());
+    tokio::spawn(fake_hub(hub_rx, seen_tx, gate.clone()));
+    let (stop, stopped) = oneshot::channel::<()>();
+    let path = cfg.path.clone();
+    let server = tokio::spawn(serve(listener, cfg, hub_tx, async move {
+        let _ = stopped.await;
+    }));
+    Harness {
+        url: format!("http://{addr}{path}"),
+        base: format!("http://{addr}"),
+        client: reqwest::Client::new(),
+        seen,
+        gate,
+        shutdown: Some(stop),
+        server,
+    }
+}
+
+fn request(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+impl Harness {
+    fn post(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .post(&self.url)
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(body).expect("json"));
+        if let Some(s) = session {
+            req = req
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", "2025-06-18");
+        }
+        req
+    }
+
+    async fn send(&self, req: reqwest::RequestBuilder) -> reqwest::Response {
+        timeout(WAIT, req.send())
+            .await
+            .expect("in time")
+            .expect("sent")
+    }
+
+    /// Sends `req` with `headers` replacing any it has.
+    async fn send_with(
+        &self,
+        req: reqwest::RequestBuilder,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = req.build().expect("request");
+        for (name, value) in headers {
+            let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).expect("name");
+            req.headers_mut()
+                .insert(name, value.parse().expect("value"));
+        }
+        timeout(WAIT, self.client.execute(req))
+            .await
+            .expect("in time")
+            .expect("sent")
+    }
+
+    async fn initialize(&self) -> String {
+        let init = request(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+        );
+        let resp = self.send(self.post(None, &init)).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        let id = resp.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        assert_eq!(id.len(), 32, "128 random bits in hex");
+        id
+    }
+
+    async fn json(&self, resp: reqwest::Response) -> Value {
+        timeout(WAIT, resp.json())
+            .await
+            .expect("in time")
+            .expect("json body")
+    }
+
+    async fn closed(&mut self) -> FrontId {
+        loop {
+            match timeout(WAIT, self.seen.recv()).await.expect("in time") {
+                Some(Seen::Close(front)) => return front,
+                Some(Seen::Open) => {}
+                None => panic!("hub gone"),
+            }
+        }
+    }
+
+    fn get(&self, session: &str) -> reqwest::RequestBuilder {
+        self.client
+            .get(&self.url)
+            .header(ACCEPT, "text/event-stream")
+            .header("mcp-session-id", session)
+    }
+}
+
+/// Reads SSE events from a response body.
+struct Events {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    buf: Vec<u8>,
+}
+
+impl Events {
+    fn new(resp: reqwest::Response) -> Self {
+        assert_eq!(resp.headers()[CONTENT_TYPE], "text/event-stream");
+        Events {
+            body: Box::pin(resp.bytes_stream()),
+            buf: Vec::new(),
+        }
+    }
+
+    /// The next event's id and data; `None` when the stream ended.
+    async fn next(&mut self) -> Option<(String, Value)> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(block).expect("utf-8");
+                let (mut id, mut data) = (String::new(), String::new());
+                for line in text.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if data.is_empty() {
+                    continue; // a comment
+                }
+                return Some((id, serde_json::from_str(&data).expect("json data")));
+            }
+            match timeout(WAIT, self.body.next()).await.expect("in time") {
+                Some(chunk) => self.buf.extend_from_slice(&chunk.expect("chunk")),
+                None => return None,
+            }
+        }
+    }
+}
+
+// === tests ===
+
+#[tokio::test]
+async fn initialize_then_json_answer() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(1, "tools/list", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()[CONTENT_TYPE], "application/json");
+    let v = h.json(resp).await;
+    assert_eq!(v["id"], 1);
+    assert_eq!(v["result"]["method"], "tools/list");
+
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let resp = h.send(h.post(Some(&s), &note)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    assert!(resp.bytes().await.expect("body").is_empty());
+}
+
+#[tokio::test]
+async fn progress_first_makes_a_stream() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(5, "progress", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut events = Events::new(resp);
+    let (_, first) = events.next().await.expect("progress");
+    assert_eq!(first["method"], "notifications/progress");
+    let (_, second) = events.next().await.expect("response");
+    assert_eq!(second["id"], 5);
+    assert!(
+        events.next().await.is_none(),
+        "the stream ends after the response"
+    );
+}
+
+#[tokio::test]
+async fn standalone_stream_gets_unrelated_messages() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h.send(h.get(&s)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut standalone = Events::new(resp);
+    let second = h.send(h.get(&s)).await;
+    assert_eq!(second.status(), StatusCode::CONFLICT);
+
+    let resp = h
+        .send(h.post(Some(&s), &request(2, "notify", json!({}))))
+        .await;
+    let v = h.json(resp).await;
+    assert_eq!(v["id"], 2);
+    let (_, changed) = standalone.next().await.expect("event");
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+}
+
+#[tokio::test]
+async fn unrelated_messages_wait_for_the_standalone_stream() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(2, "notify", json!({}))))
+        .await;
+    assert_eq!(h.json(resp).await["id"], 2);
+    let mut standalone = Events::new(h.send(h.get(&s)).await);
+    let (_, changed) = standalone.next().await.expect("buffered event");
+    assert_eq!(changed["method"], "notifications/tools/list_changed");
+}
+
+#[tokio::test]
+async fn delete_ends_the_session() {
+    let mut h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.client.delete(&h.url).header("mcp-session-id", &s))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    h.closed().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(1, "ping", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let resp = h
+        .send(h.client.delete(&h.url).header("mcp-session-id", &s))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn no_session_is_400() {
+    let h = start(HttpConfig::default()).await;
+    let resp = h
+        .send(h.post(None, &request(1, "tools/list", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(h.json(resp).await["id"], 1);
+}
+
+#[tokio::test]
+async fn batches_are_400() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let batch = json!([request(1, "ping", json!({}))]);
+    let resp = h.send(h.post(Some(&s), &batch)).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(h.json(resp).await["error"]["code"], -32600);
+}
+
+#[tokio::test]
+async fn unsupported_protocol_version_is_400() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let req = h.post(Some(&s), &request(1, "ping", json!({})));
+    let resp = h
+        .send_with(req, &[("mcp-protocol-version", "1999-01-01")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn foreign_origin_and_host_are_403() {
+    let h = start(HttpConfig::default()).await;
+    let init = request(0, "initialize", json!({}));
+    let req = h.post(None, &init).header(ORIGIN, "https://evil.example");
+    assert_eq!(h.send(req).await.status(), StatusCode::FORBIDDEN);
+    let resp = h
+        .send_with(h.post(None, &init), &[("host", "evil.example")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = h
+        .send_with(h.post(None, &init), &[("host", "localhost:1")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let req = h.post(None, &init).header(ORIGIN, "http://localhost:5173");
+    assert_eq!(h.send(req).await.status(), StatusCode::OK);
+    // Health needs no checks.
+    let resp = h
+        .send(
+            h.client
+                .get(format!("{}/healthz", h.base))
+                .header(HOST, "evil.example"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn token_is_required() {
+    let cfg = HttpConfig {
+        token: Some(BearerToken::new("s3cret")),
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    let init = request(0, "initialize", json!({}));
+    let resp = h.send(h.post(None, &init)).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+    let resp = h.send(h.post(None, &init).bearer_auth("wrong")).await;
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let resp = h.send(h.post(None, &init).bearer_auth("s3cret")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn size_accept_and_content_type() {
+    let cfg = HttpConfig {
+        max_message_bytes: 1024,
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    let s = h.initialize().await;
+    let big = request(1, "echo", json!({"pad": "x".repeat(2048)}));
+    let resp = h.send(h.post(Some(&s), &big)).await;
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(h.json(resp).await["error"].is_object());
+
+    let ping = request(2, "ping", json!({}));
+    let resp = h
+        .send_with(h.post(Some(&s), &ping), &[("accept", "text/html")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_ACCEPTABLE);
+    let resp = h
+        .send_with(h.post(Some(&s), &ping), &[("content-type", "text/plain")])
+        .await;
+    assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_with_last_event_id() {
+    let h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(9, "hold", json!({}))))
+        .await;
+    let mut events = Events::new(resp);
+    let (last, first) = events.next().await.expect("progress");
+    assert_eq!(first["params"]["progress"], 1);
+    drop(events);
+    h.gate.notify_one();
+
+    let resp = h.send(h.get(&s).header("last-event-id", &last)).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut resumed = Events::new(resp);
+    let (id2, second) = resumed.next().await.expect("second progress");
+    assert_ne!(id2, last);
+    assert_eq!(second["params"]["progress"], 2);
+    let (_, answer) = resumed.next().await.expect("response");
+    assert_eq!(answer["id"], 9);
+    assert!(resumed.next().await.is_none());
+}
+
+#[tokio::test]
+async fn sessions_keep_their_own_ids() {
+    let h = start(HttpConfig::default()).await;
+    let a = h.initialize().await;
+    let b = h.initialize().await;
+    let ra = h.send(h.post(Some(&a), &request(7, "pair", json!({"who": "a"}))));
+    let rb = h.send(h.post(Some(&b), &request(7, "pair", json!({"who": "b"}))));
+    let (ra, rb) = tokio::join!(ra, rb);
+    let (va, vb) = (h.json(ra).await, h.json(rb).await);
+    assert_eq!(va["result"]["params"]["who"], "a");
+    assert_eq!(vb["result"]["params"]["who"], "b");
+}
+
+#[tokio::test]
+async fn stateless_request_without_session() {
+    let mut h = start(HttpConfig::default()).await;
+    let req = h
+        .post(None, &request(3, "tools/list", json!({})))
+        .header("mcp-protocol-version", "2026-07-28");
+    let resp = h.send(req).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(resp.headers().get("mcp-session-id").is_none());
+    assert_eq!(h.json(resp).await["result"]["method"], "tools/list");
+    h.closed().await;
+
+    let meta = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+    let resp = h.send(h.post(None, &request(4, "tools/list", meta))).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    h.closed().await;
+}
+
+#[tokio::test]
+async fn max_sessions_is_503() {
+    let cfg = HttpConfig {
+        max_sessions: 1,
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    h.initialize().await;
+    let init = request(0, "initialize", json!({}));
+    let resp = h.send(h.post(None, &init)).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn idle_sessions_expire() {
+    let cfg = HttpConfig {
+        session_idle_timeout: Duration::from_millis(200),
+        ..HttpConfig::default()
+    };
+    let mut h = start(cfg).await;
+    let s = h.initialize().await;
+    h.closed().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(1, "ping", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn drain_finishes_requests_in_flight_then_stops() {
+    let mut h = start(HttpConfig::default()).await;
+    let s = h.initialize().await;
+    let resp = h
+        .send(h.post(Some(&s), &request(9, "hold", json!({}))))
+        .await;
+    let mut events = Events::new(resp);
+    events.next().await.expect("progress");
+
+    h.shutdown.take().expect("once").send(()).expect("serving");
+    let ready = format!("{}/readyz", h.base);
+    // Readiness turns as soon as the drain starts; poll for that edge.
+    let turned = timeout(WAIT, async {
+        loop {
+            let resp = h.client.get(&ready).send().await.expect("sent");
+            if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    turned.await.expect("readiness turns");
+    let init = request(0, "initialize", json!({}));
+    let resp = h.send(h.post(None, &init)).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+
+    h.gate.notify_one();
+    events.next().await.expect("second progress");
+    let (_, answer) = events.next().await.expect("response");
+    assert_eq!(answer["id"], 9);
+    h.closed().await;
+    timeout(WAIT, &mut h.server)
+        .await
+        .expect("in time")
+        .expect("joined")
+        .expect("served");
+}
+
+#[tokio::test]
+async fn a_stalled_reader_is_cut_off_and_slows_nobody() {
+    let cfg = HttpConfig {
+        front_queue: 8,
+        stream_queue: 4,
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    let a = h.initialize().await;
+    let b = h.initialize().await;
+    // A's standalone stream is open and never read while the hub floods it.
+    let stalled = h.send(h.get(&a)).await;
+    assert_eq!(stalled.status(), StatusCode::OK);
+    let resp = h
+        .send(h.post(Some(&a), &request(1, "flood", json!({}))))
+        .await;
+    assert_eq!(h.json(resp).await["id"], 1);
+    let resp = h
+        .send(h.post(Some(&b), &request(1, "ping", json!({}))))
+        .await;
+    assert_eq!(h.json(resp).await["id"], 1);
+
+    let mut events = Events::new(stalled);
+    let mut got = 0;
+    while events.next().await.is_some() {
+        got += 1;
+    }
+    assert!(
+        got < FLOOD,
+        "the stalled stream was cut ({got} events read)"
+    );
+}
