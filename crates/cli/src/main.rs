@@ -8,6 +8,7 @@
 mod call;
 mod cli;
 mod demo;
+mod http;
 mod inspect;
 mod output;
 mod probe;

@@ -54,6 +54,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_watch: bool,
     #[command(flatten)]
+    pub http: crate::http::HttpArgs,
+    #[command(flatten)]
     pub sup: Supervision,
     #[command(flatten)]
     pub log: Logging,
@@ -75,28 +77,62 @@ pub fn main(args: ServeArgs) -> ExitCode {
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
+    let http = match args
+        .http
+        .config(args.sup.max_message_bytes, args.sup.max_in_flight as usize)
+    {
+        Ok(http) => http,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(16);
-        let mut tasks = vec![tokio::spawn(forward_signals(
-            control_tx.clone(),
-            ReloadSource::from(&args),
-        ))];
+        let mut tasks = Vec::new();
         if !args.no_watch {
             tasks.extend(watch_configs(&args, control_tx.clone()));
         }
-        let outcome = Hub::run(
-            settings,
-            plans,
-            crate::stdio::client_stdin(),
-            crate::stdio::client_stdout(),
-            control_rx,
-        )
-        .await;
+        let outcome = match http {
+            Some((addr, cfg)) => {
+                let source = ReloadSource::from(&args);
+                crate::http::serve(
+                    addr,
+                    cfg,
+                    settings,
+                    plans,
+                    (control_tx, control_rx),
+                    move || source.plans(),
+                )
+                .await
+            }
+            None => {
+                tasks.push(tokio::spawn(forward_signals(
+                    control_tx.clone(),
+                    ReloadSource::from(&args),
+                )));
+                Ok(Hub::run(
+                    settings,
+                    plans,
+                    crate::stdio::client_stdin(),
+                    crate::stdio::client_stdout(),
+                    control_rx,
+                )
+                .await)
+            }
+        };
         for task in tasks {
             task.abort();
         }
         outcome
     });
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
     runtime.shutdown_background();
     match outcome {
         Outcome::ClientClosed | Outcome::Shutdown => tracing::info!("mcpvisor stopped"),

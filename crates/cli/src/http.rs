@@ -1,0 +1,169 @@
+//! `--http ADDR`: serving `serve` or `run` over Streamable HTTP instead of
+//! stdio.
+//!
+//! The hub is the same; only the front differs. SIGTERM and SIGINT drain
+//! the HTTP front first (new sessions get 503, requests in flight finish
+//! within `--http-drain`), then the servers are stopped. SIGHUP reloads.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use mcpvisor_gateway::fronts::FrontCommand;
+use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
+use mcpvisor_http::{BearerToken, HttpConfig};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::mpsc;
+
+use crate::cli::parse_duration;
+
+/// The flags of the HTTP front, shared by `serve` and `run`.
+#[derive(Debug, Args)]
+pub struct HttpArgs {
+    /// Serve over Streamable HTTP at this address instead of stdio, e.g. 127.0.0.1:8808 (port 0 picks a free one). stdin is not read.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// The MCP endpoint's path.
+    #[arg(long, default_value = "/mcp", value_name = "PATH", requires = "http")]
+    pub http_path: String,
+    /// Also accept requests whose Origin is this (a browser page's); repeatable. Loopback origins are allowed on a loopback bind.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<String>,
+    /// Also answer to this Host (name or name:port, or *); repeatable. Loopback names are allowed on a loopback bind.
+    #[arg(long, value_name = "HOST", requires = "http")]
+    pub allow_host: Vec<String>,
+    /// Require `Authorization: Bearer TOKEN`, with TOKEN read from this file. Needed for an address that is not loopback.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Most HTTP sessions at once; past it, initialize gets 503.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), requires = "http")]
+    pub max_sessions: u32,
+    /// An HTTP session idle this long is closed (its id then gets 404).
+    #[arg(long, default_value = "30m", value_parser = parse_duration, requires = "http")]
+    pub session_idle_timeout: Duration,
+    /// On SIGTERM, how long requests in flight may still finish before the servers stop.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "http")]
+    pub http_drain: Duration,
+}
+
+impl HttpArgs {
+    /// The front's settings, checked: a non-loopback address needs a token.
+    pub fn config(
+        &self,
+        max_message_bytes: usize,
+        max_in_flight: usize,
+    ) -> Result<Option<(SocketAddr, HttpConfig)>, String> {
+        let Some(addr) = self.http else {
+            return Ok(None);
+        };
+        let token = match &self.auth_token_file {
+            Some(path) => Some(read_token(path)?),
+            None if !addr.ip().is_loopback() => {
+                return Err(format!(
+                    "--http {addr} is not a loopback address: give --auth-token-file FILE so that only clients with the token are served"
+                ));
+            }
+            None => None,
+        };
+        let cfg = HttpConfig {
+            path: self.http_path.clone(),
+            allow_origins: self.allow_origin.clone(),
+            allow_hosts: self.allow_host.clone(),
+            token,
+            max_message_bytes,
+            max_sessions: self.max_sessions as usize,
+            session_idle_timeout: self.session_idle_timeout,
+            max_in_flight,
+            drain: self.http_drain,
+            ..HttpConfig::default()
+        };
+        Ok(Some((addr, cfg)))
+    }
+}
+
+/// The bearer token in `path`: its content without surrounding whitespace.
+/// The error never quotes the file's content.
+fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--auth-token-file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!(
+            "--auth-token-file {}: the file is empty",
+            path.display()
+        ));
+    }
+    Ok(BearerToken::new(token))
+}
+
+/// Serves `plans` over HTTP until SIGTERM/SIGINT, then drains and stops.
+/// `reload` gives fresh plans on SIGHUP (or `None` to keep the running ones).
+pub async fn serve(
+    addr: SocketAddr,
+    cfg: HttpConfig,
+    settings: Settings,
+    plans: Vec<ServerPlan>,
+    control: (mpsc::Sender<Control>, mpsc::Receiver<Control>),
+    reload: impl Fn() -> Option<Vec<ServerPlan>> + Send + 'static,
+) -> Result<Outcome, String> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let (control_tx, control_rx) = control;
+    let (fronts_tx, fronts_rx) = mpsc::channel::<FrontCommand>(1024);
+    let hub = tokio::spawn(Hub::serve(settings, plans, fronts_rx, control_rx, None));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let signals = tokio::spawn(watch_signals(stop_tx, control_tx.clone(), reload));
+    let path = cfg.path.clone();
+    let front = tokio::spawn(mcpvisor_http::serve(listener, cfg, fronts_tx, async {
+        let _ = stop_rx.await;
+    }));
+    eprintln!("mcpvisor: listening on http://{local}{path}");
+    tracing::info!("listening on http://{local}{path}");
+    let served = front.await;
+    signals.abort();
+    // The front has drained: now the servers stop.
+    let _ = control_tx.send(Control::Shutdown).await;
+    let outcome = hub.await.unwrap_or(Outcome::Shutdown);
+    match served {
+        Ok(Ok(())) => Ok(outcome),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("the HTTP front failed: {e}")),
+    }
+}
+
+/// SIGTERM and SIGINT start the drain; SIGHUP reloads the configuration.
+async fn watch_signals(
+    stop: tokio::sync::oneshot::Sender<()>,
+    control: mpsc::Sender<Control>,
+    reload: impl Fn() -> Option<Vec<ServerPlan>>,
+) {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading the configuration");
+                if let Some(plans) = reload() {
+                    if control.send(Control::Reconfigure(plans)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("signal: draining the HTTP front, then stopping");
+    let _ = stop.send(());
+}
