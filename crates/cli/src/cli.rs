@@ -37,6 +37,8 @@ pub enum Command {
 pub struct RunArgs {
     #[command(flatten)]
     pub sup: Supervision,
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
     /// Also watch this file or directory (recursive) for changes; repeatable.
     #[arg(long, value_name = "PATH")]
     pub watch: Vec<PathBuf>,

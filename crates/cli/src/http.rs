@@ -98,14 +98,14 @@ fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
 }
 
 /// Serves `plans` over HTTP until SIGTERM/SIGINT, then drains and stops.
-/// `reload` gives fresh plans on SIGHUP (or `None` to keep the running ones).
+/// `reload` says what SIGHUP does (fresh plans, a reload, or nothing).
 pub async fn serve(
     addr: SocketAddr,
     cfg: HttpConfig,
     settings: Settings,
     plans: Vec<ServerPlan>,
     control: (mpsc::Sender<Control>, mpsc::Receiver<Control>),
-    reload: impl Fn() -> Option<Vec<ServerPlan>> + Send + 'static,
+    reload: impl Fn() -> Option<Control> + Send + 'static,
 ) -> Result<Outcome, String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -140,7 +140,7 @@ pub async fn serve(
 async fn watch_signals(
     stop: tokio::sync::oneshot::Sender<()>,
     control: mpsc::Sender<Control>,
-    reload: impl Fn() -> Option<Vec<ServerPlan>>,
+    reload: impl Fn() -> Option<Control>,
 ) {
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
         signal(SignalKind::terminate()),
@@ -155,9 +155,9 @@ async fn watch_signals(
             _ = term.recv() => break,
             _ = int.recv() => break,
             _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the configuration");
-                if let Some(plans) = reload() {
-                    if control.send(Control::Reconfigure(plans)).await.is_err() {
+                tracing::info!("SIGHUP: reloading");
+                if let Some(asked) = reload() {
+                    if control.send(asked).await.is_err() {
                         return;
                     }
                 }

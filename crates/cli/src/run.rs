@@ -29,6 +29,19 @@ pub fn main(args: RunArgs) -> ExitCode {
         .map(Into::into)
         .collect();
     let reload_plan = crate::reload::plan(&args, &command, def.cwd.as_deref());
+    let http = match args
+        .http
+        .config(args.sup.max_message_bytes, args.sup.max_in_flight as usize)
+    {
+        Ok(http) => http,
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some((addr, cfg)) = http {
+        return http_main(addr, cfg, resolved, reload_plan, runtime);
+    }
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(4);
         let watcher = match reload_plan.map(|p| crate::reload::start(p, control_tx.clone())) {
@@ -68,6 +81,95 @@ pub fn main(args: RunArgs) -> ExitCode {
         Outcome::ClientGone => {}
     }
     ExitCode::SUCCESS
+}
+
+/// `run --http`: the one server served as itself over HTTP, to any number
+/// of clients at once, through the gateway's hub in its transparent mode.
+fn http_main(
+    addr: std::net::SocketAddr,
+    cfg: mcpvisor_http::HttpConfig,
+    resolved: crate::cli::Resolved,
+    reload_plan: Option<crate::reload::Plan>,
+    runtime: tokio::runtime::Runtime,
+) -> ExitCode {
+    let spec = resolved.server.spec;
+    let name = if spec.def.name.is_empty() {
+        "server".to_owned()
+    } else {
+        spec.def.name.clone()
+    };
+    let plan = mcpvisor_gateway::ServerPlan {
+        name: name.clone(),
+        def: spec.def,
+        session: resolved.config.clone(),
+        stderr: resolved.stderr,
+        lazy: false,
+        idle_timeout: None,
+        health_interval: None,
+        health_misses: 3,
+        cached: None,
+        cache_key: None,
+        // `run`'s own watcher (with --watch and --build) reloads it.
+        watch: false,
+        env_overrides: spec.env_overrides,
+    };
+    let settings = mcpvisor_gateway::Settings {
+        max_in_flight: resolved.config.max_in_flight,
+        max_message_bytes: resolved.config.max_message_bytes,
+        transparent: true,
+        ..mcpvisor_gateway::Settings::default()
+    };
+    let outcome = runtime.block_on(async move {
+        let (control_tx, control_rx) = mpsc::channel(16);
+        // The watcher asks for a reload of the session; the hub reloads its
+        // one server.
+        let (reload_tx, mut reload_rx) = mpsc::channel(4);
+        let watcher = match reload_plan.map(|p| crate::reload::start(p, reload_tx)) {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(task)) => Some(task),
+            None => None,
+        };
+        let hub = control_tx.clone();
+        let reload_name = name.clone();
+        let relay = tokio::spawn(async move {
+            while let Some(control) = reload_rx.recv().await {
+                if let Control::Reload(_) = control {
+                    if hub
+                        .send(mcpvisor_gateway::Control::Reload(name.clone()))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        });
+        let outcome = crate::http::serve(
+            addr,
+            cfg,
+            settings,
+            vec![plan],
+            (control_tx, control_rx),
+            move || Some(mcpvisor_gateway::Control::Reload(reload_name.clone())),
+        )
+        .await;
+        relay.abort();
+        if let Some(task) = watcher {
+            task.abort();
+        }
+        outcome
+    });
+    runtime.shutdown_background();
+    match outcome {
+        Ok(_) => {
+            tracing::info!("mcpvisor stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("mcpvisor: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.

@@ -102,7 +102,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     settings,
                     plans,
                     (control_tx, control_rx),
-                    move || source.plans(),
+                    move || source.plans().map(Control::Reconfigure),
                 )
                 .await
             }
@@ -272,6 +272,7 @@ impl Defaults {
             cached,
             cache_key,
             watch: self.watch,
+            env_overrides: Vec::new(),
         }
     }
 }

@@ -44,6 +44,8 @@ pub struct ServerPlan {
     pub cache_key: Option<crate::cache::Key>,
     /// Reload it when its own files change.
     pub watch: bool,
+    /// `--env KEY=VAL` from the command line, over everything else.
+    pub env_overrides: Vec<(String, String)>,
 }
 
 /// Where a backend is in its life, as the gateway sees it.
@@ -202,7 +204,7 @@ impl Hub {
         }
         let spec = ServerSpec {
             def: b.plan.def.clone(),
-            env_overrides: Vec::new(),
+            env_overrides: b.plan.env_overrides.clone(),
         };
         let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
