@@ -36,7 +36,7 @@ use crate::config::Config;
 use crate::events::EventSink;
 use crate::spawner::Spawner;
 use crate::table::{Req, ServerReq, Timer};
-use crate::writer;
+use crate::writer::{self, Message};
 
 /// Asks a running session to do something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub(crate) enum Phase {
 pub(crate) struct Generation {
     pub phase: Phase,
     /// Dropping it closes the worker's stdin (the first layer of a stop).
-    pub tx: Option<mpsc::Sender<Bytes>>,
+    pub tx: Option<mpsc::Sender<Message>>,
     /// Messages put in its stdin queue so far.
     pub queued: u64,
     /// How many of those may have reached it; fences its writer off.
@@ -168,11 +168,11 @@ pub struct Session<S> {
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
-    client_tx: mpsc::Sender<Bytes>,
+    client_tx: mpsc::Sender<Message>,
     /// Messages for the client while its queue is full, in order. While any
     /// wait here the session reads no more requests from the client; past
     /// `OUTBOX` it takes no worker events either (timers still run).
-    outbox: VecDeque<Bytes>,
+    outbox: VecDeque<Message>,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
     sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
@@ -335,7 +335,8 @@ impl<S: Spawner> Session<S> {
     /// read must not stop the session's timers. When its queue is full the
     /// message waits in the outbox; a client that stays stuck is gone once
     /// a write to it has made no progress for `client_write_timeout`.
-    async fn emit(&mut self, msg: Bytes) {
+    async fn emit(&mut self, msg: impl Into<Message>) {
+        let msg = msg.into();
         if self.client == ClientState::Gone {
             return;
         }
@@ -370,8 +371,8 @@ impl<S: Spawner> Session<S> {
 
     /// Queues a message for a generation's stdin. A worker that has fallen
     /// a whole queue behind is stuck and is stopped.
-    async fn send_to(&mut self, generation: u64, msg: Bytes) -> bool {
-        match self.enqueue(generation, msg) {
+    async fn send_to(&mut self, generation: u64, msg: impl Into<Message>) -> bool {
+        match self.enqueue(generation, msg.into()) {
             Ok(_) => true,
             Err(Unqueued::Full) => {
                 self.retire_stuck(generation).await;
@@ -415,7 +416,7 @@ impl<S: Spawner> Session<S> {
 
     /// Puts a message in a generation's stdin queue; returns its place
     /// there (from 1).
-    fn enqueue(&mut self, generation: u64, msg: Bytes) -> Result<u64, Unqueued> {
+    fn enqueue(&mut self, generation: u64, msg: Message) -> Result<u64, Unqueued> {
         let g = self.gens.get_mut(&generation).ok_or(Unqueued::Closed)?;
         let tx = g.tx.as_ref().ok_or(Unqueued::Closed)?;
         match tx.try_send(msg) {
@@ -525,7 +526,7 @@ impl<S: Spawner> Session<S> {
 
 /// Resolves once the client's queue has room; false when its writer is gone.
 /// (The session is the only sender, so the room is still there after.)
-async fn has_room(tx: &mpsc::Sender<Bytes>) -> bool {
+async fn has_room(tx: &mpsc::Sender<Message>) -> bool {
     tx.reserve().await.is_ok()
 }
 
