@@ -6,6 +6,7 @@ mod lists;
 mod restart;
 mod state;
 mod status;
+mod stdout;
 mod timers;
 mod worker;
 
@@ -168,6 +169,8 @@ pub struct Session<S> {
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
+    /// Every generation's stdout until it closes.
+    stdouts: stdout::Stdouts,
     client_tx: mpsc::Sender<Message>,
     /// Messages for the client while its queue is full, in order. While any
     /// wait here the session reads no more requests from the client; past
@@ -256,6 +259,7 @@ impl<S: Spawner> Session<S> {
             timers: DelayQueue::new(),
             events_tx,
             events_rx,
+            stdouts: stdout::Stdouts::default(),
             client_tx,
             outbox: VecDeque::new(),
             client: ClientState::Open,
@@ -285,6 +289,9 @@ impl<S: Spawner> Session<S> {
                     }
                     None => s.start_drain(),
                 },
+                (generation, event) = s.stdouts.next(), if !far_behind && !s.stdouts.is_empty() => {
+                    s.on_worker_event(generation, event).await;
+                }
                 Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
                     s.on_worker_event(generation, event).await;
                 }
@@ -511,7 +518,18 @@ impl<S: Spawner> Session<S> {
             + std::time::Duration::from_secs(2);
         let deadline = Instant::now() + bound;
         while self.gens.values().any(|g| g.exit.is_none()) {
-            match tokio::time::timeout_at(deadline, self.events_rx.recv()).await {
+            // Their stdout is still read (and dropped), so that none blocks
+            // on a full pipe while it is asked to stop.
+            let (events, stdouts) = (&mut self.events_rx, &mut self.stdouts);
+            let next = async {
+                loop {
+                    tokio::select! {
+                        event = events.recv() => return event,
+                        _ = stdouts.next(), if !stdouts.is_empty() => {}
+                    }
+                }
+            };
+            match tokio::time::timeout_at(deadline, next).await {
                 Ok(Some((id, WorkerEvent::Exited(exit)))) => {
                     if let Some(g) = self.gens.get_mut(&id) {
                         g.exit = Some(exit);
