@@ -7,6 +7,10 @@ use tokio_util::time::delay_queue;
 
 /// Who is waiting for the answer to a worker-side request id.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every request is a client's; boxing it would allocate per request"
+)]
 pub(crate) enum Owner {
     /// A client request. `id` is the client's id, byte for byte (borrowed
     /// from its request's line).

@@ -450,7 +450,10 @@ mod tests {
         big.extend_from_slice(br#""}"#);
         let big = Bytes::from(big);
         for (line, with) in [
-            (&small, Piece::Number(Digits::new(18_446_744_073_709_551_615))),
+            (
+                &small,
+                Piece::Number(Digits::new(18_446_744_073_709_551_615)),
+            ),
             (&big, Piece::Bytes(Bytes::from_static(b"\"client\""))),
             (&small, Piece::Number(Digits::new(0))),
         ] {

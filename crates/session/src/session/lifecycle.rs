@@ -172,8 +172,7 @@ impl<S: Spawner> Session<S> {
                     .await;
             }
         });
-        self.stdouts
-            .push(id, stdout, self.cfg.max_message_bytes);
+        self.stdouts.push(id, stdout, self.cfg.max_message_bytes);
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             let exit = exited.await;
