@@ -18,6 +18,15 @@ pub fn splice(line: &[u8], part: &RawValue, with: &[u8]) -> Bytes {
     out.freeze()
 }
 
+/// Where the bytes of `part` (which must borrow from `line`) lie in `line`.
+///
+/// # Panics
+/// If `part` does not point into `line`: that is a bug in the caller.
+pub fn span(line: &[u8], part: &RawValue) -> std::ops::Range<usize> {
+    let start = offset_of(line, part);
+    start..start + part.get().len()
+}
+
 fn offset_of(line: &[u8], part: &RawValue) -> usize {
     let base = line.as_ptr() as usize;
     let at = part.get().as_ptr() as usize;

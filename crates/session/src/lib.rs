@@ -12,10 +12,14 @@
 //!   [`mcpvisor_jsonrpc::LineCodec`];
 //! - one writer task per pipe (client stdout, each worker's stdin) batches what
 //!   is queued before it flushes ([`writer`]);
-//! - each generation has its own stdout reader and exit watcher, and its
-//!   stderr pump reports authorization prompts ([`WorkerReporter`]); their
-//!   events carry the generation number, so a dead generation's output is
-//!   fenced off by a single comparison.
+//! - each generation's stdout is read in the session's own `select!` too,
+//!   turn by turn with the other generations' until it closes; each has an
+//!   exit watcher task, and its stderr pump reports authorization prompts
+//!   ([`WorkerReporter`]); their events carry the generation number, so a
+//!   dead generation's output is fenced off by a single comparison.
+//! - writers are given messages whose id is to be replaced as the line read
+//!   plus the new id ([`writer::Message`]), and put them together as they
+//!   write: an id is changed without copying the message.
 
 //!
 //! Every client request gets a fresh integer id on the worker side, unique

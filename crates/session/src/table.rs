@@ -7,8 +7,13 @@ use tokio_util::time::delay_queue;
 
 /// Who is waiting for the answer to a worker-side request id.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every request is a client's; boxing it would allocate per request"
+)]
 pub(crate) enum Owner {
-    /// A client request. `id` is the client's id, byte for byte.
+    /// A client request. `id` is the client's id, byte for byte (borrowed
+    /// from its request's line).
     Client(ClientReq),
     /// mcpvisor's replay of the client's `initialize` to a new generation.
     Replay,
@@ -29,7 +34,7 @@ pub(crate) struct ClientReq {
     /// The request as workers see it (mcpvisor's id spliced in), kept until
     /// it ends: one of which no byte reached its generation is sent to the
     /// next.
-    pub line: Bytes,
+    pub line: crate::writer::Message,
     /// Its place in its generation's stdin queue (from 1), to tell whether
     /// it got through; 0 while it waits.
     pub seq: u64,

@@ -3,7 +3,10 @@
 //! The owner of a pipe's traffic sends whole messages (without their newline)
 //! into a bounded channel. The writer takes everything already queued, writes
 //! it as one batch and flushes once, so a burst of small messages costs one
-//! system call, not one each.
+//! system call, not one each. A message is either a line as it was read or a
+//! [`Message::Spliced`] one: the line read, with one member's bytes to be
+//! replaced on the way out. The writer puts the pieces together as it
+//! writes, so an id is changed without copying the message.
 //!
 //! A worker's stdin writer also keeps a [`Progress`]: how many of the
 //! messages it was given may have had a byte written. It claims a batch just
@@ -16,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -78,30 +82,173 @@ impl Progress {
     }
 }
 
+/// A message for a pipe, without its newline.
+#[derive(Debug, Clone)]
+pub enum Message {
+    /// Bytes written as they are.
+    Line(Bytes),
+    /// `line` with the bytes in `start..end` replaced by `with`.
+    Spliced {
+        line: Bytes,
+        start: usize,
+        end: usize,
+        with: Piece,
+    },
+}
+
+/// What replaces a member of a [`Message::Spliced`].
+#[derive(Debug, Clone)]
+pub enum Piece {
+    /// Bytes taken from elsewhere (a client's id, borrowed from its request).
+    Bytes(Bytes),
+    /// An integer id, as its decimal digits.
+    Number(Digits),
+}
+
+/// The decimal digits of a `u64`, kept inline.
+#[derive(Clone, Copy)]
+pub struct Digits {
+    buf: [u8; 20],
+    start: u8,
+}
+
+impl Digits {
+    pub fn new(mut n: u64) -> Self {
+        let mut buf = [0u8; 20];
+        let mut at = buf.len();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self {
+            buf,
+            start: at as u8,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[usize::from(self.start)..]
+    }
+}
+
+impl std::fmt::Debug for Digits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(std::str::from_utf8(self.as_bytes()).unwrap_or("?"))
+    }
+}
+
+impl Piece {
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Piece::Bytes(b) => b,
+            Piece::Number(d) => d.as_bytes(),
+        }
+    }
+}
+
+impl Message {
+    /// `line` with the bytes of `part` (which must borrow from `line`, as
+    /// every member of an [`mcpvisor_jsonrpc::Envelope`] does) replaced by
+    /// `with`.
+    ///
+    /// # Panics
+    /// If `part` does not point into `line`: that is a bug in the caller.
+    pub fn spliced(line: &Bytes, part: &RawValue, with: Piece) -> Self {
+        let range = mcpvisor_jsonrpc::rewrite::span(line, part);
+        Message::Spliced {
+            line: line.clone(),
+            start: range.start,
+            end: range.end,
+            with,
+        }
+    }
+
+    /// The bytes to write, in order: up to three pieces.
+    pub fn parts(&self) -> [&[u8]; 3] {
+        match self {
+            Message::Line(line) => [line, &[], &[]],
+            Message::Spliced {
+                line,
+                start,
+                end,
+                with,
+            } => [&line[..*start], with.as_bytes(), &line[*end..]],
+        }
+    }
+
+    /// Its length in bytes (without the newline).
+    pub fn len(&self) -> usize {
+        self.parts().iter().map(|p| p.len()).sum()
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Its bytes in one buffer (a copy when spliced).
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Message::Line(line) => line.clone(),
+            Message::Spliced { .. } => Bytes::from(self.parts().concat()),
+        }
+    }
+}
+
+impl From<Bytes> for Message {
+    fn from(line: Bytes) -> Self {
+        Message::Line(line)
+    }
+}
+
+/// What a writer can be given: whole lines or [`Message`]s.
+pub trait Outgoing: Send + 'static {
+    /// The bytes to write, in order.
+    fn parts(&self) -> [&[u8]; 3];
+}
+
+impl Outgoing for Bytes {
+    fn parts(&self) -> [&[u8]; 3] {
+        [self, &[], &[]]
+    }
+}
+
+impl Outgoing for Message {
+    fn parts(&self) -> [&[u8]; 3] {
+        Message::parts(self)
+    }
+}
+
 /// Writes every message from `rx` to `out`, newline-terminated, until the
 /// channel closes (then flushes and returns `Ok`) or a write fails.
 /// `stall` bounds each write; `None` waits as long as the reader needs.
-pub async fn write_lines<W>(
+pub async fn write_lines<W, M>(
     out: W,
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<M>,
     stall: Option<Duration>,
 ) -> Result<(), WriteError>
 where
     W: AsyncWrite + Unpin,
+    M: Outgoing,
 {
     write_tracked(out, rx, stall, &Progress::default()).await
 }
 
 /// [`write_lines`], keeping `progress`. Once fenced, it stops (with `Ok`)
 /// before its next write.
-pub async fn write_tracked<W>(
+pub async fn write_tracked<W, M>(
     mut out: W,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<M>,
     stall: Option<Duration>,
     progress: &Progress,
 ) -> Result<(), WriteError>
 where
     W: AsyncWrite + Unpin,
+    M: Outgoing,
 {
     let mut batch = Batch {
         buf: Vec::with_capacity(BATCH_BYTES),
@@ -113,10 +260,10 @@ where
         while let Some(first) = rx.recv().await {
             let mut next = Some(first);
             while let Some(msg) = next {
-                batch.push(&mut out, &msg, stall).await?;
+                batch.push(&mut out, msg.parts(), stall).await?;
                 next = rx.try_recv().ok();
             }
-            batch.write(&mut out, stall).await?;
+            batch.write(&mut out, [&[], &[], &[]], stall).await?;
             bounded(stall, out.flush()).await?;
         }
         bounded(stall, out.flush()).await?;
@@ -155,47 +302,45 @@ impl Batch<'_> {
     async fn push<W: AsyncWrite + Unpin>(
         &mut self,
         out: &mut W,
-        msg: &[u8],
+        parts: [&[u8]; 3],
         stall: Option<Duration>,
     ) -> Result<(), Halt> {
-        if msg.len() < BATCH_BYTES {
-            self.starts.push(self.buf.len());
-            self.buf.extend_from_slice(msg);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.starts.push(self.buf.len());
+        if len < BATCH_BYTES {
+            for part in parts {
+                self.buf.extend_from_slice(part);
+            }
             self.buf.push(b'\n');
             if self.buf.len() >= BATCH_BYTES {
-                self.write(out, stall).await?;
+                self.write(out, [&[], &[], &[]], stall).await?;
             }
             return Ok(());
         }
-        self.write(out, stall).await?;
-        self.claim(self.done + 1)?;
-        let mut written = 0;
-        for piece in msg.chunks(PIECE) {
-            if let Err((n, e)) = put(out, piece, stall).await {
-                let reached = u64::from(written + n > 0);
-                self.progress.fail(self.done + reached);
-                return Err(e.into());
-            }
-            written += piece.len();
-        }
-        self.done += 1;
-        // Its newline goes out with the next batch.
+        // A large message goes out with what is gathered, in one vectored
+        // write, straight from its own buffers. Its newline goes out with
+        // the next batch.
+        self.write(out, parts, stall).await?;
         self.buf.push(b'\n');
         Ok(())
     }
 
-    /// Writes what is gathered, after claiming it.
+    /// Writes what is gathered and then `large` (the pieces of the last
+    /// message taken, when it is not copied into the buffer), after
+    /// claiming every message taken.
     async fn write<W: AsyncWrite + Unpin>(
         &mut self,
         out: &mut W,
+        large: [&[u8]; 3],
         stall: Option<Duration>,
     ) -> Result<(), Halt> {
-        if self.buf.is_empty() {
+        if self.buf.is_empty() && large.iter().all(|p| p.is_empty()) {
             return Ok(());
         }
         let taken = self.done + self.starts.len() as u64;
         self.claim(taken)?;
-        if let Err((n, e)) = put(out, &self.buf, stall).await {
+        let [a, b, c] = large;
+        if let Err((n, e)) = put(out, [&self.buf, a, b, c], stall).await {
             let reached = self.starts.iter().take_while(|start| **start < n).count();
             self.progress.fail(self.done + reached as u64);
             return Err(e.into());
@@ -215,16 +360,37 @@ impl Batch<'_> {
     }
 }
 
-/// Writes all of `bytes`, each write bounded by `stall`; on failure, also
-/// how many bytes got through.
+/// Writes all of `parts` in order, with vectored writes of at most
+/// [`PIECE`] bytes each, each bounded by `stall`; on failure, also how many
+/// bytes got through.
 async fn put<W: AsyncWrite + Unpin>(
     out: &mut W,
-    bytes: &[u8],
+    parts: [&[u8]; 4],
     stall: Option<Duration>,
 ) -> Result<(), (usize, WriteError)> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut done = 0;
-    while done < bytes.len() {
-        match bounded(stall, out.write(&bytes[done..])).await {
+    while done < total {
+        let mut slices = [std::io::IoSlice::new(&[]); 4];
+        let mut count = 0;
+        let mut skip = done;
+        let mut room = PIECE;
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            let take = rest.len().min(room);
+            slices[count] = std::io::IoSlice::new(&rest[..take]);
+            count += 1;
+            room -= take;
+            if room == 0 {
+                break;
+            }
+        }
+        match bounded(stall, out.write_vectored(&slices[..count])).await {
             Ok(0) => {
                 let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
                 return Err((done, e.into()));
@@ -270,6 +436,43 @@ mod tests {
         let mut want = b"one\n".to_vec();
         want.extend_from_slice(&big);
         want.extend_from_slice(b"\ntwo\n");
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn spliced_messages_are_put_together_small_and_large() {
+        let (a, mut b) = tokio::io::duplex(1 << 20);
+        let (tx, rx) = mpsc::channel(16);
+        let task = tokio::spawn(write_lines(a, rx, None));
+        let small = Bytes::from_static(br#"{"id":"abc","result":1}"#);
+        let mut big = br#"{"id":7,"result":""#.to_vec();
+        big.extend(std::iter::repeat_n(b'y', 3 * PIECE));
+        big.extend_from_slice(br#""}"#);
+        let big = Bytes::from(big);
+        for (line, with) in [
+            (
+                &small,
+                Piece::Number(Digits::new(18_446_744_073_709_551_615)),
+            ),
+            (&big, Piece::Bytes(Bytes::from_static(b"\"client\""))),
+            (&small, Piece::Number(Digits::new(0))),
+        ] {
+            let env = mcpvisor_jsonrpc::Envelope::peek(line).expect("envelope");
+            let msg = Message::spliced(line, env.id.expect("id"), with);
+            tx.send(msg).await.expect("send");
+        }
+        drop(tx);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.expect("read");
+        task.await.expect("join").expect("write");
+        let mut want = br#"{"id":18446744073709551615,"result":1}"#.to_vec();
+        want.push(b'\n');
+        want.extend_from_slice(&big[..6]);
+        want.extend_from_slice(b"\"client\"");
+        want.extend_from_slice(&big[7..]);
+        want.push(b'\n');
+        want.extend_from_slice(br#"{"id":0,"result":1}"#);
+        want.push(b'\n');
         assert_eq!(got, want);
     }
 

@@ -2,7 +2,6 @@
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
-use mcpvisor_jsonrpc::rewrite::splice;
 use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
@@ -12,6 +11,7 @@ use super::{Phase, Session, Waiting};
 use crate::reply;
 use crate::spawner::Spawner;
 use crate::table::{ClientReq, Owner, Req};
+use crate::writer::{Digits, Message, Piece};
 use mcpvisor_config::report::ErrorData;
 
 impl<S: Spawner> Session<S> {
@@ -62,7 +62,7 @@ impl<S: Spawner> Session<S> {
 
     async fn on_client_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
-        let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
+        let id = line.slice_ref(raw_id.get().as_bytes());
         if let Some(refusal) = self.refusal(&id, line, env) {
             self.emit(refusal).await;
             return;
@@ -124,12 +124,12 @@ impl<S: Spawner> Session<S> {
                 .unwrap_or_else(empty_object)
         });
         let wid = self.next_worker_id();
-        let spliced = splice(line, raw_id, wid.to_string().as_bytes());
+        let spliced = Message::spliced(line, raw_id, Piece::Number(Digits::new(wid)));
         let now = Instant::now();
         self.arm_sweep();
         let progress_token = env
             .progress_token
-            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+            .map(|t| line.slice_ref(t.get().as_bytes()));
         if let Some(t) = &progress_token {
             self.by_token.insert(t.clone(), wid);
         }
@@ -218,7 +218,7 @@ impl<S: Spawner> Session<S> {
             );
             return;
         }
-        let msg = splice(line, raw_id, &server_req.worker_id);
+        let msg = Message::spliced(line, raw_id, Piece::Bytes(server_req.worker_id));
         self.send_to(server_req.generation, msg).await;
     }
 }

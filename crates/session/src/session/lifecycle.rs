@@ -9,13 +9,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use futures_util::StreamExt;
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, StderrTail};
-use mcpvisor_jsonrpc::{LineCodec, build};
+use mcpvisor_jsonrpc::build;
 use mcpvisor_process::Exit;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::codec::FramedRead;
 
 use super::{
     ClientState, Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, WorkerState,
@@ -174,17 +172,7 @@ impl<S: Spawner> Session<S> {
                     .await;
             }
         });
-        let events = self.events_tx.clone();
-        let max = self.cfg.max_message_bytes;
-        tokio::spawn(async move {
-            let mut frames = FramedRead::new(stdout, LineCodec::new(max));
-            while let Some(Ok(frame)) = frames.next().await {
-                if events.send((id, WorkerEvent::Frame(frame))).await.is_err() {
-                    return;
-                }
-            }
-            let _ = events.send((id, WorkerEvent::StdoutClosed)).await;
-        });
+        self.stdouts.push(id, stdout, self.cfg.max_message_bytes);
         let events = self.events_tx.clone();
         tokio::spawn(async move {
             let exit = exited.await;

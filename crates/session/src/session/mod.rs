@@ -6,6 +6,7 @@ mod lists;
 mod restart;
 mod state;
 mod status;
+mod stdout;
 mod timers;
 mod worker;
 
@@ -36,7 +37,7 @@ use crate::config::Config;
 use crate::events::EventSink;
 use crate::spawner::Spawner;
 use crate::table::{Req, ServerReq, Timer};
-use crate::writer;
+use crate::writer::{self, Message};
 
 /// Asks a running session to do something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +90,7 @@ pub(crate) enum Phase {
 pub(crate) struct Generation {
     pub phase: Phase,
     /// Dropping it closes the worker's stdin (the first layer of a stop).
-    pub tx: Option<mpsc::Sender<Bytes>>,
+    pub tx: Option<mpsc::Sender<Message>>,
     /// Messages put in its stdin queue so far.
     pub queued: u64,
     /// How many of those may have reached it; fences its writer off.
@@ -168,11 +169,13 @@ pub struct Session<S> {
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
     events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
-    client_tx: mpsc::Sender<Bytes>,
+    /// Every generation's stdout until it closes.
+    stdouts: stdout::Stdouts,
+    client_tx: mpsc::Sender<Message>,
     /// Messages for the client while its queue is full, in order. While any
     /// wait here the session reads no more requests from the client; past
     /// `OUTBOX` it takes no worker events either (timers still run).
-    outbox: VecDeque<Bytes>,
+    outbox: VecDeque<Message>,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
     sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
@@ -256,6 +259,7 @@ impl<S: Spawner> Session<S> {
             timers: DelayQueue::new(),
             events_tx,
             events_rx,
+            stdouts: stdout::Stdouts::default(),
             client_tx,
             outbox: VecDeque::new(),
             client: ClientState::Open,
@@ -285,6 +289,9 @@ impl<S: Spawner> Session<S> {
                     }
                     None => s.start_drain(),
                 },
+                (generation, event) = s.stdouts.next(), if !far_behind && !s.stdouts.is_empty() => {
+                    s.on_worker_event(generation, event).await;
+                }
                 Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
                     s.on_worker_event(generation, event).await;
                 }
@@ -335,7 +342,8 @@ impl<S: Spawner> Session<S> {
     /// read must not stop the session's timers. When its queue is full the
     /// message waits in the outbox; a client that stays stuck is gone once
     /// a write to it has made no progress for `client_write_timeout`.
-    async fn emit(&mut self, msg: Bytes) {
+    async fn emit(&mut self, msg: impl Into<Message>) {
+        let msg = msg.into();
         if self.client == ClientState::Gone {
             return;
         }
@@ -370,8 +378,8 @@ impl<S: Spawner> Session<S> {
 
     /// Queues a message for a generation's stdin. A worker that has fallen
     /// a whole queue behind is stuck and is stopped.
-    async fn send_to(&mut self, generation: u64, msg: Bytes) -> bool {
-        match self.enqueue(generation, msg) {
+    async fn send_to(&mut self, generation: u64, msg: impl Into<Message>) -> bool {
+        match self.enqueue(generation, msg.into()) {
             Ok(_) => true,
             Err(Unqueued::Full) => {
                 self.retire_stuck(generation).await;
@@ -415,7 +423,7 @@ impl<S: Spawner> Session<S> {
 
     /// Puts a message in a generation's stdin queue; returns its place
     /// there (from 1).
-    fn enqueue(&mut self, generation: u64, msg: Bytes) -> Result<u64, Unqueued> {
+    fn enqueue(&mut self, generation: u64, msg: Message) -> Result<u64, Unqueued> {
         let g = self.gens.get_mut(&generation).ok_or(Unqueued::Closed)?;
         let tx = g.tx.as_ref().ok_or(Unqueued::Closed)?;
         match tx.try_send(msg) {
@@ -510,7 +518,18 @@ impl<S: Spawner> Session<S> {
             + std::time::Duration::from_secs(2);
         let deadline = Instant::now() + bound;
         while self.gens.values().any(|g| g.exit.is_none()) {
-            match tokio::time::timeout_at(deadline, self.events_rx.recv()).await {
+            // Their stdout is still read (and dropped), so that none blocks
+            // on a full pipe while it is asked to stop.
+            let (events, stdouts) = (&mut self.events_rx, &mut self.stdouts);
+            let next = async {
+                loop {
+                    tokio::select! {
+                        event = events.recv() => return event,
+                        _ = stdouts.next(), if !stdouts.is_empty() => {}
+                    }
+                }
+            };
+            match tokio::time::timeout_at(deadline, next).await {
                 Ok(Some((id, WorkerEvent::Exited(exit)))) => {
                     if let Some(g) = self.gens.get_mut(&id) {
                         g.exit = Some(exit);
@@ -525,7 +544,7 @@ impl<S: Spawner> Session<S> {
 
 /// Resolves once the client's queue has room; false when its writer is gone.
 /// (The session is the only sender, so the room is still there after.)
-async fn has_room(tx: &mpsc::Sender<Bytes>) -> bool {
+async fn has_room(tx: &mpsc::Sender<Message>) -> bool {
     tx.reserve().await.is_ok()
 }
 

@@ -2,7 +2,6 @@
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::scan_id;
-use mcpvisor_jsonrpc::rewrite::splice;
 use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, build};
 use tokio::time::Instant;
 
@@ -11,6 +10,7 @@ use super::{ClientState, Phase, Session, WorkerEvent};
 use crate::config::GarbagePolicy;
 use crate::spawner::Spawner;
 use crate::table::{Owner, ServerReq, Timer};
+use crate::writer::{Digits, Message, Piece};
 use serde_json::Value;
 
 impl<S: Spawner> Session<S> {
@@ -128,7 +128,10 @@ impl<S: Spawner> Session<S> {
                 } else if c.filter_tools {
                     edited = self.filtered_tool_list(line, &c.id);
                 }
-                let msg = edited.unwrap_or_else(|| splice(line, raw_id, &c.id));
+                let msg = match edited {
+                    Some(edited) => Message::Line(edited),
+                    None => Message::spliced(line, raw_id, Piece::Bytes(c.id)),
+                };
                 self.emit(msg).await;
                 if self.init_result.is_some() {
                     self.fetch_baseline(generation).await;
@@ -247,7 +250,7 @@ impl<S: Spawner> Session<S> {
                     .map(|(cid, _)| *cid);
                 if let Some(cid) = found {
                     self.server_reqs.remove(&cid);
-                    let msg = splice(line, target, cid.to_string().as_bytes());
+                    let msg = Message::spliced(line, target, Piece::Number(Digits::new(cid)));
                     self.emit(msg).await;
                 }
             }
@@ -287,7 +290,7 @@ impl<S: Spawner> Session<S> {
                 worker_id: Bytes::copy_from_slice(raw_id.get().as_bytes()),
             },
         );
-        let msg = splice(line, raw_id, cid.to_string().as_bytes());
+        let msg = Message::spliced(line, raw_id, Piece::Number(Digits::new(cid)));
         self.emit(msg).await;
     }
 
