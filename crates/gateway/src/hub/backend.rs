@@ -1014,6 +1014,10 @@ impl Hub {
                 self.read_list(id, ListKind::Resources);
                 self.read_list(id, ListKind::Templates);
             }
+            // Served as itself, the server's log lines keep their own logger.
+            "notifications/message" if self.settings.transparent => {
+                self.broadcast(line.clone()).await;
+            }
             "notifications/message" => {
                 let name = self.backend_name(id);
                 let Some(params) = mcpvisor_jsonrpc::envelope::raw_params(line) else {

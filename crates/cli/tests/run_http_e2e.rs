@@ -1,0 +1,125 @@
+//! `mcpvisor run --http`: one stdio server served as itself over Streamable
+//! HTTP, driven by a plain HTTP/1.1 client over a socket.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::{Proc, WAIT};
+
+/// A server with one tool, `work`, that logs with its own logger name
+/// before it answers.
+const LOGGER: &str = r#"
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
+while IFS= read -r line; do
+  case "$line" in
+    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"logger","version":"0"}}}\n' "$(id_of "$line")" ;;
+    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"work","description":"logs, then answers","inputSchema":{"type":"object"}}]}}\n' "$(id_of "$line")" ;;
+    *'"method":"notifications/'*) ;;
+    *'"tools/call"'*)
+      printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","logger":"its-own-logger","data":"working"}}\n'
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$(id_of "$line")" ;;
+    *'"id"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+  esac
+done
+"#;
+
+/// Sends one request; returns the head and as much of the body as came
+/// until `done` holds for it (or the connection closed, or the wait ran out).
+fn exchange(addr: &str, request: &str, done: impl Fn(&str) -> bool) -> (String, String) {
+    let mut sock = TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    sock.write_all(request.as_bytes()).expect("send");
+    let deadline = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    while Instant::now() < deadline {
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => panic!("read: {e}"),
+        }
+        let text = String::from_utf8_lossy(&got);
+        if let Some((_, body)) = text.split_once("\r\n\r\n")
+            && done(body)
+        {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.to_owned(), body.to_owned())
+}
+
+fn post(addr: &str, session: Option<&str>, body: &str) -> (String, String) {
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(addr, &req, |_| false)
+}
+
+#[test]
+fn the_servers_log_lines_keep_their_own_logger() {
+    let args: Vec<String> = ["run", "--http", "127.0.0.1:0", "--", "sh", "-c", LOGGER]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::spawn(&args);
+    let line = p.wait_stderr("mcpvisor: listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an address")
+        .trim()
+        .to_owned();
+
+    let (head, _) = post(
+        &addr,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"));
+    post(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    let (head, body) = post(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"work","arguments":{}}}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+
+    // The log line is related to no request: it waits for the standalone stream.
+    let get = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+    );
+    let (head, body) = exchange(&addr, &get, |b| b.contains("notifications/message"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(
+        body.contains(r#""logger":"its-own-logger""#),
+        "the log line lost its logger: {body}"
+    );
+    drop(p);
+}
