@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
-use super::{Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
+use super::{Hub, Incoming, Pending, Private, ServerReq, Source, Timer, Wrap};
 use crate::raw::{self, RawObject};
 
 /// A backend's identity for the life of the gateway (names can be reused
@@ -78,7 +78,8 @@ pub(crate) struct Backend {
     pub misses: u32,
     pub last_used: Instant,
     pub health_timer: Option<tokio_util::time::delay_queue::Key>,
-    /// Bumped at each start, to fence late list pages of an older one.
+    /// Bumped at each start, to fence what an older session still says
+    /// (late list pages, its output, its end).
     pub epoch: u64,
     pub started: Option<Instant>,
 }
@@ -190,11 +191,15 @@ impl Hub {
         let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
         let (link, output) = Link::start(spawner, b.plan.session.clone(), sink);
-        tokio::spawn(super::pump(id, output, events.clone()));
-        tokio::spawn(super::relay_status(id, status, events));
+        b.epoch += 1;
+        let source = Source {
+            backend: id,
+            epoch: b.epoch,
+        };
+        tokio::spawn(super::pump(source, output, events.clone()));
+        tokio::spawn(super::relay_status(source, status, events));
         b.link = Some(link);
         b.state = State::Starting;
-        b.epoch += 1;
         b.started = Some(Instant::now());
         b.misses = 0;
         b.ping = None;
@@ -510,7 +515,19 @@ impl Hub {
 
     // === what backends say ===
 
-    pub(crate) async fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
+    pub(crate) async fn on_backend(&mut self, source: Source, incoming: Incoming) {
+        let id = source.backend;
+        // Only the running session speaks for its backend. One stopped for
+        // a restart goes on ending in the background; taken for the new
+        // one, its end would stop the new session and fail its requests.
+        let current = self
+            .backends
+            .get(&id)
+            .is_some_and(|b| b.link.is_some() && b.epoch == source.epoch);
+        if !current {
+            tracing::trace!(server = %self.backend_name(id), "a stopped session's report dropped");
+            return;
+        }
         match incoming {
             Incoming::Frame(Frame::Line(line)) => self.on_backend_line(id, line).await,
             Incoming::Frame(Frame::Oversize { len, .. }) => {
@@ -518,13 +535,10 @@ impl Hub {
             }
             Incoming::Status(event) => self.on_status(id, event).await,
             Incoming::Closed => {
-                let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
-                if live {
-                    tracing::warn!(server = %self.backend_name(id), "its session ended");
-                    self.stop_backend(id, "its session ended", State::Idle)
-                        .await;
-                    self.remerge_all().await;
-                }
+                tracing::warn!(server = %self.backend_name(id), "its session ended");
+                self.stop_backend(id, "its session ended", State::Idle)
+                    .await;
+                self.remerge_all().await;
             }
         }
     }

@@ -4,8 +4,9 @@
 //! lifecycle, the table of requests in flight towards them, the backends'
 //! own requests waiting for the front client's answer, the merged lists and
 //! the name tables. Helper tasks only move lines: one reader per backend
-//! session (its frames arrive tagged with the backend's id) and one writer
-//! for the front client.
+//! session (its frames arrive tagged with the backend's id and the
+//! session's epoch, so that a stopped session still ending is not taken
+//! for its successor) and one writer for the front client.
 
 mod backend;
 mod front;
@@ -82,6 +83,15 @@ pub enum Outcome {
     ClientGone,
     /// A [`Control::Shutdown`] arrived.
     Shutdown,
+}
+
+/// Which session of which backend a report comes from. A restarted
+/// backend's old session may still be ending: what it says is stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Source {
+    pub backend: BackendId,
+    /// The backend's epoch when that session started.
+    pub epoch: u64,
 }
 
 /// What a backend's helper tasks report.
@@ -212,8 +222,8 @@ pub struct Hub {
     merged: Merged,
     cache: Option<crate::cache::Cache>,
     timers: DelayQueue<Timer>,
-    events_tx: mpsc::Sender<(BackendId, Incoming)>,
-    events_rx: mpsc::Receiver<(BackendId, Incoming)>,
+    events_tx: mpsc::Sender<(Source, Incoming)>,
+    events_rx: mpsc::Receiver<(Source, Incoming)>,
     front_tx: mpsc::Sender<Bytes>,
     front_gone: bool,
     closing: bool,
@@ -310,8 +320,8 @@ impl Hub {
                     }
                     None => hub.closing = true,
                 },
-                Some((backend, incoming)) = hub.events_rx.recv() => {
-                    hub.on_backend(backend, incoming).await;
+                Some((source, incoming)) = hub.events_rx.recv() => {
+                    hub.on_backend(source, incoming).await;
                 }
                 Some(expired) = hub.timers.next(), if !hub.timers.is_empty() => {
                     hub.on_timer(expired.into_inner()).await;
@@ -421,14 +431,14 @@ impl Hub {
 
 /// Reads one backend session's output into the hub's event channel.
 pub(crate) async fn pump(
-    id: BackendId,
+    source: Source,
     mut output: mcpvisor_runner::link::Output,
-    events: mpsc::Sender<(BackendId, Incoming)>,
+    events: mpsc::Sender<(Source, Incoming)>,
 ) {
     while let Some(frame) = output.next().await {
         match frame {
             Ok(frame) => {
-                if events.send((id, Incoming::Frame(frame))).await.is_err() {
+                if events.send((source, Incoming::Frame(frame))).await.is_err() {
                     return;
                 }
             }
@@ -438,17 +448,21 @@ pub(crate) async fn pump(
             }
         }
     }
-    let _ = events.send((id, Incoming::Closed)).await;
+    let _ = events.send((source, Incoming::Closed)).await;
 }
 
 /// Forwards one backend session's lifecycle events to the hub.
 pub(crate) async fn relay_status(
-    id: BackendId,
+    source: Source,
     mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
-    events: mpsc::Sender<(BackendId, Incoming)>,
+    events: mpsc::Sender<(Source, Incoming)>,
 ) {
     while let Some(event) = status.recv().await {
-        if events.send((id, Incoming::Status(event))).await.is_err() {
+        if events
+            .send((source, Incoming::Status(event)))
+            .await
+            .is_err()
+        {
             return;
         }
     }
