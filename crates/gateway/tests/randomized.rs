@@ -1,7 +1,7 @@
 //! Seeded random traffic through the gateway to several real fake workers:
-//! calls to every server's tools, progress, cancels, crashes, kills, reused
-//! ids, reloads and restarts, with the routing invariants checked over
-//! everything the front client saw.
+//! calls to every server's tools, progress, cancels, crashes, kills,
+//! freezes, reused ids, reloads and restarts, with the routing invariants
+//! checked over everything the front client saw.
 //!
 //! [`Hub::run`] runs in this process on a pipe; each server is a real
 //! `mcpvisor-fake-worker` under its own session. The driver writes down
@@ -17,7 +17,9 @@ use std::time::Duration;
 use mcpvisor_config::ServerDef;
 use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, NOT_STARTED, PARSE_ERROR, REQUEST_TIMEOUT, WORKER_LOST};
+use mcpvisor_process::StopTimeouts;
 use mcpvisor_process::stderr::Passthrough;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
 use tokio::sync::mpsc;
@@ -87,6 +89,12 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
         crash_loop_exits,
         failed_cooldown: Duration::from_millis(500),
         reload_drain_timeout: Duration::from_millis(300),
+        // A frozen worker ignores all but SIGKILL: its session ends a
+        // while after the gateway has replaced it, not much later.
+        stop: StopTimeouts {
+            after_close: Duration::from_millis(100),
+            after_term: Duration::from_secs(1),
+        },
         ..mcpvisor_session::Config::default()
     };
     ServerPlan {
@@ -101,7 +109,7 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
         stderr: Passthrough::Discard,
         lazy: false,
         idle_timeout: None,
-        health_interval: Some(Duration::from_millis(250)),
+        health_interval: Some(Duration::from_millis(200)),
         health_misses: 3,
         cached: None,
         cache_key: None,
@@ -144,6 +152,41 @@ impl Tool {
     }
 }
 
+/// Something done to a server that may cost its calls their answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upset {
+    /// A `crash` call sent.
+    Crash,
+    /// Its worker killed with SIGKILL.
+    Kill,
+    /// Its worker stopped with SIGSTOP: health checks go unanswered, and
+    /// the gateway may restart it.
+    Freeze,
+    /// A reload asked of its session.
+    Reload,
+    /// Its definition changed: the gateway restarts it.
+    Reconfigure,
+}
+
+impl Upset {
+    const ALL: [Upset; 5] = [
+        Upset::Crash,
+        Upset::Kill,
+        Upset::Freeze,
+        Upset::Reload,
+        Upset::Reconfigure,
+    ];
+}
+
+/// An [`Upset`] of one server, and when.
+#[derive(Debug, Clone, Copy)]
+struct Disruption {
+    backend: usize,
+    /// How much of the stream had arrived when it was done.
+    at: usize,
+    upset: Upset,
+}
+
 /// One `tools/call` the driver sent.
 #[derive(Debug)]
 struct Call {
@@ -179,14 +222,16 @@ struct Driver {
     calls: Vec<Call>,
     /// The gateway's own answers expected: `ping`s, `initialize`, the list.
     plain: Vec<Value>,
-    /// (backend, stream position) of each crash call, kill, reload and
-    /// restart: what may cost a server's calls their answers.
-    disruptions: Vec<(usize, usize)>,
+    /// What may cost a server's calls their answers, where in the stream.
+    disruptions: Vec<Disruption>,
     /// Servers may crash-loop into their failed state, their tools
     /// withdrawn meanwhile.
     crash_loops: bool,
     /// Lines sent that are not JSON.
     garbage: usize,
+    /// A server whose worker is stopped: (backend, pid, when it is let go
+    /// on). Nothing is sent to it meanwhile.
+    frozen: Option<(usize, i32, Instant)>,
     /// The configuration the gateway runs, and its control channel.
     plans: Vec<ServerPlan>,
     control: mpsc::Sender<Control>,
@@ -345,7 +390,17 @@ impl Driver {
     }
 
     async fn random_op(&mut self, n: usize) {
-        let backend = self.rng.below(self.names.len() as u64) as usize;
+        if self
+            .frozen
+            .is_some_and(|(_, _, until)| Instant::now() >= until)
+        {
+            self.thaw();
+        }
+        let frozen = self.frozen.map(|(b, _, _)| b);
+        let awake: Vec<usize> = (0..self.names.len())
+            .filter(|b| Some(*b) != frozen)
+            .collect();
+        let backend = self.rng.pick(&awake).expect("a server awake");
         match self.rng.below(100) {
             0..30 => {
                 let tag = format!("{}-{n}-{:x}", self.seed, self.rng.next());
@@ -363,13 +418,14 @@ impl Driver {
                 let token = self.token(self.calls.len());
                 self.call(backend, Tool::Hang, token, None).await;
             }
-            53..63 => self.cancel(n).await,
+            53..63 => self.cancel().await,
             63..67 => {
-                self.disrupt(backend);
+                self.disrupt(backend, Upset::Crash);
                 self.call(backend, Tool::Crash, None, None).await;
             }
             67..70 => self.kill(backend).await,
-            70..75 => self.reuse_id(backend, n).await,
+            70 => self.freeze(backend).await,
+            71..75 => self.reuse_id(backend, n).await,
             75..78 => {
                 self.garbage += 1;
                 self.write("{not json".to_owned()).await;
@@ -379,7 +435,7 @@ impl Driver {
             }
             83..85 => self.reconfigure(backend).await,
             85..87 => {
-                self.disrupt(backend);
+                self.disrupt(backend, Upset::Reload);
                 let name = self.names[backend].clone();
                 self.control(Control::Reload(name)).await;
             }
@@ -393,15 +449,18 @@ impl Driver {
 
     /// Cancels a call in flight, then pings: once the ping is answered, the
     /// gateway has taken the cancel, and nothing more may come for the call.
-    async fn cancel(&mut self, n: usize) {
+    async fn cancel(&mut self) {
         let open = self.open(&["echo", "sleep", "hang", "whoami"]);
-        let Some(k) = self.rng.pick(&open) else {
-            return;
-        };
+        if let Some(k) = self.rng.pick(&open) {
+            self.cancel_call(k).await;
+        }
+    }
+
+    async fn cancel_call(&mut self, k: usize) {
         let id = self.calls[k].id.clone();
         self.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id,"reason":"random"}}))
             .await;
-        let barrier = self.plain(json!(format!("b-{n}")), "ping", json!({})).await;
+        let barrier = self.plain(json!(format!("b-{k}")), "ping", json!({})).await;
         self.calls[k].barrier = Some(barrier);
     }
 
@@ -417,8 +476,8 @@ impl Driver {
         self.call(backend, Tool::Echo(args), None, Some(k)).await;
     }
 
-    /// Finds a worker's pid with `whoami` and kills it with SIGKILL.
-    async fn kill(&mut self, backend: usize) {
+    /// The pid of `backend`'s worker, asked with `whoami`, if it answers.
+    async fn worker_pid(&mut self, backend: usize) -> Option<i32> {
         let k = self.call(backend, Tool::Whoami, None, None).await;
         let id = self.calls[k].id.clone();
         self.wait_until("whoami's answer", |d| d.answers(&id) > 0)
@@ -429,28 +488,65 @@ impl Driver {
             .rev()
             .find(|m| m["id"] == id && m.get("method").is_none())
             .expect("the answer just seen");
-        let Some(pid) = whoami_pid(answer) else {
+        whoami_pid(answer)
+    }
+
+    /// Kills `backend`'s worker with SIGKILL.
+    async fn kill(&mut self, backend: usize) {
+        if let Some(pid) = self.worker_pid(backend).await {
+            self.disrupt(backend, Upset::Kill);
+            signal_worker(pid, Signal::SIGKILL);
+        }
+    }
+
+    /// Cancels what a server has in flight, stops its worker with SIGSTOP
+    /// and leaves the server alone for a while: its health checks go
+    /// unanswered, and the gateway may restart it before the worker is let
+    /// go on again.
+    async fn freeze(&mut self, backend: usize) {
+        // An id used twice has an answer to spare until it has two.
+        let held: Vec<usize> = (0..self.calls.len())
+            .filter(|&k| {
+                let c = &self.calls[k];
+                let id = c.id.to_string();
+                c.backend == backend
+                    && c.barrier.is_none()
+                    && self.answers(&c.id) < self.by_id[&id].len()
+            })
+            .collect();
+        // A call whose id another call shares cannot be cancelled alone.
+        let shared = held
+            .iter()
+            .any(|&k| self.calls[k].reused || self.calls[k].reuses.is_some());
+        if self.frozen.is_some() || shared {
             return;
-        };
-        // The worker may have exited meanwhile: kill only a fake worker.
-        let needle = b"mcpvisor-fake-worker";
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"));
-        let ours = cmdline.map_or(!Path::new("/proc/self").exists(), |c| {
-            c.windows(needle.len()).any(|w| w == needle)
-        });
-        if ours {
-            self.disrupt(backend);
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+        }
+        for k in held {
+            self.cancel_call(k).await;
+        }
+        if let Some(pid) = self.worker_pid(backend).await {
+            self.disrupt(backend, Upset::Freeze);
+            signal_worker(pid, Signal::SIGSTOP);
+            let until = Instant::now() + Duration::from_millis(800 + self.rng.below(800));
+            self.frozen = Some((backend, pid, until));
+        }
+    }
+
+    /// Lets a frozen worker go on, if the gateway has not replaced it.
+    fn thaw(&mut self) {
+        if let Some((_, pid, _)) = self.frozen.take() {
+            signal_worker(pid, Signal::SIGCONT);
         }
     }
 
     /// Notes that what comes next may cost `backend`'s calls their answers.
-    fn disrupt(&mut self, backend: usize) {
+    fn disrupt(&mut self, backend: usize, upset: Upset) {
         self.drain();
-        self.disruptions.push((backend, self.log.len()));
+        self.disruptions.push(Disruption {
+            backend,
+            at: self.log.len(),
+            upset,
+        });
     }
 
     /// Whether the answer at `pos` can be call `k`'s.
@@ -461,10 +557,12 @@ impl Driver {
         if pos < c.sent {
             return Err("answered before it was sent".into());
         }
-        let disrupted = self
-            .disruptions
-            .iter()
-            .any(|(b, at)| *b == c.backend && *at <= pos);
+        // Whether one of these was done to its server before the answer.
+        let upset = |kinds: &[Upset]| {
+            self.disruptions
+                .iter()
+                .any(|d| d.backend == c.backend && d.at <= pos && kinds.contains(&d.upset))
+        };
         if let Some(error) = m.get("error") {
             if let Some(server) = error["data"]["server"].as_str() {
                 if server != name {
@@ -473,14 +571,29 @@ impl Driver {
             }
             let message = error["message"].as_str().unwrap_or_default();
             let code = error["code"].as_i64().unwrap_or_default();
+            // The gateway's own reasons for stopping a server.
+            match error["data"]["reason"].as_str().unwrap_or_default() {
+                "its session ended" => {
+                    return Err("its session ended, and none ends by itself here".into());
+                }
+                "its configuration changed" if !upset(&[Upset::Reconfigure]) => {
+                    return Err("stopped for a configuration change never made".into());
+                }
+                r if r.contains("health checks") && !upset(&[Upset::Freeze]) => {
+                    return Err("health checks unanswered by a server that answers".into());
+                }
+                _ => {}
+            }
             return match code {
                 NOT_STARTED if message.contains(REUSED_ID) => match c.reuses {
                     Some(_) => Ok(()),
                     None => Err("refused as a reused id, but its id was new".into()),
                 },
-                WORKER_LOST | NOT_STARTED if disrupted => Ok(()),
+                WORKER_LOST | NOT_STARTED if upset(&Upset::ALL) => Ok(()),
                 INVALID_PARAMS
-                    if disrupted && self.crash_loops && message.starts_with("Unknown tool") =>
+                    if upset(&Upset::ALL)
+                        && self.crash_loops
+                        && message.starts_with("Unknown tool") =>
                 {
                     Ok(())
                 }
@@ -520,7 +633,7 @@ impl Driver {
             args.drain(at..at + 2);
         }
         args.extend(["--page-size".to_owned(), page_size]);
-        self.disrupt(backend);
+        self.disrupt(backend, Upset::Reconfigure);
         self.control(Control::Reconfigure(self.plans.clone())).await;
     }
 
@@ -543,6 +656,18 @@ impl Driver {
     /// Every call not cancelled is answered, and every ping.
     fn settled(&self) -> bool {
         self.unanswered().is_empty() && self.plain.iter().all(|id| self.answers(id) > 0)
+    }
+}
+
+/// Signals a worker, if `pid` is still one: it may have exited meanwhile.
+fn signal_worker(pid: i32, signal: Signal) {
+    let needle = b"mcpvisor-fake-worker";
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"));
+    let ours = cmdline.map_or(!Path::new("/proc/self").exists(), |c| {
+        c.windows(needle.len()).any(|w| w == needle)
+    });
+    if ours {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
     }
 }
 
@@ -826,6 +951,7 @@ async fn run_seed(seed: u64, worker: &Path) {
         disruptions: Vec::new(),
         crash_loops,
         garbage: 0,
+        frozen: None,
         plans,
         control: control_tx,
     };
@@ -863,8 +989,11 @@ async fn run_seed(seed: u64, worker: &Path) {
         }
     }
 
-    for n in 0..OPS {
+    // At least OPS operations, and none of the servers left frozen.
+    let mut n = 0;
+    while n < OPS || d.frozen.is_some() {
         d.random_op(n).await;
+        n += 1;
     }
     d.wait_until("an answer to every call not cancelled", Driver::settled)
         .await;
