@@ -448,6 +448,30 @@ fn a_server_that_starts_crash_looping_later_fails_its_calls_not_the_others() {
 }
 
 #[test]
+fn a_server_that_could_not_start_is_retried_until_it_starts() {
+    // Its first two starts fail the handshake, the third works. Each retry
+    // stops the session before, which ends in the background while the
+    // next one runs: its end must not be taken for the new session's.
+    let dir = temp_dir("serve-retry");
+    let starts = dir.join("starts");
+    let script = format!(
+        "n=$(cat '{s}' 2>/dev/null || echo 0); echo $((n + 1)) > '{s}'; \
+         if [ \"$n\" -lt 2 ]; then exec '{w}' --initialize-error; fi; exec '{w}'",
+        s = starts.display(),
+        w = fake_worker().display()
+    );
+    let config = dir.join("mcp.json");
+    write_config(&config, &[Entry::fake("a", &[]), Entry::sh("b", &script)]);
+    let mut p = serve(&config, &["--health-interval", "200ms"]);
+    initialize_with(&mut p, json!({}));
+    until(&mut p, "b's tools", is_tools_changed);
+    let names = tool_names(&mut p, json!(1));
+    assert!(names.contains(&"b__echo".to_owned()), "{names:?}");
+    let r = p.call(json!(2), "b__echo", json!({"up": true}));
+    assert_eq!(Proc::tool_json(&r), json!({"up": true}), "{r}");
+}
+
+#[test]
 fn five_hundred_concurrent_calls_beside_a_crash_looping_server() {
     const CALLS: usize = 500;
     const DOOMED: usize = 50;
