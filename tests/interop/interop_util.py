@@ -166,6 +166,11 @@ def set_process_tag(tag: str) -> None:
     _current_tag = tag
 
 
+def process_tag() -> str:
+    """The current test's process tag (empty outside a test)."""
+    return _current_tag
+
+
 def tagged_processes(tag: str) -> set[int]:
     """Live processes whose environment carries TAG_VAR=tag."""
     needle = f"{TAG_VAR}={tag}".encode()

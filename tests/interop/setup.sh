@@ -14,7 +14,8 @@ NPM_PREFIX="$CACHE/npm"
 PY_REQUIREMENTS="mcp==2.3.0
 pytest==8.4.2"
 NPM_PACKAGES="@modelcontextprotocol/server-everything@2026.8.31
-@modelcontextprotocol/server-filesystem@2026.8.31"
+@modelcontextprotocol/server-filesystem@2026.8.31
+@modelcontextprotocol/sdk@1.32.2"
 
 PYTHON="${INTEROP_PYTHON:-}"
 if [[ -z "$PYTHON" ]]; then
