@@ -29,6 +29,10 @@ pub enum FrontCommand {
     /// requests in flight are cancelled towards their servers, and its
     /// subscriptions end.
     Close { front: FrontId },
+    /// The front's client has gone (a DELETE, a stateless request whose
+    /// client closed the connection): its requests in flight are cancelled
+    /// towards their servers at once.
+    Abandon { front: FrontId },
 }
 
 /// A message for one front's client.

@@ -404,6 +404,11 @@ async fn post_inner(
                 .into_response(),
             _ => {
                 let _ = handle.commands.send(Command::Touch).await;
+                // A cancelled request gets no answer: its stream ends here
+                // and its place is free.
+                if let Some(rid) = cancelled_request(&line) {
+                    let _ = handle.commands.send(Command::Abandon { id: rid }).await;
+                }
                 let msg = FrontCommand::Message {
                     front: handle.front,
                     line,
@@ -459,6 +464,16 @@ impl Drop for Throwaway {
             tokio::spawn(async move { commands.send(cmd).await });
         }
     }
+}
+
+/// The request id a `notifications/cancelled` names, as written.
+fn cancelled_request(line: &Bytes) -> Option<Bytes> {
+    let env = Envelope::peek(line).ok()?;
+    if env.kind != Kind::Notification || env.method() != "notifications/cancelled" {
+        return None;
+    }
+    env.request_id
+        .map(|id| Bytes::copy_from_slice(id.get().as_bytes()))
 }
 
 /// Whether a response is an error.

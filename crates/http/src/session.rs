@@ -169,6 +169,9 @@ pub(crate) struct Handle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     Deleted,
+    /// A stateless request's client closed its connection before the
+    /// answer: in 2026-07-28 that is how a request is cancelled.
+    Abandoned,
     Expired,
     Finished,
     HubGone,
@@ -214,15 +217,37 @@ impl Session {
     async fn run(mut self, mut out: mpsc::Receiver<Outbound>, mut cmds: mpsc::Receiver<Command>) {
         let shared = self.shared.clone();
         let idle = shared.cfg.cfg.session_idle_timeout;
+        let mut cmds_open = true;
         let end = loop {
             let deadline = self.last_active + idle;
+            // A finishing session's one request: whether its reader is gone.
+            let watched = if self.finishing {
+                self.requests
+                    .values()
+                    .next()
+                    .and_then(|n| self.streams.get(n))
+                    .and_then(|s| s.tx.clone())
+            } else {
+                None
+            };
             tokio::select! {
+                () = async {
+                    match &watched {
+                        Some(tx) => tx.closed().await,
+                        None => std::future::pending().await,
+                    }
+                }, if watched.is_some() => break End::Abandoned,
                 msg = out.recv() => match msg {
                     Some(msg) => self.route(msg),
                     None => break End::HubGone,
                 },
-                cmd = cmds.recv() => match cmd {
-                    Some(Command::End) | None => break End::Deleted,
+                cmd = cmds.recv(), if cmds_open => match cmd {
+                    Some(Command::End) => break End::Deleted,
+                    // A finishing session (a stateless request's) loses its
+                    // last handle before its answer has streamed: it goes on
+                    // until the answer is out.
+                    None if self.finishing => cmds_open = false,
+                    None => break End::Deleted,
                     Some(cmd) => self.command(cmd),
                 },
                 () = tokio::time::sleep_until(deadline) => {
@@ -242,7 +267,11 @@ impl Session {
         tracing::debug!(front = self.front.0, ?end, "HTTP session ends");
         shared.forget(&self.key);
         if end != End::HubGone {
-            let close = FrontCommand::Close { front: self.front };
+            let close = match end {
+                // The client has gone: its requests are cancelled now.
+                End::Deleted | End::Abandoned => FrontCommand::Abandon { front: self.front },
+                _ => FrontCommand::Close { front: self.front },
+            };
             let bound = shared.cfg.cfg.hub_send_timeout;
             if tokio::time::timeout(bound, shared.hub.send(close))
                 .await

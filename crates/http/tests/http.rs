@@ -47,7 +47,8 @@ async fn fake_hub(
                 fronts.insert(front, out);
                 let _ = seen.send(Seen::Open);
             }
-            FrontCommand::Close { front } => {
+            // The end of a front, whether it drains or is abandoned.
+            FrontCommand::Close { front } | FrontCommand::Abandon { front } => {
                 fronts.remove(&front);
                 let _ = seen.send(Seen::Close(front));
             }

@@ -403,6 +403,7 @@ impl Hub {
                     f.closing.get_or_insert_with(|| Instant::now() + DRAIN);
                 }
             }
+            FrontCommand::Abandon { front } => self.drop_front(front, Outcome::ClientGone).await,
         }
     }
 
