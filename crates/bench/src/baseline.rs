@@ -14,9 +14,10 @@ use crate::instructions::TOLERANCE_PERCENT;
 
 /// What the figures are, for whoever reads the baseline file.
 const MEASURED: &str = "User-space instructions (callgrind Ir) executed by the mcpvisor \
-process per request: a run of `requests` bench/echo requests minus a run with none (the same \
-start, handshake and shutdown), divided by `requests`. The fake worker runs untraced \
-(--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \
+process per request: a run of `requests` requests minus a run with none (the same start, \
+handshake and shutdown), divided by `requests`. The requests are bench/echo through run, and \
+tools/call of the fake worker's echo tool (bench__echo) through serve. The fake worker runs \
+untraced (--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \
 instructions --write`; see BENCHMARKS.md.";
 
 /// A set of instruction counts, as written to and read from the file.

@@ -6,14 +6,16 @@
 //! only its own user-space instructions are counted: not the worker's (it
 //! runs natively), not the client's (this process, outside valgrind), not
 //! the kernel's. Each figure is two traced runs of the same scenario: one
-//! with `requests` `bench/echo` requests at concurrency 1 and one with none,
-//! both with the same start, handshake and shutdown. Their difference over
+//! with `requests` requests at concurrency 1 and one with none, both with
+//! the same start, handshake and shutdown. Their difference over
 //! `requests` is the cost of one request: read, peek, splice and write on
 //! the way in, the same on the way out, and the task hops between.
 //!
 //! The scenarios are a table ([`SCENARIOS`]) of how mcpvisor is put in front
-//! of the fake worker and how the client reaches it ([`Front`]); each is
-//! measured at every load of [`LOADS`].
+//! of the fake worker ([`Launch`]: `run` wraps it and is sent `bench/echo`;
+//! `serve` has it as the one server of a config file and is sent a
+//! `tools/call` of its `echo` tool) and how the client reaches it
+//! ([`Front`]); each is measured at every load of [`LOADS`].
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -22,8 +24,9 @@ use anyhow::{Context as _, bail};
 use tokio::process::Command;
 
 use crate::baseline::{Baseline, Figure};
+use crate::gateway::{self, Gateway, Server};
 use crate::load::{self, Load, Stop};
-use crate::payload::Payloads;
+use crate::payload::{Echo, Payloads};
 use crate::peer::{Binaries, Peer, Via};
 
 /// The options of `mcpvisor-bench instructions`.
@@ -53,9 +56,20 @@ pub struct InstructionsArgs {
 /// How the client reaches mcpvisor in a scenario.
 #[derive(Debug, Clone, Copy)]
 pub enum Front {
-    /// JSON-RPC lines on the traced process's own stdin and stdout. (An HTTP
-    /// front, for `serve`, is another variant with its own client.)
+    /// JSON-RPC lines on the traced process's own stdin and stdout.
     Stdio,
+}
+
+/// How mcpvisor is given the fake worker, and what the client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launch {
+    /// The fake worker's path follows mcpvisor's arguments; the client
+    /// sends `bench/echo`.
+    Wrap,
+    /// A config file with the fake worker as its one server, `bench`,
+    /// follows mcpvisor's arguments; the client calls the tool
+    /// `bench__echo` (the gateway routes only MCP's own methods).
+    Gateway,
 }
 
 /// One way of putting mcpvisor in front of the fake worker.
@@ -63,8 +77,9 @@ pub enum Front {
 pub struct Scenario {
     /// Its name in reports and in the baseline.
     pub name: &'static str,
-    /// mcpvisor's arguments; the fake worker's path follows them.
+    /// mcpvisor's arguments, before the fake worker or its config file.
     pub args: &'static [&'static str],
+    pub launch: Launch,
     pub front: Front,
 }
 
@@ -73,17 +88,40 @@ impl Scenario {
     fn command(&self) -> String {
         let mut words = vec!["mcpvisor"];
         words.extend(self.args);
-        words.push("mcpvisor-fake-worker");
+        match self.launch {
+            Launch::Wrap => words.push("mcpvisor-fake-worker"),
+            Launch::Gateway => words.extend([
+                "FILE",
+                "(FILE: one server, bench, the mcpvisor-fake-worker; tools/call bench__echo)",
+            ]),
+        }
         words.join(" ")
+    }
+
+    /// The requests of one load on this scenario.
+    fn payloads(&self, payload: usize) -> Payloads {
+        match self.launch {
+            Launch::Wrap => Payloads::new(payload),
+            Launch::Gateway => Payloads::with(payload, Echo::Tool(vec![gateway::TOOL.to_owned()])),
+        }
     }
 }
 
 /// Every scenario measured, in report order.
-pub const SCENARIOS: &[Scenario] = &[Scenario {
-    name: "run",
-    args: &["run", "-q", "--no-watch", "--"],
-    front: Front::Stdio,
-}];
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "run",
+        args: &["run", "-q", "--no-watch", "--"],
+        launch: Launch::Wrap,
+        front: Front::Stdio,
+    },
+    Scenario {
+        name: "serve",
+        args: &gateway::SERVE_ARGS,
+        launch: Launch::Gateway,
+        front: Front::Stdio,
+    },
+];
 
 /// Payload sizes at concurrency 1, measured for every scenario.
 pub const LOADS: &[(usize, usize)] = &[(64, 1), (65_536, 1)];
@@ -185,6 +223,15 @@ impl Tracer {
         requests: u64,
     ) -> anyhow::Result<u64> {
         let label = format!("{}-{payload}-c{concurrency}-{requests}", scenario.name);
+        // Held until the run is over: its config file and list cache.
+        let served = match scenario.launch {
+            Launch::Wrap => None,
+            Launch::Gateway => Some(Gateway::new(
+                bins,
+                &format!("instructions-{label}"),
+                &[Server::eager(gateway::SERVER)],
+            )?),
+        };
         let mut command = Command::new(&self.valgrind);
         command
             .arg("--tool=callgrind")
@@ -197,13 +244,24 @@ impl Tracer {
             ))
             .arg(flag("--log-file=", &self.dir, &label, "log"))
             .arg(&bins.mcpvisor)
-            .args(scenario.args)
-            .arg(&bins.worker);
+            .args(scenario.args);
+        let via = match &served {
+            None => {
+                command.arg(&bins.worker);
+                Via::Mcpvisor
+            }
+            Some(served) => {
+                command.arg(served.config());
+                served.cache_env(&mut command);
+                Via::Serve
+            }
+        };
         let pid = match scenario.front {
             Front::Stdio => {
-                let mut peer = Peer::start(Via::Mcpvisor, command, bins.show_stderr)?;
+                let mut peer = Peer::start(via, command, bins.show_stderr)?;
                 let pid = peer.pid;
-                let driven = drive(&mut peer, payload, concurrency, requests).await;
+                let payloads = scenario.payloads(payload);
+                let driven = drive(&mut peer, &payloads, concurrency, requests).await;
                 let status = peer.close().await;
                 let log = self.dir.join(format!("{label}.{pid}.log"));
                 driven.with_context(|| valgrind_log(&log))?;
@@ -227,18 +285,18 @@ impl Tracer {
 /// The client's side of one run on a stdio front.
 async fn drive(
     peer: &mut Peer,
-    payload: usize,
+    payloads: &Payloads,
     concurrency: usize,
     requests: u64,
 ) -> anyhow::Result<()> {
     peer.initialize().await?;
     if requests > 0 {
         let load = Load {
-            payload,
+            payload: payloads.size(),
             concurrency,
             stop: Stop::Count(requests),
         };
-        load::run(peer, load, &Payloads::new(payload)).await?;
+        load::run(peer, load, payloads).await?;
     }
     Ok(())
 }

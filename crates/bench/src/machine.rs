@@ -34,6 +34,31 @@ pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
         .with_context(|| format!("no VmHWM in {path}"))
 }
 
+/// The processes whose parent is `pid`, from `/proc/*/stat`. A process
+/// that ends while the table is read is simply not counted.
+pub fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| parent_of(&stat))
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// The parent pid in a `/proc/PID/stat` line: the second field after the
+/// command name, which is in parentheses and may hold anything, even `)`.
+fn parent_of(stat: &str) -> Option<u32> {
+    let (_, after_name) = stat.rsplit_once(')')?;
+    after_name.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Today's date (UTC) as `YYYY-MM-DD`.
 pub fn today() -> String {
     let secs = SystemTime::now()
@@ -67,6 +92,25 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_000), (2024, 10, 4));
+    }
+
+    #[test]
+    fn parents_are_read_past_odd_command_names() {
+        assert_eq!(parent_of("42 (a) b) S 17 42 42 0 -1"), Some(17));
+        assert_eq!(parent_of("42 (sh) R 1 42"), Some(1));
+        assert_eq!(parent_of("garbage"), None);
+    }
+
+    #[test]
+    fn a_spawned_child_is_found() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let found = children(std::process::id()).contains(&child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found);
     }
 
     #[test]

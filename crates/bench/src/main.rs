@@ -32,6 +32,10 @@
 //! tier installs it) against that server's own spawn → `tools/list`
 //! answered, and polls the inspect process's VmHWM while it runs; without
 //! the server installed, that part is skipped and the report says so.
+//! Then [`gateway`] measures `mcpvisor serve`: the same kind of load
+//! through the gateway (a `tools/call`, compared with direct and `run` in
+//! the same rounds), its start with lazy servers whose lists are cached,
+//! and its own peak memory with 1, 5 and 20 servers behind it.
 //! [`report`] prints the table and writes the markdown report and raw JSON.
 //!
 //! `mcpvisor-bench instructions` ([`instructions`]) is separate from all of
@@ -40,6 +44,7 @@
 //! of the machine cannot move.
 
 mod baseline;
+mod gateway;
 mod inspect;
 mod instructions;
 mod load;

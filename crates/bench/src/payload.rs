@@ -1,24 +1,50 @@
-//! The `bench/echo` requests of a load and the byte-exact check of their
-//! answers.
+//! The echo requests of a load and the byte-exact check of their answers.
 //!
 //! Request `N` carries `{"s":"<N as 16 hex digits><filler>"}` with a string
 //! of exactly the payload size, so every answer can be checked against the
 //! request it claims to answer without keeping the request around: the
 //! expected bytes are rebuilt from the id.
+//!
+//! Two shapes of request ([`Echo`]): the fake worker's `bench/echo` method,
+//! whose result is the params as sent, and a `tools/call` of its `echo`
+//! tool, whose result is the arguments as compact JSON text in one text
+//! content item. The gateway routes only MCP's own methods, so a load
+//! through `mcpvisor serve` is the second shape, and so is the direct load
+//! it is compared with.
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-/// The head of every answer the fake worker writes for `bench/echo`.
+/// The head of every answer the fake worker writes.
 const RESULT_HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
 /// Between the id and the result.
 const RESULT_MID: &[u8] = br#","result":"#;
-/// The bytes before the payload string in `params`.
+/// The bytes before the payload string in the request's echoed object.
 const PARAMS_HEAD: &[u8] = br#"{"s":""#;
-/// The bytes after the payload string in `params`.
+/// The bytes after the payload string in `bench/echo`'s params.
 const PARAMS_TAIL: &[u8] = br#""}"#;
+/// What ends a `bench/echo` request after its payload string.
+const BENCH_END: &[u8] = b"\"}}\n";
+/// What ends a `tools/call` request after its payload string.
+const TOOL_END: &[u8] = b"\"}}}\n";
+/// The `echo` tool's result before the payload string: the arguments
+/// `{"s":"` as escaped text (the fake worker's JSON has sorted keys).
+const TOOL_RESULT_HEAD: &[u8] = br#"{"content":[{"text":"{\"s\":\""#;
+/// The `echo` tool's result after the payload string.
+const TOOL_RESULT_TAIL: &[u8] = br#"\"}","type":"text"}],"isError":false}"#;
 /// Hex digits of the id at the start of each payload string.
 const TAG: usize = 16;
+
+/// Which request echoes the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Echo {
+    /// The fake worker's `bench/echo` method: the result is the params.
+    Method,
+    /// `tools/call` of the fake worker's `echo` tool, under these names
+    /// (request `N` calls `names[N % len]`, so a load can spread over the
+    /// servers behind a gateway).
+    Tool(Vec<String>),
+}
 
 /// Builds and checks the payloads of one size.
 #[derive(Debug)]
@@ -26,6 +52,7 @@ pub struct Payloads {
     /// The string after the tag; `size - TAG` bytes (empty for tiny sizes).
     filler: Vec<u8>,
     size: usize,
+    echo: Echo,
 }
 
 /// What one line from the peer turned out to be.
@@ -38,15 +65,26 @@ pub enum Answer {
 }
 
 impl Payloads {
-    /// Payload strings of `size` bytes (at least the 16-byte id tag).
+    /// `bench/echo` payload strings of `size` bytes (at least the 16-byte
+    /// id tag).
     pub fn new(size: usize) -> Self {
+        Self::with(size, Echo::Method)
+    }
+
+    /// Payload strings of `size` bytes (at least the 16-byte id tag), sent
+    /// as `echo` asks.
+    pub fn with(size: usize, echo: Echo) -> Self {
         let size = size.max(TAG);
         // Printable, no JSON escapes, and not one repeated byte, so a
         // shifted or truncated copy does not compare equal by accident.
         let filler = (0..size - TAG)
             .map(|i| b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[i % 62])
             .collect();
-        Self { filler, size }
+        let echo = match echo {
+            Echo::Tool(names) if names.is_empty() => Echo::Tool(vec!["echo".to_owned()]),
+            other => other,
+        };
+        Self { filler, size, echo }
     }
 
     /// The payload string's size in bytes.
@@ -57,13 +95,23 @@ impl Payloads {
     /// The bytes of a whole request line for `id`, terminator included, as
     /// slices to write one after another (no copy of the payload).
     pub fn request<'a>(&'a self, id: u64, scratch: &'a mut Scratch) -> [&'a [u8]; 5] {
-        scratch.set(id);
+        let end = match &self.echo {
+            Echo::Method => {
+                scratch.set(id, None);
+                BENCH_END
+            }
+            Echo::Tool(names) => {
+                let name = &names[(id % names.len() as u64) as usize];
+                scratch.set(id, Some(name));
+                TOOL_END
+            }
+        };
         [
             scratch.head.as_bytes(),
             PARAMS_HEAD,
             scratch.tag.as_bytes(),
             &self.filler,
-            b"\"}}\n",
+            end,
         ]
     }
 
@@ -74,7 +122,11 @@ impl Payloads {
             return classify_other(line);
         };
         let tag = format!("{id:016x}");
-        let expected = [PARAMS_HEAD, tag.as_bytes(), &self.filler, PARAMS_TAIL];
+        let (head, tail) = match self.echo {
+            Echo::Method => (PARAMS_HEAD, PARAMS_TAIL),
+            Echo::Tool(_) => (TOOL_RESULT_HEAD, TOOL_RESULT_TAIL),
+        };
+        let expected = [head, tag.as_bytes(), &self.filler, tail];
         let expected_len: usize = expected.iter().map(|p| p.len()).sum();
         let mut rest = result;
         let exact = result.len() == expected_len
@@ -103,14 +155,22 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    fn set(&mut self, id: u64) {
+    /// The line up to the echoed object for request `id`: `bench/echo`, or
+    /// `tools/call` of `tool`.
+    fn set(&mut self, id: u64, tool: Option<&str>) {
         use std::fmt::Write as _;
         self.head.clear();
         self.tag.clear();
-        let _ = write!(
-            self.head,
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"bench/echo","params":"#
-        );
+        let _ = match tool {
+            None => write!(
+                self.head,
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"bench/echo","params":"#
+            ),
+            Some(name) => write!(
+                self.head,
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":"#
+            ),
+        };
         let _ = write!(self.tag, "{id:016x}");
     }
 }
@@ -205,5 +265,55 @@ mod tests {
         let note = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
         assert_eq!(p.check(note).expect("notification"), Answer::Notification);
         assert!(p.check(b"garbage").is_err());
+    }
+
+    /// What the fake worker's `echo` tool answers: the arguments as compact
+    /// JSON text, in a result whose keys serde_json writes sorted.
+    fn tool_echo(request: &[u8]) -> Vec<u8> {
+        let v: Value = serde_json::from_slice(request).expect("request is JSON");
+        let text = v["params"]["arguments"].to_string();
+        let result = serde_json::json!({
+            "content": [{ "type": "text", "text": text }],
+            "isError": false,
+        });
+        format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, v["id"]).into_bytes()
+    }
+
+    #[test]
+    fn tool_calls_go_to_each_name_in_turn_and_their_answers_are_checked() {
+        let names = vec!["a__echo".to_owned(), "b__echo".to_owned()];
+        let p = Payloads::with(64, Echo::Tool(names));
+        for (id, name) in [(10, "a__echo"), (11, "b__echo")] {
+            let line = request_line(&p, id);
+            assert_eq!(line.last(), Some(&b'\n'));
+            let v: Value = serde_json::from_slice(&line).expect("JSON");
+            assert_eq!(v["method"], "tools/call");
+            assert_eq!(v["params"]["name"], name);
+            assert_eq!(
+                v["params"]["arguments"]["s"].as_str().map(str::len),
+                Some(64)
+            );
+            let answer = tool_echo(&line);
+            assert_eq!(p.check(&answer).expect("exact echo"), Answer::Echo(id));
+        }
+        let literal = format!(
+            r#"{{"jsonrpc":"2.0","id":3,"result":{{"content":[{{"text":"{{\"s\":\"{:016x}{}\"}}","type":"text"}}],"isError":false}}}}"#,
+            3,
+            String::from_utf8_lossy(&p.filler)
+        );
+        assert_eq!(
+            p.check(literal.as_bytes()).expect("exact echo"),
+            Answer::Echo(3)
+        );
+        let other = tool_echo(&request_line(&p, 4));
+        let mut swapped = other.clone();
+        let at = swapped.iter().position(|&b| b == b'4').expect("id");
+        swapped[at] = b'3';
+        assert!(p.check(&swapped).is_err());
+        // A bench/echo answer is not a tool's.
+        assert!(
+            p.check(&echo(&request_line(&Payloads::new(64), 5)))
+                .is_err()
+        );
     }
 }

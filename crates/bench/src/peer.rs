@@ -1,5 +1,6 @@
 //! One peer process on the other end of a pair of pipes: the fake worker
-//! itself ("direct") or `mcpvisor run` in front of it.
+//! itself ("direct"), `mcpvisor run` in front of it, or `mcpvisor serve`
+//! with it in a config file.
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -29,6 +30,9 @@ pub enum Via {
     Direct,
     /// Client ↔ `mcpvisor run -q --no-watch -- fake-worker`.
     Mcpvisor,
+    /// Client ↔ `mcpvisor serve -q --no-watch --config FILE`, the fake
+    /// worker among FILE's servers ([`crate::gateway::Gateway`]).
+    Serve,
 }
 
 impl Via {
@@ -54,14 +58,16 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    fn command(&self, via: Via) -> Command {
+    /// The command of a peer that needs nothing but the binaries.
+    fn command(&self, via: Via) -> anyhow::Result<Command> {
         match via {
-            Via::Direct => Command::new(&self.worker),
+            Via::Direct => Ok(Command::new(&self.worker)),
             Via::Mcpvisor => {
                 let mut c = Command::new(&self.mcpvisor);
                 c.args(["run", "-q", "--no-watch", "--"]).arg(&self.worker);
-                c
+                Ok(c)
             }
+            Via::Serve => bail!("a serve peer starts from its config file (Gateway::spawn)"),
         }
     }
 }
@@ -82,9 +88,9 @@ pub struct Peer {
 // === impl Peer ===
 
 impl Peer {
-    /// Starts a peer. Time it from just before this call.
+    /// Starts a direct or `run` peer. Time it from just before this call.
     pub fn spawn(binaries: &Binaries, via: Via) -> anyhow::Result<Self> {
-        Self::start(via, binaries.command(via), binaries.show_stderr)
+        Self::start(via, binaries.command(via)?, binaries.show_stderr)
     }
 
     /// Starts `command` as the peer `via` names (a wrapper such as valgrind

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
+use crate::gateway;
 use crate::inspect::InspectOutcome;
 use crate::scenario::{Cell, Plan, Results};
 
@@ -30,12 +31,12 @@ struct Row {
 }
 
 /// One goal and whether this run met it.
-struct Target {
-    what: &'static str,
-    goal: &'static str,
-    measured: String,
+pub struct Target {
+    pub what: String,
+    pub goal: String,
+    pub measured: String,
     /// `None`: not measured in this run.
-    pass: Option<bool>,
+    pub pass: Option<bool>,
 }
 
 fn rows(r: &Results) -> Vec<Row> {
@@ -164,8 +165,8 @@ fn targets(r: &Results) -> Vec<Target> {
     if let Some(c) = find(64, 1) {
         let (d, m) = (c.figures.direct.p50_us, c.figures.mcpvisor.p50_us);
         out.push(Target {
-            what: "concurrency 1, 64 B: p50 latency",
-            goal: "≤ 1.3× direct",
+            what: "concurrency 1, 64 B: p50 latency".into(),
+            goal: "≤ 1.3× direct".into(),
             measured: format!("{:.2}× ({m:.1} µs vs {d:.1} µs)", m / d),
             pass: Some(m <= 1.3 * d),
         });
@@ -173,8 +174,8 @@ fn targets(r: &Results) -> Vec<Target> {
     if let Some(c) = find(64, 32) {
         let (d, m) = (c.figures.direct.per_second, c.figures.mcpvisor.per_second);
         out.push(Target {
-            what: "concurrency 32, 64 B: throughput",
-            goal: "≥ 0.6× direct",
+            what: "concurrency 32, 64 B: throughput".into(),
+            goal: "≥ 0.6× direct".into(),
             measured: format!("{:.2}× ({m:.0} vs {d:.0} req/s)", m / d),
             pass: Some(m >= 0.6 * d),
         });
@@ -184,23 +185,23 @@ fn targets(r: &Results) -> Vec<Target> {
         r.big.round_trip.mcpvisor.median_ms,
     );
     out.push(Target {
-        what: "16 MiB round trip",
-        goal: "≤ 2× direct",
+        what: "16 MiB round trip".into(),
+        goal: "≤ 2× direct".into(),
         measured: format!("{:.2}× ({m:.1} ms vs {d:.1} ms)", m / d),
         pass: Some(m <= 2.0 * d),
     });
     if let Some(last) = r.memory.marks.last() {
         let mib = last.peak_kib as f64 / 1024.0;
         out.push(Target {
-            what: "mcpvisor peak RSS",
-            goal: "≤ 6 MiB",
+            what: "mcpvisor peak RSS".into(),
+            goal: "≤ 6 MiB".into(),
             measured: format!("{mib:.2} MiB after {} requests", count_name(last.requests)),
             pass: Some(last.peak_kib <= 6 * 1024),
         });
         let first = &r.memory.marks[0];
         out.push(Target {
-            what: "mcpvisor peak RSS growth",
-            goal: "< 5% from 100k to 1M requests",
+            what: "mcpvisor peak RSS growth".into(),
+            goal: "< 5% from 100k to 1M requests".into(),
             measured: format!(
                 "{:+.1}% ({} → {} requests)",
                 r.memory.growth_percent,
@@ -212,8 +213,8 @@ fn targets(r: &Results) -> Vec<Target> {
     }
     let over = r.cold_start.mcpvisor.median_ms - r.cold_start.direct.median_ms;
     out.push(Target {
-        what: "cold start",
-        goal: "≤ 5 ms over direct",
+        what: "cold start".into(),
+        goal: "≤ 5 ms over direct".into(),
         measured: format!(
             "{over:+.2} ms ({:.2} ms vs {:.2} ms)",
             r.cold_start.mcpvisor.median_ms, r.cold_start.direct.median_ms
@@ -221,8 +222,8 @@ fn targets(r: &Results) -> Vec<Target> {
         pass: Some(over <= 5.0),
     });
     out.push(Target {
-        what: "crash recovery",
-        goal: "≤ 5 ms over the worker's own start",
+        what: "crash recovery".into(),
+        goal: "≤ 5 ms over the worker's own start".into(),
         measured: format!(
             "{:+.2} ms ({:.2} ms vs {:.2} ms)",
             r.crash.over_worker_start_ms,
@@ -249,8 +250,8 @@ fn inspect_targets(outcome: &InspectOutcome, out: &mut Vec<Target>) {
         InspectOutcome::Skipped { .. } => {
             for (what, goal) in [(TIME, TIME_GOAL), (MEMORY, MEMORY_GOAL)] {
                 out.push(Target {
-                    what,
-                    goal,
+                    what: what.into(),
+                    goal: goal.into(),
                     measured: "not measured: server-everything is not installed".to_owned(),
                     pass: None,
                 });
@@ -283,15 +284,15 @@ fn inspect_targets(outcome: &InspectOutcome, out: &mut Vec<Target>) {
     };
     let judged = if dominated { printed } else { exited };
     out.push(Target {
-        what: TIME,
-        goal: TIME_GOAL,
+        what: TIME.into(),
+        goal: TIME_GOAL.into(),
         measured,
         pass: Some(judged - start <= INSPECT_BUDGET_MS),
     });
     let mib = i.peak_kib() as f64 / 1024.0;
     out.push(Target {
-        what: MEMORY,
-        goal: MEMORY_GOAL,
+        what: MEMORY.into(),
+        goal: MEMORY_GOAL.into(),
         measured: format!(
             "{mib:.2} MiB (its own VmHWM, the most of {} runs; {} tools listed)",
             i.mcpvisor_peak_kib.len(),
@@ -309,7 +310,7 @@ fn cell_name(c: &Cell) -> String {
     )
 }
 
-fn size_name(bytes: usize) -> String {
+pub fn size_name(bytes: usize) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
@@ -317,7 +318,7 @@ fn size_name(bytes: usize) -> String {
     }
 }
 
-fn count_name(n: u64) -> String {
+pub fn count_name(n: u64) -> String {
     match n {
         n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
         n if n >= 1_000 && n % 1_000 == 0 => format!("{}k", n / 1_000),
@@ -326,7 +327,7 @@ fn count_name(n: u64) -> String {
 }
 
 /// A figure with sensible precision for its size.
-fn num(x: f64) -> String {
+pub fn num(x: f64) -> String {
     match x.abs() {
         a if a >= 1000.0 => format!("{x:.0}"),
         a if a >= 10.0 => format!("{x:.1}"),
@@ -334,11 +335,11 @@ fn num(x: f64) -> String {
     }
 }
 
-fn ratio(r: Option<f64>) -> String {
+pub fn ratio(r: Option<f64>) -> String {
     r.map_or_else(|| "—".to_owned(), |r| format!("{r:.2}×"))
 }
 
-fn verdict(pass: Option<bool>) -> &'static str {
+pub fn verdict(pass: Option<bool>) -> &'static str {
     match pass {
         Some(true) => "pass",
         Some(false) => "FAIL",
@@ -371,18 +372,42 @@ pub fn text(r: &Results) -> String {
         );
     }
     let _ = writeln!(out);
-    let targets = targets(r);
+    out.push_str(&targets_text(&targets(r)));
+    if let InspectOutcome::Skipped { reason } = &r.inspect {
+        let _ = writeln!(out, "\ninspect: skipped: {reason}");
+    }
+    let _ = writeln!(out);
+    out.push_str(&gateway::report::text(&r.gateway));
+    out
+}
+
+/// Targets as aligned lines: goal, verdict, what was measured.
+pub fn targets_text(targets: &[Target]) -> String {
     let width = targets
         .iter()
         .map(|t| t.what.chars().count() + t.goal.chars().count() + 2)
         .max()
         .unwrap_or(0);
-    for t in &targets {
+    let mut out = String::new();
+    for t in targets {
         let goal = format!("{}: {}", t.what, t.goal);
         let _ = writeln!(out, "{goal:<width$}  {}  {}", verdict(t.pass), t.measured);
     }
-    if let InspectOutcome::Skipped { reason } = &r.inspect {
-        let _ = writeln!(out, "\ninspect: skipped: {reason}");
+    out
+}
+
+/// Targets as a markdown table.
+pub fn targets_markdown(targets: &[Target]) -> String {
+    let mut out = String::from("| target | goal | measured | |\n| --- | --- | --- | --- |\n");
+    for t in targets {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.what,
+            t.goal,
+            t.measured,
+            verdict(t.pass)
+        );
     }
     out
 }
@@ -440,20 +465,7 @@ fn markdown(r: &Results, plan: &Plan) -> String {
         inspect_note(&r.inspect)
     );
     let _ = writeln!(out, "### Targets\n");
-    let _ = writeln!(
-        out,
-        "| target | goal | measured | |\n| --- | --- | --- | --- |"
-    );
-    for t in targets(r) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} |",
-            t.what,
-            t.goal,
-            t.measured,
-            verdict(t.pass)
-        );
-    }
+    out.push_str(&targets_markdown(&targets(r)));
     let _ = writeln!(out, "\n### Figures\n");
     let _ = writeln!(
         out,
@@ -479,6 +491,8 @@ fn markdown(r: &Results, plan: &Plan) -> String {
             ratio(row.ratio)
         );
     }
+    let _ = writeln!(out);
+    out.push_str(&gateway::report::markdown(&r.gateway, plan));
     out
 }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::gateway;
 use crate::inspect::{self, InspectOutcome};
 use crate::load::{self, Load, Stop};
 use crate::machine;
@@ -38,6 +39,8 @@ pub struct Plan {
     /// Runs of `mcpvisor inspect` on server-everything, and as many direct
     /// starts of it.
     pub inspect_samples: usize,
+    /// What is measured of `mcpvisor serve`.
+    pub gateway: gateway::Plan,
 }
 
 impl Plan {
@@ -55,6 +58,7 @@ impl Plan {
             cold_samples: 20,
             crash_samples: 20,
             inspect_samples: 5,
+            gateway: gateway::Plan::full(),
         }
     }
 
@@ -70,6 +74,7 @@ impl Plan {
             cold_samples: 4,
             crash_samples: 3,
             inspect_samples: 2,
+            gateway: gateway::Plan::quick(),
             ..Self::full()
         }
     }
@@ -98,6 +103,19 @@ pub struct Throughput {
     pub per_second: f64,
     pub p50_us: f64,
     pub p99_us: f64,
+}
+
+impl Throughput {
+    /// The figures of one side's rounds taken together.
+    pub fn of(requests: u64, elapsed: Duration, latencies: &Latencies) -> Self {
+        Self {
+            requests,
+            seconds: elapsed.as_secs_f64(),
+            per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
+            p50_us: latencies.quantile_us(0.5),
+            p99_us: latencies.quantile_us(0.99),
+        }
+    }
 }
 
 /// Repeated one-off timings.
@@ -154,6 +172,7 @@ pub struct Results {
     pub cold_start: Pair<Samples>,
     pub crash: Crash,
     pub inspect: InspectOutcome,
+    pub gateway: gateway::Figures,
 }
 
 /// Runs the whole plan, reporting progress on stderr.
@@ -188,6 +207,7 @@ pub async fn run(bins: &Binaries, plan: &Plan, everything: &Path) -> anyhow::Res
     if let InspectOutcome::Skipped { reason } = &inspect {
         progress(format_args!("skipped the inspect measurement: {reason}"));
     }
+    let gateway = gateway::run(bins, plan).await?;
     Ok(Results {
         date: machine::today(),
         cores: machine::cores(),
@@ -199,10 +219,11 @@ pub async fn run(bins: &Binaries, plan: &Plan, everything: &Path) -> anyhow::Res
         cold_start,
         crash,
         inspect,
+        gateway,
     })
 }
 
-fn progress(what: std::fmt::Arguments<'_>) {
+pub fn progress(what: std::fmt::Arguments<'_>) {
     eprintln!("mcpvisor-bench: {what}");
 }
 
@@ -245,13 +266,8 @@ async fn cell(
             total.2.extend(&outcome.latencies);
         }
     }
-    let [direct, mcpvisor] = totals.map(|(requests, elapsed, latencies)| Throughput {
-        requests,
-        seconds: elapsed.as_secs_f64(),
-        per_second: requests as f64 / elapsed.as_secs_f64().max(1e-9),
-        p50_us: latencies.quantile_us(0.5),
-        p99_us: latencies.quantile_us(0.99),
-    });
+    let [direct, mcpvisor] =
+        totals.map(|(requests, elapsed, latencies)| Throughput::of(requests, elapsed, &latencies));
     Ok(Cell {
         payload_bytes: payload,
         concurrency,
