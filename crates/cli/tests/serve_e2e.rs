@@ -1170,3 +1170,26 @@ fn a_lazy_server_is_listed_from_the_cache_and_started_by_its_first_call() {
     assert!(r.get("result").is_some(), "{r}");
     assert!(received(&dir, "lazy").contains("tools/call"));
 }
+
+#[test]
+fn an_idle_server_is_stopped_and_started_again_by_its_next_call() {
+    let dir = temp_dir("serve-idle");
+    let config = dir.join("mcp.json");
+    let text = json!({"mcpServers": {"idle": {
+        "command": fake_worker().display().to_string(),
+        "idle_timeout": "1s",
+    }}});
+    std::fs::write(&config, text.to_string()).expect("config");
+    let mut p = serve(&config, &[]);
+    initialize_with(&mut p, json!({}));
+    let first = p.call(json!(1), "idle__whoami", json!({}));
+    let first = pid_of(&Proc::tool_json(&first));
+    // Nothing more is asked of it: after its idle timeout it is stopped.
+    assert!(wait_gone(first, WAIT), "the idle server was never stopped");
+    // Its tools stay listed, and the next call starts it again.
+    let names = tool_names(&mut p, json!(2));
+    assert!(names.iter().any(|n| n == "idle__whoami"), "{names:?}");
+    let second = p.call(json!(3), "idle__whoami", json!({}));
+    let second = pid_of(&Proc::tool_json(&second));
+    assert_ne!(second, first, "the idle server was not stopped");
+}
