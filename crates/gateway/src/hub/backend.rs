@@ -719,7 +719,7 @@ impl Hub {
     /// backend's session is in its failed state (a crash loop): its tools are
     /// withdrawn until a health ping gets an answer from the server again.
     async fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
-        if !line.windows(7).any(|w| w == b"\"error\"") {
+        if memchr::memmem::find(line, b"\"error\"").is_none() {
             return;
         }
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
