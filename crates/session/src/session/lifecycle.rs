@@ -270,9 +270,13 @@ impl<S: Spawner> Session<S> {
             Phase::Ready => CrashPhase::Serving,
             Phase::Dead => return None,
         };
-        // The first generation answers the client's own initialize.
+        // The first generation answers the client's own initialize. One
+        // that never took it (its write failed, so it waits for the next
+        // generation) still ended before the handshake was done.
+        let handshake_done = self.init_result.is_some();
         let client_init_in_flight = self.reqs.values().any(|r| {
-            r.generation == Some(id) && r.client().is_some_and(|c| c.initialize.is_some())
+            (r.generation == Some(id) || !handshake_done && r.generation.is_none())
+                && r.client().is_some_and(|c| c.initialize.is_some())
         });
         let phase = if client_init_in_flight {
             CrashPhase::Initialize
