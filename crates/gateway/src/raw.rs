@@ -43,6 +43,36 @@ impl<'a> RawObject<'a> {
             .and_then(|v| serde_json::from_str::<String>(v.get()).ok())
     }
 
+    /// The string value of `key`, if it is a string, borrowed from the text
+    /// when it has no escapes.
+    pub fn str_ref(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.get(key)
+            .and_then(|v| serde_json::from_str::<Cow<'a, str>>(v.get()).ok())
+    }
+
+    /// `text` (the text this object was read from) with the value of `key`
+    /// replaced by `value` (raw JSON), every other byte kept. Like
+    /// [`RawObject::with`] when `key` is absent or appears more than once.
+    pub fn replaced_in(&self, text: &'a str, key: &str, value: &str) -> String {
+        let mut found = self.members.iter().filter(|(k, _)| k == key);
+        let (Some((_, v)), None) = (found.next(), found.next()) else {
+            return self.with(key, value);
+        };
+        let old = v.get();
+        let start = (old.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+        let end = start.saturating_add(old.len());
+        match (text.get(..start), text.get(end..)) {
+            (Some(head), Some(tail)) if text.get(start..end) == Some(old) => {
+                let mut out = String::with_capacity(text.len() - old.len() + value.len());
+                out.push_str(head);
+                out.push_str(value);
+                out.push_str(tail);
+                out
+            }
+            _ => self.with(key, value),
+        }
+    }
+
     /// Writes the object back with `key` set to `value` (raw JSON): replaced
     /// in place when present, appended otherwise.
     pub fn with(&self, key: &str, value: &str) -> String {
@@ -123,13 +153,26 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// Builds a request line from raw parts.
 pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Bytes {
-    let method = quote(method);
-    bytes::Bytes::from(match params {
-        Some(p) => {
-            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method},\"params\":{p}}}")
-        }
-        None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{method}}}"),
-    })
+    use std::fmt::Write as _;
+    let params_len = params.map_or(0, |p| p.len() + 10);
+    let mut out = String::with_capacity(48 + method.len() + params_len);
+    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
+    let _ = write!(out, "{id}");
+    out.push_str(",\"method\":");
+    // A method name needs no escapes but in odd cases.
+    if method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(method);
+        out.push('"');
+    } else {
+        out.push_str(&quote(method));
+    }
+    if let Some(p) = params {
+        out.push_str(",\"params\":");
+        out.push_str(p);
+    }
+    out.push('}');
+    bytes::Bytes::from(out)
 }
 
 #[cfg(test)]
@@ -146,6 +189,34 @@ mod tests {
         assert_eq!(
             out,
             r#"{"name":"b","arguments":{"x":1.0,"big":18446744073709551616},"_meta":{"k":"ü"}}"#
+        );
+    }
+
+    #[test]
+    fn a_replaced_member_keeps_the_text_around_it() {
+        let text = r#"{ "name" : "a.b" , "arguments":{"x":1.0}}"#;
+        let obj = RawObject::parse(text).expect("object");
+        assert_eq!(obj.str_ref("name").as_deref(), Some("a.b"));
+        assert_eq!(
+            obj.replaced_in(text, "name", "\"b\""),
+            r#"{ "name" : "b" , "arguments":{"x":1.0}}"#
+        );
+        // Absent or repeated: the object is written back.
+        assert_eq!(obj.replaced_in(text, "y", "1"), obj.with("y", "1"));
+        let text = r#"{"name":"a","name":"b"}"#;
+        let obj = RawObject::parse(text).expect("object");
+        assert_eq!(obj.replaced_in(text, "name", "1"), obj.with("name", "1"));
+    }
+
+    #[test]
+    fn request_lines() {
+        assert_eq!(
+            &request(7, "tools/call", Some("{}"))[..],
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{}}"#
+        );
+        assert_eq!(
+            &request(1, "a\"b", None)[..],
+            br#"{"jsonrpc":"2.0","id":1,"method":"a\"b"}"#
         );
     }
 

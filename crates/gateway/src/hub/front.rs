@@ -85,19 +85,22 @@ impl Hub {
             .await;
             return;
         }
+        // The params are read once, here: what follows edits this reading.
         let params = raw_params(line);
         let obj = params.and_then(|p| RawObject::parse(p.get()));
-        if let Some(f) = self.fronts.get_mut(&front) {
-            if !f.info.initialized && is_modern(obj.as_ref()) {
-                f.info.modern = true;
+        let modern = is_modern(obj.as_ref());
+        if modern {
+            if let Some(f) = self.fronts.get_mut(&front) {
+                if !f.info.initialized {
+                    f.info.modern = true;
+                }
             }
         }
-        let method = env.method().to_owned();
-        let modern = is_modern(obj.as_ref());
-        match method.as_str() {
+        let method = env.method();
+        match method {
             "initialize" => {
                 self.on_initialize(front, obj.as_ref());
-                self.park(front, id, method, None, false);
+                self.park(front, id, method.to_owned(), None, false);
             }
             "ping" if modern => {
                 self.emit_to(
@@ -111,10 +114,10 @@ impl Hub {
                 self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()))
                     .await
             }
-            "server/discover" => self.park(front, id, method, None, true),
+            "server/discover" => self.park(front, id, method.to_owned(), None, true),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
-                self.park(front, id, method, cursor, modern);
+                self.park(front, id, method.to_owned(), cursor, modern);
             }
             "tools/call" => {
                 let Some(obj) = obj else {
@@ -122,14 +125,15 @@ impl Hub {
                         .invalid_params(front, raw_id.get(), "tools/call needs params")
                         .await;
                 };
-                let name = obj.str("name").unwrap_or_default();
+                let name = obj.str_ref("name").unwrap_or_default();
                 if self.settings.tool_search && name == SEARCH_TOOL {
                     return self.search_tools(front, raw_id.get(), &obj).await;
                 }
                 if self.settings.tool_search && name == CALL_TOOL {
-                    return self.call_found_tool(front, id, env, &obj).await;
+                    return self.call_found_tool(front, id, env, &obj, modern).await;
                 }
-                let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+                let target = self.merged.tools.get(name.as_ref());
+                let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
                     if let Some((message, data)) = self.waiting_for_authorization(&name) {
                         let refusal =
                             build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
@@ -142,8 +146,10 @@ impl Hub {
                     let msg = format!("Unknown tool: {name}");
                     return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
-                let params = obj.with("name", &raw::quote(&original));
-                self.forward(front, backend, id, "tools/call", &params, env)
+                // Only the name changes: it is replaced in the text as it came.
+                let text = params.map(|p| p.get()).unwrap_or_default();
+                let params = obj.replaced_in(text, "name", &original);
+                self.forward(front, backend, id, "tools/call", params, env, modern)
                     .await;
             }
             "prompts/get" => {
@@ -152,16 +158,18 @@ impl Hub {
                         .invalid_params(front, raw_id.get(), "prompts/get needs params")
                         .await;
                 };
-                let name = obj.str("name").unwrap_or_default();
-                let Some((backend, original)) = self.merged.prompts.get(&name).cloned() else {
+                let name = obj.str_ref("name").unwrap_or_default();
+                let target = self.merged.prompts.get(name.as_ref());
+                let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
                     if !retry && self.any_settling() {
                         return self.park_line(front, id, line);
                     }
                     let msg = format!("Unknown prompt: {name}");
                     return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
-                let params = obj.with("name", &raw::quote(&original));
-                self.forward(front, backend, id, "prompts/get", &params, env)
+                let text = params.map(|p| p.get()).unwrap_or_default();
+                let params = obj.replaced_in(text, "name", &original);
+                self.forward(front, backend, id, "prompts/get", params, env, modern)
                     .await;
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
@@ -187,7 +195,7 @@ impl Hub {
                 };
                 // Subscriptions are counted: the server sees one subscribe
                 // per URI, and the unsubscribe when the last client leaves.
-                let needed = match method.as_str() {
+                let needed = match method {
                     "resources/subscribe" => self.hold_subscription(front, &uri),
                     "resources/unsubscribe" => self.drop_subscription(front, &uri),
                     _ => true,
@@ -198,7 +206,7 @@ impl Hub {
                     return;
                 }
                 let params = params.map(|p| p.get().to_owned()).unwrap_or_default();
-                self.forward(front, backend, id, &method, &params, env)
+                self.forward(front, backend, id, method, params, env, modern)
                     .await;
             }
             "completion/complete" => {
@@ -209,7 +217,7 @@ impl Hub {
                 };
                 match self.completion_target(&obj) {
                     Some((backend, params)) => {
-                        self.forward(front, backend, id, &method, &params, env)
+                        self.forward(front, backend, id, method, params, env, modern)
                             .await;
                     }
                     None => {
@@ -539,25 +547,27 @@ impl Hub {
     }
 
     /// Sends a front request on to a backend under a fresh gateway id, with
-    /// its progress token (if any) rewritten to that id.
+    /// its progress token (if any) rewritten to that id. `modern`: the
+    /// request is in the 2026-07-28 style (as its params said when read).
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         &mut self,
         front: FrontId,
         backend: BackendId,
         front_id: Bytes,
         method: &str,
-        params: &str,
+        params: String,
         env: &Envelope<'_>,
+        modern: bool,
     ) {
         let gid = self.next_id();
         let token = env
             .progress_token
             .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
         let params = match &token {
-            Some(_) => with_progress_token(params, gid),
-            None => params.to_owned(),
+            Some(_) => with_progress_token(&params, gid),
+            None => params,
         };
-        let modern = env_is_modern(&params);
         // Backends are initialized in the handshake era: the 2026-07-28
         // envelope (`_meta` protocol version, client capabilities) is the
         // gateway's to read, not theirs; some refuse a request carrying it.
@@ -803,6 +813,7 @@ impl Hub {
         id: Bytes,
         env: &Envelope<'_>,
         obj: &RawObject<'_>,
+        modern: bool,
     ) {
         let raw_id = String::from_utf8_lossy(&id).into_owned();
         let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
@@ -825,7 +836,7 @@ impl Hub {
             ("name", Some(&raw::quote(&original))),
             ("arguments", Some(arguments)),
         ]);
-        self.forward(front, backend, id, "tools/call", &params, env)
+        self.forward(front, backend, id, "tools/call", params, env, modern)
             .await;
     }
 }
@@ -897,11 +908,6 @@ fn without_envelope(params: &str) -> String {
 
 /// The prefix of the 2026-07-28 envelope's `_meta` keys.
 const ENVELOPE_PREFIX: &str = "io.modelcontextprotocol/";
-
-/// Whether raw `params` carry a 2026-07-28 protocol version in `_meta`.
-fn env_is_modern(params: &str) -> bool {
-    is_modern(RawObject::parse(params).as_ref())
-}
 
 /// A result with the members a 2026-07-28 client requires: `resultType`
 /// (always `complete`: the gateway answers nothing else), and for a
