@@ -508,6 +508,9 @@ impl Hub {
                 if self.by_front_id.get(&key) == Some(&gid) {
                     self.by_front_id.remove(&key);
                 }
+                if let Some(f) = self.fronts.get_mut(front) {
+                    f.awaiting = f.awaiting.saturating_sub(1);
+                }
                 if let Some(b) = self.backends.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
                     b.last_used = Instant::now();
@@ -533,6 +536,9 @@ impl Hub {
 
     fn forget_front(&mut self, gid: u64) {
         if let Some(Pending::Front { front, id, .. }) = self.pending.remove(&gid) {
+            if let Some(f) = self.fronts.get_mut(&front) {
+                f.awaiting = f.awaiting.saturating_sub(1);
+            }
             self.by_front_id.remove(&(front, id));
         }
     }

@@ -585,6 +585,9 @@ impl Hub {
             Wrap::AsIs
         };
         self.by_front_id.insert((front, front_id.clone()), gid);
+        if let Some(f) = self.fronts.get_mut(&front) {
+            f.awaiting += 1;
+        }
         self.pending.insert(
             gid,
             Pending::Front {

@@ -2,7 +2,7 @@
 //! resource templates as one server's, and the tables that route a name or
 //! a URI back to the backend that offered it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use bytes::Bytes;
 use serde_json::Value;
@@ -259,7 +259,7 @@ impl Hub {
         let items: Vec<String> = match kind {
             Kind::Tools | Kind::Prompts => {
                 let mut builder = NameTable::builder(self.settings.separator.clone());
-                let mut index_of: HashMap<BackendId, usize> = HashMap::new();
+                let mut index_of: HashMap<BackendId, usize> = HashMap::default();
                 let mut i = 0;
                 while i < entries.len() {
                     let id = entries[i].0;
@@ -284,7 +284,7 @@ impl Hub {
                             .collect::<Vec<_>>()
                     );
                 }
-                let mut routes = HashMap::new();
+                let mut routes = HashMap::default();
                 let mut out = Vec::with_capacity(entries.len());
                 for (id, item) in &entries {
                     // One server served as itself keeps its own names.
@@ -328,7 +328,7 @@ impl Hub {
                 out
             }
             Kind::Resources => {
-                let mut uris = HashMap::new();
+                let mut uris = HashMap::default();
                 let mut out = Vec::with_capacity(entries.len());
                 for (id, item) in &entries {
                     if let Some(first) = uris.get(&item.name) {

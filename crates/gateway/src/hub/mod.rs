@@ -11,12 +11,13 @@ mod backend;
 mod front;
 mod lists;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mcpvisor_jsonrpc::Frame;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -212,9 +213,12 @@ pub(crate) struct ServerReq {
 pub(crate) struct Front {
     pub info: FrontInfo,
     pub out: mpsc::Sender<Outbound>,
-    pub subscriptions: std::collections::HashSet<String>,
+    pub subscriptions: FxHashSet<String>,
     /// Its input ended: requests in flight may still finish, until this.
     pub closing: Option<Instant>,
+    /// Its requests in `pending` (counted as they come and go, so that the
+    /// in-flight limit is not a walk over every pending request).
+    pub awaiting: usize,
 }
 
 /// What a front client said about itself in `initialize`.
@@ -317,20 +321,20 @@ impl Hub {
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
         let mut hub = Hub {
             settings,
-            backends: HashMap::new(),
+            backends: HashMap::default(),
             order: Vec::new(),
             next_backend: 1,
             next_id: 1,
             next_front_id: 1,
             next_fanout: 1,
-            pending: HashMap::new(),
-            by_front_id: HashMap::new(),
-            server_reqs: HashMap::new(),
-            fanouts: HashMap::new(),
+            pending: HashMap::default(),
+            by_front_id: HashMap::default(),
+            server_reqs: HashMap::default(),
+            fanouts: HashMap::default(),
             parked: VecDeque::new(),
-            fronts: HashMap::new(),
+            fronts: HashMap::default(),
             early: Vec::new(),
-            subscribed: HashMap::new(),
+            subscribed: HashMap::default(),
             merged: Merged::default(),
             cache,
             timers: DelayQueue::new(),
@@ -390,6 +394,7 @@ impl Hub {
                         out,
                         subscriptions: Default::default(),
                         closing: None,
+                        awaiting: 0,
                     },
                 );
             }
@@ -523,19 +528,7 @@ impl Hub {
 
     /// A front's requests still waiting for an answer.
     pub(crate) fn awaited_by(&self, front: FrontId) -> usize {
-        self.pending
-            .values()
-            .filter(|p| {
-                matches!(
-                    p,
-                    Pending::Front {
-                        front: f,
-                        cancelled: false,
-                        ..
-                    } if *f == front
-                )
-            })
-            .count()
+        self.fronts.get(&front).map_or(0, |f| f.awaiting)
             + self.parked.iter().filter(|p| p.front == front).count()
             + self.fanouts.values().filter(|f| f.front == front).count()
     }
