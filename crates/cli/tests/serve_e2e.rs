@@ -1193,3 +1193,21 @@ fn an_idle_server_is_stopped_and_started_again_by_its_next_call() {
     let second = pid_of(&Proc::tool_json(&second));
     assert_ne!(second, first, "the idle server was not stopped");
 }
+
+#[test]
+fn the_client_s_requests_in_flight_are_bounded_and_a_slot_frees_with_its_answer() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-bound",
+        &[Entry::fake("a", &[])],
+        &["--max-in-flight", "2"],
+    );
+    initialize_with(&mut p, json!({}));
+    p.start_call(json!("s1"), "a__sleep", json!({"ms": 600_000}));
+    p.start_call(json!("s2"), "a__sleep", json!({"ms": 600_000}));
+    let r = p.call(json!("third"), "a__echo", json!({"x": 1}));
+    assert_eq!(error_code(&r), NOT_STARTED, "{r}");
+    // Cancelling one frees its place.
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"s1"}}));
+    let r = p.call(json!("fourth"), "a__echo", json!({"x": 2}));
+    assert_eq!(Proc::tool_json(&r), json!({"x": 2}), "{r}");
+}
