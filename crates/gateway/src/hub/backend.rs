@@ -635,7 +635,7 @@ impl Hub {
             {
                 tracing::info!(server = %name, "ready again: its tools are back");
                 b.state = State::Ready;
-                self.flush_queue(id);
+                self.flush_queue(id).await;
                 self.read_lists(id);
             }
             _ => {}
@@ -802,7 +802,7 @@ impl Hub {
                 }
                 let took = b.started.map(|s| s.elapsed().as_millis()).unwrap_or(0);
                 tracing::info!(server = %name, "ready in {took} ms");
-                self.flush_queue(id);
+                self.flush_queue(id).await;
                 self.read_lists(id);
                 self.arm_health(id);
                 self.arm_idle(id);
@@ -828,15 +828,22 @@ impl Hub {
         }
     }
 
-    fn flush_queue(&mut self, id: BackendId) {
+    /// Sends what waited for the backend to be ready. A request its
+    /// session's queue cannot take is refused as not started, never lost.
+    async fn flush_queue(&mut self, id: BackendId) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
         let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
-        if let Some(link) = &b.link {
-            for (_, line) in queued {
-                link.try_send(line);
+        let mut refused = Vec::new();
+        for (gid, line) in queued {
+            if !b.link.as_ref().is_some_and(|link| link.try_send(line)) {
+                refused.push(gid);
             }
+        }
+        for gid in refused {
+            self.answer_not_started(gid, "the server's queue is full")
+                .await;
         }
     }
 
