@@ -13,7 +13,6 @@ use clap::Args;
 use mcpvisor_gateway::fronts::FrontCommand;
 use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_http::{BearerToken, HttpConfig};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::cli::parse_duration;
@@ -136,34 +135,24 @@ pub async fn serve(
     }
 }
 
-/// SIGTERM and SIGINT start the drain; SIGHUP reloads the configuration.
+/// SIGTERM and SIGINT start the drain; SIGHUP reloads.
 async fn watch_signals(
     stop: tokio::sync::oneshot::Sender<()>,
     control: mpsc::Sender<Control>,
-    reload: impl Fn() -> Option<Control>,
+    reload: impl Fn() -> Option<Control> + Send,
 ) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("cannot install signal handlers");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading");
-                if let Some(asked) = reload() {
-                    if control.send(asked).await.is_err() {
-                        return;
-                    }
-                }
+    let hub = control.clone();
+    crate::signals::until_stop(move || {
+        let hub = hub.clone();
+        let asked = reload();
+        Box::pin(async move {
+            match asked {
+                Some(asked) => hub.send(asked).await.is_ok(),
+                None => true,
             }
-        }
-    }
+        })
+    })
+    .await;
     tracing::info!("signal: draining the HTTP front, then stopping");
     let _ = stop.send(());
 }

@@ -16,6 +16,7 @@ mod reload;
 mod run;
 mod serve;
 mod server;
+mod signals;
 mod stdio;
 
 use std::process::ExitCode;

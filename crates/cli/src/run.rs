@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use mcpvisor_session::{Control, EventSink, Outcome, Session};
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::cli::RunArgs;
@@ -174,27 +173,14 @@ fn http_main(
 
 /// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.
 async fn forward_signals(control: mpsc::Sender<Control>) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("cannot install signal handlers");
-        return;
-    };
-    loop {
-        let msg = tokio::select! {
-            _ = term.recv() => Control::Shutdown,
-            _ = int.recv() => Control::Shutdown,
-            _ = hup.recv() => Control::Reload("SIGHUP"),
-        };
-        if msg == Control::Shutdown {
-            tracing::info!("signal: stopping");
-        }
-        if control.send(msg).await.is_err() || msg == Control::Shutdown {
-            return;
-        }
-    }
+    let hub = control.clone();
+    crate::signals::until_stop(move || {
+        let hub = hub.clone();
+        Box::pin(async move { hub.send(Control::Reload("SIGHUP")).await.is_ok() })
+    })
+    .await;
+    tracing::info!("signal: stopping");
+    let _ = control.send(Control::Shutdown).await;
 }
 
 pub(crate) fn init_logging(args: &crate::cli::Logging) -> Result<(), String> {

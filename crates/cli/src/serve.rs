@@ -16,7 +16,6 @@ use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::naming::Separator;
 use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_session::RestartPolicy;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 
 use crate::cli::{Logging, Supervision, parse_duration};
@@ -297,28 +296,18 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
 
 /// SIGTERM and SIGINT stop the gateway; SIGHUP reloads the config files.
 async fn forward_signals(control: mpsc::Sender<Control>, source: ReloadSource) {
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("cannot install signal handlers");
-        return;
-    };
-    loop {
-        tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: reloading the configuration");
-                if let Some(plans) = source.plans() {
-                    if control.send(Control::Reconfigure(plans)).await.is_err() {
-                        return;
-                    }
-                }
+    let hub = control.clone();
+    crate::signals::until_stop(move || {
+        let hub = hub.clone();
+        let plans = source.plans();
+        Box::pin(async move {
+            match plans {
+                Some(plans) => hub.send(Control::Reconfigure(plans)).await.is_ok(),
+                None => true,
             }
-        }
-    }
+        })
+    })
+    .await;
     tracing::info!("signal: stopping");
     let _ = control.send(Control::Shutdown).await;
 }
