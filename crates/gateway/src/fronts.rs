@@ -47,3 +47,11 @@ pub struct Outbound {
     /// standalone stream.
     pub related: Option<Bytes>,
 }
+
+/// A front's messages go to a writer as they are; `related` only picks a
+/// stream, which a single pipe does not have.
+impl mcpvisor_session::writer::Outgoing for Outbound {
+    fn parts(&self) -> [&[u8]; 3] {
+        [&self.line, &[], &[]]
+    }
+}

@@ -34,8 +34,7 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(FRONT_QUEUE);
-    let (lines_tx, lines_rx) = mpsc::channel::<Bytes>(FRONT_QUEUE);
+    let (out_tx, out_rx) = mpsc::channel::<Outbound>(FRONT_QUEUE);
     // Our own answers (oversize lines) go out in order with the hub's.
     let own = out_tx.clone();
     if hub
@@ -45,15 +44,10 @@ pub(crate) async fn serve<R, W>(
     {
         return;
     }
-    let forward = tokio::spawn(async move {
-        while let Some(out) = out_rx.recv().await {
-            if lines_tx.send(out.line).await.is_err() {
-                return;
-            }
-        }
-    });
+    // What the hub sends is written as it comes: stdio has one stream, so
+    // `related` plays no part.
     let writer = tokio::spawn(async move {
-        if let Err(e) = writer::write_lines(output, lines_rx, Some(WRITE_TIMEOUT)).await {
+        if let Err(e) = writer::write_lines(output, out_rx, Some(WRITE_TIMEOUT)).await {
             tracing::debug!(error = %e, "client output closed");
         }
     });
@@ -101,6 +95,5 @@ pub(crate) async fn serve<R, W>(
     drop(hub);
     // The hub drops its sender when it forgets this front: then the writer
     // flushes and ends.
-    let _ = forward.await;
     let _ = writer.await;
 }
