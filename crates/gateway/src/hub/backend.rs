@@ -340,14 +340,8 @@ impl Hub {
         if matches!(what, Private::List { .. }) {
             b.reading += 1;
         }
-        self.pending.insert(
-            gid,
-            Pending::Private {
-                backend: id,
-                what,
-                timer: None,
-            },
-        );
+        self.pending
+            .insert(gid, Pending::Private { backend: id, what });
         Some(gid)
     }
 
@@ -516,14 +510,7 @@ impl Hub {
                     b.last_used = Instant::now();
                 }
             }
-            Pending::Private {
-                backend,
-                what,
-                timer,
-            } => {
-                if let Some(key) = timer {
-                    self.timers.try_remove(key);
-                }
+            Pending::Private { backend, what } => {
                 if matches!(what, Private::List { .. }) {
                     if let Some(b) = self.backends.get_mut(backend) {
                         b.reading = b.reading.saturating_sub(1);

@@ -22,7 +22,6 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
-use tokio_util::time::delay_queue::Key;
 
 pub use backend::ServerPlan;
 use backend::{Backend, BackendId};
@@ -147,15 +146,11 @@ pub(crate) enum Pending {
         /// The front's progress token, as written, if it asked for progress.
         token: Option<Bytes>,
         cancelled: bool,
-        /// Tool search calls wrap their answer.
+        /// How its answer is passed back.
         wrap: Wrap,
     },
     /// The gateway's own request.
-    Private {
-        backend: BackendId,
-        what: Private,
-        timer: Option<Key>,
-    },
+    Private { backend: BackendId, what: Private },
 }
 
 /// How a routed answer is passed back.
