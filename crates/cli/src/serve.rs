@@ -290,6 +290,7 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         tool_search: args.tool_search,
         cache_dir: mcpvisor_gateway::cache::default_dir(),
         transparent: false,
+        monitor: None,
     };
     Ok((settings, plans))
 }

@@ -34,6 +34,7 @@
 pub mod cache;
 pub mod fronts;
 mod hub;
+pub mod monitor;
 pub mod naming;
 mod raw;
 pub mod search;

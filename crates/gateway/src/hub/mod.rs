@@ -10,6 +10,7 @@
 mod backend;
 mod front;
 mod lists;
+mod observe;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -49,6 +50,8 @@ pub struct Settings {
     /// One server served as itself (`run --http`): no name prefixes, and
     /// its own `initialize` result (with `listChanged` set) passed through.
     pub transparent: bool,
+    /// Where the hub publishes what a [`crate::monitor::Monitor`] sees.
+    pub monitor: Option<crate::monitor::Tap>,
 }
 
 impl Default for Settings {
@@ -61,6 +64,7 @@ impl Default for Settings {
             tool_search: false,
             cache_dir: None,
             transparent: false,
+            monitor: None,
         }
     }
 }
@@ -75,6 +79,8 @@ pub enum Control {
     Reconfigure(Vec<ServerPlan>),
     /// Reload one server (its files changed).
     Reload(String),
+    /// A [`crate::monitor::Monitor`]'s question.
+    Query(crate::monitor::Query),
 }
 
 /// How the gateway ended.
@@ -367,6 +373,7 @@ impl Hub {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reconfigure(plans) => hub.reconfigure(plans).await,
                     Control::Reload(name) => hub.reload_backend(&name),
+                    Control::Query(query) => hub.on_query(query).await,
                 },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
             }
@@ -392,6 +399,7 @@ impl Hub {
                         awaiting: 0,
                     },
                 );
+                self.publish_sessions();
             }
             FrontCommand::Message { front, line } => {
                 if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
@@ -436,6 +444,7 @@ impl Hub {
         let Some(f) = self.fronts.remove(&front) else {
             return;
         };
+        self.publish_sessions();
         if self.primary == Some(front) {
             self.ended = Some(why);
         }

@@ -1,0 +1,296 @@
+//! What a web UI, `mcpvisor status` and `/metrics` see of a running
+//! gateway, and what they may ask of it.
+//!
+//! The hub stays the one owner of every backend's state: a [`Monitor`] only
+//! sends it a [`Query`] on its control channel and waits (bounded) for the
+//! answer, and listens to the [`MonitorEvent`]s the hub publishes on a
+//! broadcast channel. A slow observer misses events (it is told how many,
+//! and reads a fresh snapshot); it never slows the hub.
+//!
+//! Everything here is serialized as the JSON API of the UI: field names and
+//! the `snake_case` state names are part of that API. No value of a secret
+//! is ever in any of these types: env files are named, their keys listed as
+//! set or unset, never read out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+use crate::hub::Control;
+
+/// How long a query waits for the hub before it gives up.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Events kept per server for its page.
+pub const EVENTS_KEPT: usize = 100;
+/// Room in the broadcast channel of [`MonitorEvent`]s.
+pub const EVENTS_CHANNEL: usize = 1024;
+/// Upper bounds of the latency histogram's buckets, in seconds (Prometheus'
+/// `le`); the last bucket is `+Inf`.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+];
+
+/// A server's state as a person reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    /// Its process is starting, or the gateway's `initialize` is in flight.
+    Starting,
+    Ready,
+    /// Its files changed; it is replaced once nothing is in flight.
+    Reloading,
+    /// It exited and will be started again at [`ServerStatus::next_try_at_ms`].
+    Restarting,
+    /// It crash-loops or cannot be started: see [`ServerStatus::detail`].
+    Failed,
+    /// It printed an authorization link and waits for a person.
+    WaitingAuth,
+    /// Lazy and not started yet, or stopped after being idle.
+    Idle,
+    /// Stopped by a person (the `stop` action) until `start`.
+    Stopped,
+    /// Disabled in its config entry.
+    Disabled,
+}
+
+/// One server's row on the servers page.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerStatus {
+    pub name: String,
+    pub state: ServerState,
+    /// One line on why it is in that state ("exited with code 3; restarting
+    /// in 2s", "crash loop: 5 exits in 60s"); never stderr, never payloads.
+    pub detail: Option<String>,
+    /// When a restarting server's next start is due (Unix ms).
+    pub next_try_at_ms: Option<u64>,
+    /// The authorization link a waiting server printed.
+    pub auth_url: Option<String>,
+    pub lazy: bool,
+    /// `"stdio"` or `"http"`.
+    pub transport: &'static str,
+    /// Its command line (program and arguments, never its environment), or
+    /// its URL.
+    pub command: String,
+    pub generation: Option<u64>,
+    pub pid: Option<u32>,
+    /// When its current generation became ready (Unix ms).
+    pub started_at_ms: Option<u64>,
+    pub restarts: u64,
+    /// Front requests routed to it (answered or not).
+    pub calls: u64,
+    /// Those that were answered with an error.
+    pub errors: u64,
+    pub in_flight: usize,
+    pub latency: Latency,
+}
+
+/// A server's latency figures, over every call answered since the gateway
+/// started.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Counts per bucket of [`LATENCY_BUCKETS`], then `+Inf` (not
+    /// cumulative), for `/metrics`.
+    pub buckets: Vec<u64>,
+    /// The sum of every latency, in seconds.
+    pub sum_seconds: f64,
+    pub count: u64,
+}
+
+/// A server's own page.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerDetail {
+    #[serde(flatten)]
+    pub status: ServerStatus,
+    /// Its tools, prompts and resources as the server listed them (its own
+    /// names, not the prefixed ones), or from the cache while it is idle.
+    pub tools: Vec<Value>,
+    pub prompts: Vec<Value>,
+    pub resources: Vec<Value>,
+    /// Errors by JSON-RPC code.
+    pub errors_by_code: BTreeMap<i64, u64>,
+    /// Its recent events, oldest first, at most [`EVENTS_KEPT`].
+    pub events: Vec<EventRecord>,
+    /// The report of its last exit that was not asked for (a crash), as the
+    /// `error.data` its requests got, without the stderr tail.
+    pub last_crash: Option<Value>,
+    /// The config file its entry is in.
+    pub config_file: Option<std::path::PathBuf>,
+    pub env_file: Option<std::path::PathBuf>,
+    /// Its `env_keys`, each set or not in the env file (values never leave
+    /// the file).
+    pub env_keys: Vec<EnvKey>,
+}
+
+/// One key of a server's env file.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnvKey {
+    pub key: String,
+    pub set: bool,
+}
+
+/// Something that happened to a server.
+#[derive(Debug, Clone, Serialize)]
+pub struct EventRecord {
+    /// Unix ms.
+    pub at_ms: u64,
+    pub kind: EventKind,
+    pub generation: Option<u64>,
+    /// One line for a person ("exited with code 1 (crash)", "reloaded:
+    /// server.py changed", "tools list changed: +2 −1").
+    pub message: String,
+}
+
+/// The kinds of [`EventRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Starting,
+    Ready,
+    Exited,
+    Restarting,
+    Reloading,
+    Failed,
+    Recovered,
+    AuthPending,
+    Authorized,
+    ListChanged,
+    Stopped,
+    Started,
+    Added,
+    Removed,
+    Enabled,
+    Disabled,
+    SecretSet,
+}
+
+/// What the hub publishes to its observers.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MonitorEvent {
+    /// A server's row changed (state, counters, generation).
+    Server { status: ServerStatus },
+    /// Something happened to a server.
+    Event { server: String, event: EventRecord },
+    /// A server left the configuration.
+    Removed { server: String },
+    /// The number of front sessions changed.
+    Fronts { sessions: usize },
+}
+
+/// A whole picture of the gateway.
+#[derive(Debug, Clone, Serialize)]
+pub struct Snapshot {
+    pub servers: Vec<ServerStatus>,
+    /// Front sessions open now.
+    pub sessions: usize,
+}
+
+/// What a person may ask of one server at run time (enable, disable and add
+/// change the config file, and reach the hub as a reconfiguration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Stop its process and start a new one now.
+    Restart,
+    /// Replace it once nothing is in flight, as a change of its files would.
+    Reload,
+    /// Stop it; requests are refused as not started until `Start`.
+    Stop,
+    /// Start a stopped, idle or failed server now.
+    Start,
+}
+
+/// A question for the hub, answered on its oneshot.
+#[derive(Debug)]
+pub enum Query {
+    Snapshot(oneshot::Sender<Snapshot>),
+    Server(String, oneshot::Sender<Option<ServerDetail>>),
+    Act(String, Action, oneshot::Sender<Result<(), ActionError>>),
+}
+
+/// Why an action was not taken.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum ActionError {
+    #[error("no server is named {0:?}")]
+    NoSuchServer(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("the gateway is not answering")]
+    Gone,
+}
+
+/// A handle on a running gateway: cheap to clone, one per observer.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    control: mpsc::Sender<Control>,
+    events: broadcast::Sender<MonitorEvent>,
+}
+
+/// The hub's side of a [`Monitor`]: where it publishes its events. Goes into
+/// [`crate::Settings::monitor`].
+#[derive(Debug, Clone)]
+pub struct Tap(pub(crate) broadcast::Sender<MonitorEvent>);
+
+impl Monitor {
+    /// A monitor that asks the hub listening on `control`, and the tap the
+    /// hub publishes through.
+    pub fn new(control: mpsc::Sender<Control>) -> (Self, Tap) {
+        let (events, _) = broadcast::channel(EVENTS_CHANNEL);
+        (
+            Self {
+                control,
+                events: events.clone(),
+            },
+            Tap(events),
+        )
+    }
+
+    /// Every server's row, and the number of front sessions.
+    pub async fn snapshot(&self) -> Result<Snapshot, ActionError> {
+        self.ask(Query::Snapshot).await
+    }
+
+    /// One server's page; `None` for an unknown name.
+    pub async fn server(&self, name: &str) -> Result<Option<ServerDetail>, ActionError> {
+        let name = name.to_owned();
+        self.ask(|tx| Query::Server(name, tx)).await
+    }
+
+    /// Asks the hub to act on one server.
+    pub async fn act(&self, name: &str, action: Action) -> Result<(), ActionError> {
+        let name = name.to_owned();
+        self.ask(|tx| Query::Act(name, action, tx)).await?
+    }
+
+    /// The hub's events from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<MonitorEvent> {
+        self.events.subscribe()
+    }
+
+    async fn ask<T>(
+        &self,
+        query: impl FnOnce(oneshot::Sender<T>) -> Query,
+    ) -> Result<T, ActionError> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self
+            .control
+            .send_timeout(Control::Query(query(tx)), QUERY_TIMEOUT);
+        sent.await.map_err(|_| ActionError::Gone)?;
+        match tokio::time::timeout(QUERY_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => Ok(answer),
+            _ => Err(ActionError::Gone),
+        }
+    }
+}
+
+impl Tap {
+    /// Publishes without waiting: with no observer, or a full channel, the
+    /// event is simply not seen (observers that fell behind are told).
+    pub(crate) fn publish(&self, event: MonitorEvent) {
+        let _ = self.0.send(event);
+    }
+}
