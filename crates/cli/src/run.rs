@@ -111,6 +111,7 @@ fn http_main(
         // `run`'s own watcher (with --watch and --build) reloads it.
         watch: false,
         env_overrides: spec.env_overrides,
+        per_client: false,
     };
     let settings = mcpvisor_gateway::Settings {
         max_in_flight: resolved.config.max_in_flight,

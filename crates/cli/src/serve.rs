@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use mcpvisor_config::{RestartMode, ServerSet, StartMode, Timer};
+use mcpvisor_config::{RestartMode, ServerSet, SessionMode, StartMode, Timer};
 use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::naming::Separator;
 use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
@@ -243,11 +243,15 @@ impl Defaults {
         }
         session.tools = def.tools.clone();
         let cache_key = self.cache.as_ref().map(|_| Key::new(def, entry_mtime(def)));
-        let lazy = match own.start {
-            Some(StartMode::Lazy) => true,
-            Some(StartMode::Eager) => false,
-            None => self.lazy,
-        };
+        let per_client = own.sessions == Some(SessionMode::PerClient);
+        // A per-client server starts for each client that uses it; until
+        // then it is listed like a lazy one.
+        let lazy = per_client
+            || match own.start {
+                Some(StartMode::Lazy) => true,
+                Some(StartMode::Eager) => false,
+                None => self.lazy,
+            };
         // Only a lazy server is listed from the cache: an eager one is
         // listed as it answers, so its list is never older than the server.
         let cached = match (&self.cache, &cache_key) {
@@ -272,6 +276,7 @@ impl Defaults {
             cache_key,
             watch: self.watch,
             env_overrides: Vec::new(),
+            per_client,
         }
     }
 }

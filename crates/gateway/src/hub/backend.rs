@@ -46,6 +46,8 @@ pub struct ServerPlan {
     pub watch: bool,
     /// `--env KEY=VAL` from the command line, over everything else.
     pub env_overrides: Vec<(String, String)>,
+    /// `"sessions": "per-client"`: each front gets a process of its own.
+    pub per_client: bool,
 }
 
 /// Where a backend is in its life, as the gateway sees it.
@@ -88,6 +90,10 @@ pub(crate) struct Backend {
     pub started: Option<Instant>,
     /// The task watching its files, if any.
     pub watcher: Option<tokio::task::JoinHandle<()>>,
+    /// A per-client instance: the one front it serves.
+    pub owner: Option<FrontId>,
+    /// A per-client instance: the configured server it was made from.
+    pub template: Option<BackendId>,
 }
 
 impl Drop for Backend {
@@ -144,6 +150,8 @@ impl Backend {
             epoch: 0,
             started: None,
             watcher: None,
+            owner: None,
+            template: None,
         }
     }
 
@@ -232,7 +240,9 @@ impl Hub {
             return;
         };
         if let Some(link) = b.link.take() {
-            tokio::spawn(link.stop());
+            self.stopping.spawn(async move {
+                link.stop().await;
+            });
         }
         b.state = next;
         b.reading = 0;
@@ -252,7 +262,7 @@ impl Hub {
     }
 
     pub(crate) fn reload_backend(&mut self, name: &str) {
-        if let Some(b) = self.backends.values().find(|b| b.plan.name == name) {
+        for b in self.backends.values().filter(|b| b.plan.name == name) {
             if let Some(link) = &b.link {
                 link.control(mcpvisor_session::Control::Reload("file change"));
             }
@@ -282,6 +292,8 @@ impl Hub {
                 Some(id) if self.backends[&id].plan.def == plan.def => keep.push(id),
                 Some(id) => {
                     changed += 1;
+                    self.drop_instances_from(id, "its configuration changed")
+                        .await;
                     self.stop_backend(id, "its configuration changed", State::Idle)
                         .await;
                     self.backends.remove(&id);
@@ -301,6 +313,8 @@ impl Hub {
             .filter(|id| !keep.contains(id))
             .collect();
         for id in &removed {
+            self.drop_instances_from(*id, "it was removed from the configuration")
+                .await;
             self.stop_backend(
                 *id,
                 "it was removed from the configuration",
@@ -544,8 +558,12 @@ impl Hub {
         let msg = match incoming {
             Incoming::FilesChanged => {
                 tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
-                if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
-                    link.control(mcpvisor_session::Control::Reload("file change"));
+                let mut which = self.instances_from(id);
+                which.push(id);
+                for id in which {
+                    if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+                        link.control(mcpvisor_session::Control::Reload("file change"));
+                    }
                 }
                 return;
             }
@@ -945,10 +963,11 @@ impl Hub {
     /// oldest of them, the request this one most likely serves). Anything
     /// else is a guess, and a guess sends one person's question to another.
     fn attribute(&self, backend: BackendId) -> Result<(FrontId, Option<Bytes>), String> {
+        let owner = self.backends.get(&backend).and_then(|b| b.owner);
         let open: Vec<FrontId> = self
             .fronts
             .iter()
-            .filter(|(_, f)| f.closing.is_none())
+            .filter(|(id, f)| f.closing.is_none() && owner.is_none_or(|o| o == **id))
             .map(|(id, _)| *id)
             .collect();
         let mut asking: Vec<(u64, FrontId, Bytes)> = self
@@ -1016,7 +1035,7 @@ impl Hub {
             }
             // Served as itself, the server's log lines keep their own logger.
             "notifications/message" if self.settings.transparent => {
-                self.broadcast(line.clone()).await;
+                self.broadcast_from(id, line.clone()).await;
             }
             "notifications/message" => {
                 let name = self.backend_name(id);
@@ -1027,20 +1046,27 @@ impl Hub {
                     return;
                 };
                 let params = obj.with("logger", &raw::quote(&name));
-                self.broadcast(build::notification("notifications/message", Some(&params)))
-                    .await;
+                self.broadcast_from(
+                    id,
+                    build::notification("notifications/message", Some(&params)),
+                )
+                .await;
             }
             "notifications/resources/updated" => {
                 let uri = mcpvisor_jsonrpc::envelope::raw_params(line)
                     .and_then(|p| RawObject::parse(p.get()))
                     .and_then(|o| o.str("uri"));
                 let Some(uri) = uri else { return };
-                let to: Vec<FrontId> = self
-                    .fronts
-                    .iter()
-                    .filter(|(_, f)| f.subscriptions.contains(&uri))
-                    .map(|(id, _)| *id)
-                    .collect();
+                let owner = self.backends.get(&id).and_then(|b| b.owner);
+                let to: Vec<FrontId> = match owner {
+                    Some(owner) => vec![owner],
+                    None => self
+                        .fronts
+                        .iter()
+                        .filter(|(_, f)| f.subscriptions.contains(&uri))
+                        .map(|(id, _)| *id)
+                        .collect(),
+                };
                 for front in to {
                     self.emit_to(front, line.clone(), None).await;
                 }
@@ -1060,7 +1086,7 @@ impl Hub {
                     self.emit_to(req.front, out, None).await;
                 }
             }
-            _ => self.broadcast(line.clone()).await,
+            _ => self.broadcast_from(id, line.clone()).await,
         }
     }
 

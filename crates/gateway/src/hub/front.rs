@@ -195,9 +195,12 @@ impl Hub {
                 };
                 // Subscriptions are counted: the server sees one subscribe
                 // per URI, and the unsubscribe when the last client leaves.
+                // A per-client server's process is the front's own: it is
+                // told of every subscription.
+                let shared = !self.backends[&backend].plan.per_client;
                 let needed = match method {
-                    "resources/subscribe" => self.hold_subscription(front, &uri),
-                    "resources/unsubscribe" => self.drop_subscription(front, &uri),
+                    "resources/subscribe" if shared => self.hold_subscription(front, &uri),
+                    "resources/unsubscribe" if shared => self.drop_subscription(front, &uri),
                     _ => true,
                 };
                 if !needed {
@@ -560,6 +563,7 @@ impl Hub {
         env: &Envelope<'_>,
         modern: bool,
     ) {
+        let backend = self.serving(backend, front);
         let gid = self.next_id();
         let token = env
             .progress_token
@@ -612,10 +616,11 @@ impl Hub {
         params: &str,
         capability: &str,
     ) {
+        // A per-client server is reached through the front's own process.
         let targets: Vec<BackendId> = self
             .order
             .iter()
-            .copied()
+            .map(|id| *self.instances.get(&(*id, front)).unwrap_or(id))
             .filter(|id| {
                 let b = &self.backends[id];
                 b.state == State::Ready

@@ -233,6 +233,7 @@ impl Hub {
             }
         }
         self.remerge(kind).await;
+        self.after_lists_read(id).await;
     }
 
     /// Recomputes every merged list.

@@ -11,6 +11,7 @@ mod backend;
 mod front;
 mod lists;
 mod observe;
+mod per_client;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -253,6 +254,11 @@ pub struct Hub {
     fanouts: HashMap<u64, FanOut>,
     parked: VecDeque<Parked>,
     fronts: HashMap<FrontId, Front>,
+    /// Sessions being stopped in the background; the hub waits for them
+    /// before it ends, so that no server outlives the gateway.
+    stopping: tokio::task::JoinSet<()>,
+    /// Per-client servers' instances, by (configured server, front).
+    instances: HashMap<(BackendId, FrontId), BackendId>,
     /// Backends' requests that arrived before any client initialized.
     early: Vec<(BackendId, Bytes)>,
     /// Subscribed resource URIs, with how many fronts hold each: a backend
@@ -334,6 +340,8 @@ impl Hub {
             fanouts: HashMap::default(),
             parked: VecDeque::new(),
             fronts: HashMap::default(),
+            stopping: tokio::task::JoinSet::new(),
+            instances: HashMap::default(),
             early: Vec::new(),
             subscribed: HashMap::default(),
             merged: Merged::default(),
@@ -379,6 +387,7 @@ impl Hub {
             }
             hub.settle().await;
             hub.finish_closed_fronts().await;
+            while hub.stopping.try_join_next().is_some() {}
         };
         hub.shutdown().await;
         outcome
@@ -488,6 +497,7 @@ impl Hub {
         for uri in f.subscriptions {
             self.release_subscription(&uri);
         }
+        self.drop_instances_of(front).await;
     }
 
     /// Queues a message for one front. A front that leaves its whole queue
@@ -521,6 +531,15 @@ impl Hub {
             .collect();
         for front in to {
             self.emit_to(front, line.clone(), None).await;
+        }
+    }
+
+    /// A backend's notification for every front: a per-client instance's
+    /// goes to its own front only.
+    pub(crate) async fn broadcast_from(&mut self, backend: BackendId, line: Bytes) {
+        match self.backends.get(&backend).and_then(|b| b.owner) {
+            Some(owner) => self.emit_to(owner, line, None).await,
+            None => self.broadcast(line).await,
         }
     }
 
@@ -577,6 +596,8 @@ impl Hub {
             .collect();
         let stops = links.into_iter().map(|l| l.stop());
         futures_util::future::join_all(stops).await;
+        // Each stop is bounded by its session's own stop timeouts.
+        while self.stopping.join_next().await.is_some() {}
     }
 }
 

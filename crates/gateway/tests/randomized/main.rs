@@ -118,6 +118,7 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
         cache_key: None,
         watch: false,
         env_overrides: Vec::new(),
+        per_client: false,
     }
 }
 

@@ -1,0 +1,116 @@
+//! Servers with `"sessions": "per-client"`: each front gets a process of
+//! its own.
+//!
+//! The configured server is a *template*: it is listed (from the cache, or
+//! from one start that reads its lists and then stops), and it never serves
+//! a front request itself. A front's first request for it adds an
+//! *instance*: a backend of its own, with the same plan, owned by that
+//! front, started on that request. Everything an instance says goes to its
+//! owner alone, so its requests to the client (sampling, elicitation,
+//! roots) always have a client to go to. The instance stops when its front
+//! ends, or when the template is reconfigured or removed; its fresh lists
+//! become the template's, so the merged lists follow the server.
+
+use super::Hub;
+use super::backend::{Backend, BackendId, State};
+use crate::fronts::FrontId;
+
+impl Hub {
+    /// The backend that serves `front` for `backend`: itself, or, for a
+    /// per-client server, the front's own instance (added on first use; the
+    /// first request routed to it starts it).
+    pub(crate) fn serving(&mut self, backend: BackendId, front: FrontId) -> BackendId {
+        let Some(b) = self.backends.get(&backend) else {
+            return backend;
+        };
+        if !b.plan.per_client || b.owner.is_some() || b.state == State::Disabled {
+            return backend;
+        }
+        if let Some(instance) = self.instances.get(&(backend, front)) {
+            return *instance;
+        }
+        let mut plan = b.plan.clone();
+        // Its template watches the files and keeps the cache.
+        plan.watch = false;
+        plan.lazy = false;
+        plan.cache_key = None;
+        let mut instance = Backend::new(plan);
+        instance.owner = Some(front);
+        instance.template = Some(backend);
+        let id = BackendId(self.next_backend);
+        self.next_backend += 1;
+        tracing::info!(server = %instance.plan.name, front = front.0, "a process of its own for this client");
+        self.backends.insert(id, instance);
+        self.instances.insert((backend, front), id);
+        id
+    }
+
+    /// The instances of a per-client template, or of every template that a
+    /// front holds.
+    fn instances_where(&self, keep: impl Fn(BackendId, FrontId) -> bool) -> Vec<BackendId> {
+        self.instances
+            .iter()
+            .filter(|((template, front), _)| keep(*template, *front))
+            .map(|(_, instance)| *instance)
+            .collect()
+    }
+
+    /// Stops and forgets instances (their front ended, or their template
+    /// changed): what they held fails once, with `why`.
+    async fn remove_instances(&mut self, instances: Vec<BackendId>, why: &str) {
+        for id in instances {
+            self.stop_backend(id, why, State::Disabled).await;
+            self.instances.retain(|_, i| *i != id);
+            self.backends.remove(&id);
+        }
+    }
+
+    /// A front ended: its own processes stop.
+    pub(crate) async fn drop_instances_of(&mut self, front: FrontId) {
+        let gone = self.instances_where(|_, f| f == front);
+        self.remove_instances(gone, "its client left").await;
+    }
+
+    /// A template changed or left the configuration: its instances stop.
+    pub(crate) async fn drop_instances_from(&mut self, template: BackendId, why: &str) {
+        let gone = self.instances_where(|t, _| t == template);
+        self.remove_instances(gone, why).await;
+    }
+
+    /// A template's instances, for a reload of its files.
+    pub(crate) fn instances_from(&self, template: BackendId) -> Vec<BackendId> {
+        self.instances_where(|t, _| t == template)
+    }
+
+    /// An instance read its lists: they become its template's (so that the
+    /// merged lists and the cache follow the server). A template that only
+    /// started to read its lists stops once they are read.
+    pub(crate) async fn after_lists_read(&mut self, id: BackendId) {
+        let Some(b) = self.backends.get(&id) else {
+            return;
+        };
+        if !b.plan.per_client || b.reading > 0 {
+            return;
+        }
+        match b.template {
+            Some(template) => {
+                let lists = b.lists.clone();
+                let init = b.init.clone();
+                if let Some(t) = self.backends.get_mut(&template) {
+                    t.lists = lists;
+                    if t.init.is_none() {
+                        t.init = init;
+                    }
+                }
+                self.store_cache(template);
+                self.remerge_all().await;
+            }
+            None if b.link.is_some() && b.state == State::Ready => {
+                tracing::info!(server = %b.plan.name, "lists read: stopping it until a client uses it");
+                self.stop_backend(id, "its lists were read", State::Idle)
+                    .await;
+            }
+            None => {}
+        }
+    }
+}
