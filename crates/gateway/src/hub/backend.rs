@@ -12,8 +12,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
+use super::observe::Observed;
 use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
 use crate::fronts::FrontId;
+use crate::monitor::EventKind;
 use crate::raw::{self, RawObject};
 
 /// A backend's identity for the life of the gateway (names can be reused
@@ -63,6 +65,8 @@ pub(crate) enum State {
     Failed(Value),
     /// Disabled in the config.
     Disabled,
+    /// Stopped by a person (the monitor's `stop` action) until `start`.
+    Stopped,
 }
 
 pub(crate) struct Backend {
@@ -88,6 +92,8 @@ pub(crate) struct Backend {
     pub started: Option<Instant>,
     /// The task watching its files, if any.
     pub watcher: Option<tokio::task::JoinHandle<()>>,
+    /// What the monitor shows of it.
+    pub obs: Observed,
 }
 
 impl Drop for Backend {
@@ -144,6 +150,7 @@ impl Backend {
             epoch: 0,
             started: None,
             watcher: None,
+            obs: Observed::new(),
         }
     }
 
@@ -153,7 +160,10 @@ impl Backend {
 
     /// Whether its lists count in the merged lists.
     pub fn serves_lists(&self) -> bool {
-        !matches!(self.state, State::Failed(_) | State::Disabled)
+        !matches!(
+            self.state,
+            State::Failed(_) | State::Disabled | State::Stopped
+        )
     }
 
     /// Whether a front request should wait for it (bounded).
@@ -174,9 +184,15 @@ impl Hub {
     // === lifecycle ===
 
     pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
+        self.add_backend_with(plan, Observed::new())
+    }
+
+    /// Adds a backend that goes on with what `obs` has seen.
+    fn add_backend_with(&mut self, plan: ServerPlan, obs: Observed) -> BackendId {
         let id = BackendId(self.next_backend);
         self.next_backend += 1;
         let mut backend = Backend::new(plan);
+        backend.obs = obs;
         if backend.plan.watch && backend.state != State::Disabled {
             backend.watcher = super::watch_files(id, &backend.plan.def, self.events_tx.clone());
         }
@@ -199,9 +215,10 @@ impl Hub {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if b.link.is_some() || b.state == State::Disabled {
+        if b.link.is_some() || matches!(b.state, State::Disabled | State::Stopped) {
             return;
         }
+        b.obs.base = b.obs.generation.unwrap_or(0);
         let spec = ServerSpec {
             def: b.plan.def.clone(),
             env_overrides: b.plan.env_overrides.clone(),
@@ -234,6 +251,7 @@ impl Hub {
         if let Some(link) = b.link.take() {
             tokio::spawn(link.stop());
         }
+        b.obs.stopped();
         b.state = next;
         b.reading = 0;
         b.ping = None;
@@ -247,15 +265,37 @@ impl Hub {
     /// definition, a reload asked for by hand).
     pub(crate) async fn restart_backend(&mut self, id: BackendId, why: &str) {
         tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
+        self.record(id, EventKind::Restarting, format!("restarting: {why}"));
         self.stop_backend(id, why, State::Idle).await;
         self.start_backend(id);
     }
 
-    pub(crate) fn reload_backend(&mut self, name: &str) {
-        if let Some(b) = self.backends.values().find(|b| b.plan.name == name) {
-            if let Some(link) = &b.link {
-                link.control(mcpvisor_session::Control::Reload("file change"));
-            }
+    /// Reloads a running backend (its session replaces its worker once it
+    /// holds nothing); `why` is for its events.
+    pub(crate) fn reload_backend(&mut self, name: &str, why: &str) {
+        let found = self
+            .backends
+            .iter()
+            .find(|(_, b)| b.plan.name == name && b.link.is_some())
+            .map(|(id, _)| *id);
+        if let Some(id) = found {
+            self.reload(id, why);
+        }
+    }
+
+    fn reload(&mut self, id: BackendId, why: &str) {
+        let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) else {
+            return;
+        };
+        link.control(mcpvisor_session::Control::Reload("file change"));
+        self.observe_reload(id, why);
+    }
+
+    /// Counts an error the gateway answered for a backend.
+    pub(crate) fn count_error(&mut self, id: BackendId, code: i64) {
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.obs.stats.error(code);
+            b.obs.dirty = true;
         }
     }
 
@@ -282,15 +322,32 @@ impl Hub {
                 Some(id) if self.backends[&id].plan.def == plan.def => keep.push(id),
                 Some(id) => {
                     changed += 1;
+                    self.record(
+                        id,
+                        EventKind::Restarting,
+                        "restarting: its config entry changed",
+                    );
                     self.stop_backend(id, "its configuration changed", State::Idle)
                         .await;
-                    self.backends.remove(&id);
+                    let old = self.backends.remove(&id).map(|b| {
+                        let mut b = b;
+                        std::mem::take(&mut b.obs)
+                    });
                     self.order.retain(|o| *o != id);
-                    keep.push(self.add_backend(plan));
+                    let obs = old.map_or_else(Observed::new, Observed::carry_over);
+                    keep.push(self.add_backend_with(plan, obs));
                 }
                 None => {
                     added += 1;
-                    keep.push(self.add_backend(plan));
+                    let from = plan
+                        .def
+                        .source
+                        .as_ref()
+                        .map(|p| format!(" from {}", p.display()))
+                        .unwrap_or_default();
+                    let new = self.add_backend(plan);
+                    self.record(new, EventKind::Added, format!("added{from}"));
+                    keep.push(new);
                 }
             }
         }
@@ -307,7 +364,9 @@ impl Hub {
                 State::Disabled,
             )
             .await;
-            self.backends.remove(id);
+            if let Some(b) = self.backends.remove(id) {
+                self.publish_removed(&b.plan.name);
+            }
         }
         self.order = keep;
         tracing::info!(
@@ -359,6 +418,8 @@ impl Hub {
             return;
         };
         b.last_used = Instant::now();
+        b.obs.stats.calls += 1;
+        b.obs.dirty = true;
         let refusal = match &b.state {
             State::Failed(data) => Some((
                 format!(
@@ -384,9 +445,17 @@ impl Hub {
                 ),
                 serde_json::json!({"reason": "disabled", "server": b.plan.name}),
             )),
+            State::Stopped => Some((
+                format!(
+                    "Request not started: the server `{}` was stopped by a person, and stays stopped until someone starts it again. It is safe to retry then.",
+                    b.plan.name
+                ),
+                serde_json::json!({"reason": "stopped by a person", "server": b.plan.name}),
+            )),
             _ => None,
         };
         if let Some((message, data)) = refusal {
+            b.obs.stats.error(NOT_STARTED);
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
@@ -422,6 +491,7 @@ impl Hub {
         }) = self.take_pending(gid)
         {
             if !cancelled {
+                self.count_error(backend, NOT_STARTED);
                 let message = format!("Request not started: {reason}. It is safe to retry.");
                 let data =
                     serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
@@ -458,6 +528,7 @@ impl Hub {
                     cancelled: false,
                     ..
                 }) => {
+                    self.count_error(id, mcpvisor_jsonrpc::WORKER_LOST);
                     let message = format!(
                         "The MCP server `{}` stopped before answering ({why}). The request may or may not have taken effect: inspect state before retrying a mutation.",
                         self.backend_name(id)
@@ -508,6 +579,7 @@ impl Hub {
                 if let Some(b) = self.backends.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
                     b.last_used = Instant::now();
+                    b.obs.dirty = true;
                 }
             }
             Pending::Private { backend, what } => {
@@ -544,9 +616,7 @@ impl Hub {
         let msg = match incoming {
             Incoming::FilesChanged => {
                 tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
-                if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
-                    link.control(mcpvisor_session::Control::Reload("file change"));
-                }
+                self.reload(id, "its files changed");
                 return;
             }
             Incoming::Session(epoch, msg) => {
@@ -567,6 +637,7 @@ impl Hub {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
+                    self.record(id, EventKind::Exited, "its session ended");
                     self.stop_backend(id, "its session ended", State::Idle)
                         .await;
                     self.remerge_all().await;
@@ -578,12 +649,13 @@ impl Hub {
     /// What the backend's session says of its worker.
     async fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
         use mcpvisor_session::SessionEvent as E;
+        if self.backends.get(&id).is_none_or(|b| b.link.is_none()) {
+            return;
+        }
+        self.observe_session(id, &event);
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if b.link.is_none() {
-            return;
-        }
         let name = b.plan.name.clone();
         match event {
             E::AuthPending { url, .. } => {
@@ -643,6 +715,7 @@ impl Hub {
         if cancelled {
             return;
         }
+        self.count_error(id, NOT_STARTED);
         let Some(b) = self.backends.get(&id) else {
             return;
         };
@@ -684,12 +757,22 @@ impl Hub {
                 id: front_id,
                 cancelled,
                 wrap,
+                at,
                 ..
             }) => {
                 if cancelled {
                     return;
                 }
-                self.note_refusal(id, line).await;
+                let code = error_code(line);
+                if let Some(b) = self.backends.get_mut(&id) {
+                    b.obs.stats.latency(at.elapsed());
+                    if let Some(code) = code {
+                        b.obs.stats.error(code);
+                    }
+                }
+                if code == Some(NOT_STARTED) {
+                    self.note_refusal(id, line).await;
+                }
                 let Some(raw_id) = env.id else { return };
                 match wrap {
                     Wrap::AsIs => {
@@ -712,9 +795,6 @@ impl Hub {
     /// backend's session is in its failed state (a crash loop): its tools are
     /// withdrawn until a health ping gets an answer from the server again.
     async fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
-        if memchr::memmem::find(line, b"\"error\"").is_none() {
-            return;
-        }
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         let error = &answer["error"];
         let failing = error["code"].as_i64() == Some(NOT_STARTED)
@@ -767,6 +847,7 @@ impl Hub {
                     }
                 }
                 if recovered {
+                    self.record(id, EventKind::Recovered, "it answers again");
                     self.read_lists(id);
                 }
             }
@@ -803,8 +884,13 @@ impl Hub {
                         serde_json::json!({"reason": answer.get("error").and_then(|e| e.get("message")).cloned().unwrap_or(Value::Null)})
                     });
                 tracing::warn!(server = %name, "could not be initialized; its tools are withdrawn");
+                let reason = data.get("reason").and_then(Value::as_str).map_or_else(
+                    || "its initialize failed".to_owned(),
+                    |r| format!("its initialize failed: {r}"),
+                );
                 b.state = State::Failed(data);
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+                self.record(id, EventKind::Failed, reason);
                 self.arm_health(id);
                 for gid in queued {
                     self.answer_not_started(gid, &format!("the server `{name}` could not start"))
@@ -1154,6 +1240,17 @@ impl Hub {
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
             self.stop_backend(id, "it was idle", State::Idle).await;
+            if let Some(b) = self.backends.get_mut(&id) {
+                b.obs.fresh = true;
+            }
+            self.record(
+                id,
+                EventKind::Stopped,
+                format!(
+                    "stopped after {} idle",
+                    mcpvisor_config::report::format_uptime(quiet)
+                ),
+            );
         } else {
             let left = idle.saturating_sub(quiet).max(Duration::from_millis(10));
             self.timers.insert(Timer::Idle(id), left);
@@ -1180,6 +1277,23 @@ fn is_url_mode(line: &[u8]) -> bool {
         .and_then(|p| RawObject::parse(p.get()))
         .and_then(|o| o.str("mode"))
         .is_some_and(|m| m == "url")
+}
+
+/// The code of an answer's top-level `error`, if it is one. The line is
+/// parsed only when it has an `"error"` member somewhere; the parse skips
+/// the rest without building it.
+fn error_code(line: &[u8]) -> Option<i64> {
+    memchr::memmem::find(line, b"\"error\"")?;
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let answer: Answer = serde_json::from_slice(line).ok()?;
+    answer.error.map(|e| e.code)
 }
 
 /// Server requests held until the client has initialized.

@@ -597,6 +597,7 @@ impl Hub {
                 token,
                 cancelled: false,
                 wrap,
+                at: Instant::now(),
             },
         );
         self.route(front, backend, gid, line, front_id).await;

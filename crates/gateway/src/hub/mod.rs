@@ -138,6 +138,8 @@ pub(crate) enum Timer {
     Health(BackendId),
     /// A server's `idle_timeout` may have run out.
     Idle(BackendId),
+    /// A server's throttled row may be published.
+    Publish(BackendId),
 }
 
 /// A request towards a backend, by the gateway-side id it was sent under.
@@ -154,6 +156,8 @@ pub(crate) enum Pending {
         cancelled: bool,
         /// How its answer is passed back.
         wrap: Wrap,
+        /// When it was sent on, for its latency.
+        at: Instant,
     },
     /// The gateway's own request.
     Private { backend: BackendId, what: Private },
@@ -372,13 +376,14 @@ impl Hub {
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reconfigure(plans) => hub.reconfigure(plans).await,
-                    Control::Reload(name) => hub.reload_backend(&name),
+                    Control::Reload(name) => hub.reload_backend(&name, "its files changed"),
                     Control::Query(query) => hub.on_query(query).await,
                 },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
             }
             hub.settle().await;
             hub.finish_closed_fronts().await;
+            hub.publish_changes();
         };
         hub.shutdown().await;
         outcome
@@ -544,6 +549,7 @@ impl Hub {
             Timer::Parked => {}
             Timer::Health(b) => self.on_health(b).await,
             Timer::Idle(b) => self.on_idle(b).await,
+            Timer::Publish(b) => self.on_publish_timer(b),
         }
     }
 
