@@ -158,12 +158,10 @@ impl Backend {
         &self.plan.name
     }
 
-    /// Whether its lists count in the merged lists.
+    /// Whether its lists count in the merged lists. A stopped server's
+    /// stay, as an idle one's do: its calls get a refusal that says why.
     pub fn serves_lists(&self) -> bool {
-        !matches!(
-            self.state,
-            State::Failed(_) | State::Disabled | State::Stopped
-        )
+        !matches!(self.state, State::Failed(_) | State::Disabled)
     }
 
     /// Whether a front request should wait for it (bounded).
@@ -661,6 +659,7 @@ impl Hub {
             E::AuthPending { url, .. } => {
                 tracing::warn!(server = %name, "waiting for authorization: open {url}");
                 b.state = State::WaitingAuth(url);
+                b.obs.revision += 1;
                 // Requests queued for it would wait on a person: refuse them
                 // now with the link.
                 let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
@@ -678,7 +677,13 @@ impl Hub {
                     };
                 }
             }
-            E::Failed { data } if !matches!(b.state, State::Failed(_)) => {
+            // Already failing (its initialize failed): the session's
+            // report says more.
+            E::Failed { data } if matches!(b.state, State::Failed(_)) => {
+                b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+                b.obs.revision += 1;
+            }
+            E::Failed { data } => {
                 tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
                 b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
@@ -888,9 +893,16 @@ impl Hub {
                     || "its initialize failed".to_owned(),
                     |r| format!("its initialize failed: {r}"),
                 );
-                b.state = State::Failed(data);
+                // A session that failed has said so itself, and its
+                // report is the better one.
+                let told = matches!(b.state, State::Failed(_));
+                if !told {
+                    b.state = State::Failed(data);
+                }
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
-                self.record(id, EventKind::Failed, reason);
+                if !told {
+                    self.record(id, EventKind::Failed, reason);
+                }
                 self.arm_health(id);
                 for gid in queued {
                     self.answer_not_started(gid, &format!("the server `{name}` could not start"))

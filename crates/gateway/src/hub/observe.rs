@@ -57,6 +57,10 @@ pub(crate) struct Observed {
     pub worker: Worker,
     /// A reload was asked for; over when the next generation starts.
     pub reloading: bool,
+    /// Bumped when its row changes in a way its state does not show (a
+    /// failing server's report replaced by a better one), so that the
+    /// change is published at once.
+    pub revision: u64,
     pub stats: Stats,
     pub events: VecDeque<EventRecord>,
     /// The `error.data` of its last unrequested exit, without stderr.
@@ -112,6 +116,7 @@ struct RowKey {
     pid: Option<u32>,
     restarts: u64,
     next_try_at_ms: Option<u64>,
+    revision: u64,
 }
 
 // === impl Observed ===
@@ -565,6 +570,7 @@ fn row_key(b: &Backend) -> RowKey {
             Worker::Down { next_try_at_ms, .. } => *next_try_at_ms,
             _ => None,
         },
+        revision: b.obs.revision,
     }
 }
 
