@@ -75,6 +75,9 @@ pub struct ServerDef {
     pub supervision: Supervision,
     /// Fields mcpvisor does not know, kept as they were.
     pub extra: Map<String, Value>,
+    /// The config file the entry was read from (`None` for a definition
+    /// built from the command line).
+    pub source: Option<PathBuf>,
 }
 
 /// Which tools of a server are let through.
@@ -256,7 +259,8 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
                 message,
             })?;
         match parsed {
-            entry::Entry::Stdio(def) => {
+            entry::Entry::Stdio(mut def) => {
+                def.source = Some(path.to_owned());
                 servers.insert(name.clone(), def);
             }
             entry::Entry::Unsupported(other) => {
@@ -412,6 +416,7 @@ impl fmt::Debug for ServerDef {
             .field("tools", &self.tools)
             .field("supervision", &self.supervision)
             .field("extra", &Redacted(self.extra.keys()))
+            .field("source", &self.source)
             .finish()
     }
 }

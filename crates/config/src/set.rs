@@ -287,6 +287,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         tools,
         supervision,
         extra: _,
+        source: _,
     } = a;
     *name == b.name
         && *command == b.command

@@ -74,21 +74,33 @@ pub struct ServerStatus {
     /// Its command line (program and arguments, never its environment), or
     /// its URL.
     pub command: String,
+    /// Its current (or last) worker generation, counted over the server's
+    /// whole life in this gateway (a new session goes on from the last).
     pub generation: Option<u64>,
     pub pid: Option<u32>,
     /// When its current generation became ready (Unix ms).
     pub started_at_ms: Option<u64>,
+    /// Generations started to replace one that ended while in service: a
+    /// crash or unrequested exit, a reload (file change or the `reload`
+    /// action), a `restart` action, a failed health check, a changed config
+    /// entry. Not counted: the first start, a lazy start, a start after an
+    /// idle stop or after the `stop` action.
     pub restarts: u64,
-    /// Front requests routed to it (answered or not).
+    /// Front requests routed to it (answered or not, refused included).
     pub calls: u64,
-    /// Those that were answered with an error.
+    /// Those answered with a JSON-RPC error: its own, its session's
+    /// (`-32001` timeout, `-32010` lost, `-32011` not started) and the
+    /// gateway's refusals on its behalf (not started, stopped, failing).
     pub errors: u64,
     pub in_flight: usize,
     pub latency: Latency,
 }
 
-/// A server's latency figures, over every call answered since the gateway
-/// started.
+/// A server's latency figures, over every call its session answered
+/// (results and errors) since the gateway started; refusals the gateway
+/// gives itself are counted as errors but not timed. The quantiles are
+/// estimated from the histogram: linear within the bucket that holds them,
+/// the `+Inf` bucket topped by the slowest answer seen.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
     pub p50_ms: Option<f64>,
@@ -194,13 +206,15 @@ pub struct Snapshot {
 /// change the config file, and reach the hub as a reconfiguration).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    /// Stop its process and start a new one now.
+    /// Stop its process and start a new one now; an idle, failed or stopped
+    /// server is started.
     Restart,
     /// Replace it once nothing is in flight, as a change of its files would.
     Reload,
     /// Stop it; requests are refused as not started until `Start`.
     Stop,
-    /// Start a stopped, idle or failed server now.
+    /// Start a stopped, idle or failed server now (a running one is left
+    /// alone).
     Start,
 }
 
@@ -210,6 +224,9 @@ pub enum Query {
     Snapshot(oneshot::Sender<Snapshot>),
     Server(String, oneshot::Sender<Option<ServerDetail>>),
     Act(String, Action, oneshot::Sender<Result<(), ActionError>>),
+    /// The stderr tail of the server's last crash (empty when it has not
+    /// crashed); `None` for an unknown name.
+    Stderr(String, oneshot::Sender<Option<Vec<String>>>),
 }
 
 /// Why an action was not taken.
@@ -258,6 +275,14 @@ impl Monitor {
     pub async fn server(&self, name: &str) -> Result<Option<ServerDetail>, ActionError> {
         let name = name.to_owned();
         self.ask(|tx| Query::Server(name, tx)).await
+    }
+
+    /// The last lines its stderr printed before its last crash: empty when
+    /// it has not crashed, `None` for an unknown name. They may hold
+    /// secrets: show them only to a person who asks.
+    pub async fn stderr(&self, name: &str) -> Result<Option<Vec<String>>, ActionError> {
+        let name = name.to_owned();
+        self.ask(|tx| Query::Stderr(name, tx)).await
     }
 
     /// Asks the hub to act on one server.

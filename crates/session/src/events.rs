@@ -7,6 +7,8 @@
 //! logged at debug), so a slow or absent reader cannot stall the data path.
 //! The channel closes when the session ends.
 
+use std::time::Duration;
+
 use mcpvisor_config::report::ErrorData;
 use tokio::sync::mpsc;
 
@@ -30,6 +32,13 @@ pub enum SessionEvent {
     /// It ended, was stopped, or could not be started (then `data.phase` is
     /// `spawn`). `data` is what the requests it held were failed with.
     Exited { generation: u64, data: ErrorData },
+    /// Just before the `Exited` of a generation that ended without being
+    /// asked to: the last lines of its stderr. They may hold secrets: an
+    /// owner shows them only to a person who asks, and never logs them.
+    StderrTail { generation: u64, lines: Vec<String> },
+    /// After generation `generation` ended on its own, the next one starts
+    /// after `delay` (zero: at once).
+    Restarting { generation: u64, delay: Duration },
     /// The server keeps failing (a crash loop, or it stopped under
     /// `--restart never`): requests are refused with `data` until a reload,
     /// SIGHUP or the cooldown.
@@ -55,6 +64,8 @@ impl SessionEvent {
             SessionEvent::AuthPending { .. } => "auth-pending",
             SessionEvent::Authorized { .. } => "authorized",
             SessionEvent::Exited { .. } => "exited",
+            SessionEvent::StderrTail { .. } => "stderr-tail",
+            SessionEvent::Restarting { .. } => "restarting",
             SessionEvent::Failed { .. } => "failed",
             SessionEvent::Recovered => "recovered",
         }
@@ -79,6 +90,12 @@ impl EventSink {
     pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<SessionEvent>) {
         let (tx, rx) = mpsc::channel(capacity);
         (Self::new(tx), rx)
+    }
+
+    /// Whether events go anywhere (an event that costs something to build
+    /// need not be built otherwise).
+    pub(crate) fn is_active(&self) -> bool {
+        self.0.is_some()
     }
 
     /// Sends without waiting: a full channel drops the event.

@@ -62,16 +62,28 @@ async fn a_generation_is_reported_starting_ready_after_its_handshake_and_exited(
     );
     let lost = c.call(json!(1), "crash", json!({})).await;
     let seen = until(&mut events, |e| matches!(e, SessionEvent::Ready { .. })).await;
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    // An unrequested exit first hands over its stderr tail, for a person
+    // who asks; it is not in the error data unless --stderr-in-errors.
+    assert!(
+        matches!(&seen[0], SessionEvent::StderrTail { generation: 1, .. }),
+        "{seen:?}"
+    );
     // The exit carries what the request in flight was failed with.
-    let data = exited_data(&seen[0]);
+    let data = exited_data(&seen[1]);
     assert_eq!(
         serde_json::to_value(data).expect("json"),
         lost["error"]["data"]
     );
+    assert_eq!(data.stderr, None);
     assert_eq!(
-        seen[1..],
+        seen[2..],
         [
+            // The first restart after a crash is at once.
+            SessionEvent::Restarting {
+                generation: 1,
+                delay: Duration::ZERO,
+            },
             SessionEvent::Starting {
                 generation: 2,
                 pid: None
@@ -141,10 +153,14 @@ async fn an_auth_prompt_is_an_event_until_initialize_completes() {
     c.call(json!(1), "crash", json!({})).await;
     let seen = until(&mut events, |e| matches!(e, SessionEvent::Ready { .. })).await;
     assert!(matches!(
-        seen[0],
+        seen[1],
         SessionEvent::Exited { generation: 1, .. }
     ));
-    assert_eq!(seen[1..], prompted(2));
+    assert!(matches!(
+        seen[2],
+        SessionEvent::Restarting { generation: 1, .. }
+    ));
+    assert_eq!(seen[3..], prompted(2));
     let ok = c.call(json!(2), "echo", json!({})).await;
     assert_eq!(ok["result"]["generation"], 2, "{ok}");
 }
@@ -217,4 +233,39 @@ async fn an_observer_that_never_reads_never_blocks_the_session() {
         }
     );
     assert!(events.try_recv().is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_is_reported_with_its_backoff_delay() {
+    let cfg = Config {
+        crash_loop_exits: 10,
+        restart: RestartPolicy::Always,
+        ..config()
+    };
+    let spawner = TestSpawner::new(Behaviour::default());
+    let (mut c, mut events) = Client::start_observed(cfg, spawner, 64);
+    c.initialize().await;
+    let mut delays = Vec::new();
+    for i in 0..3 {
+        let lost = c.call(json!(i), "crash", json!({})).await;
+        assert_eq!(lost["error"]["code"], -32010, "{lost}");
+        let seen = until(&mut events, |e| {
+            matches!(e, SessionEvent::Restarting { .. })
+        })
+        .await;
+        let Some(SessionEvent::Restarting { generation, delay }) = seen.last() else {
+            unreachable!("until ends with the match")
+        };
+        assert_eq!(*generation, i + 1);
+        delays.push(*delay);
+    }
+    // At once the first time, then doubling from 250 ms.
+    assert_eq!(
+        delays,
+        [
+            Duration::ZERO,
+            Duration::from_millis(250),
+            Duration::from_millis(500)
+        ]
+    );
 }

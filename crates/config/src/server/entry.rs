@@ -119,6 +119,7 @@ pub(super) fn parse(
             })
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect(),
+        source: None,
     }))
 }
 

@@ -12,8 +12,10 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
+use super::observe::Observed;
 use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
 use crate::fronts::FrontId;
+use crate::monitor::EventKind;
 use crate::raw::{self, RawObject};
 
 /// A backend's identity for the life of the gateway (names can be reused
@@ -65,6 +67,8 @@ pub(crate) enum State {
     Failed(Value),
     /// Disabled in the config.
     Disabled,
+    /// Stopped by a person (the monitor's `stop` action) until `start`.
+    Stopped,
 }
 
 pub(crate) struct Backend {
@@ -94,6 +98,8 @@ pub(crate) struct Backend {
     pub owner: Option<FrontId>,
     /// A per-client instance: the configured server it was made from.
     pub template: Option<BackendId>,
+    /// What the monitor shows of it.
+    pub obs: Observed,
 }
 
 impl Drop for Backend {
@@ -152,6 +158,7 @@ impl Backend {
             watcher: None,
             owner: None,
             template: None,
+            obs: Observed::new(),
         }
     }
 
@@ -159,7 +166,8 @@ impl Backend {
         &self.plan.name
     }
 
-    /// Whether its lists count in the merged lists.
+    /// Whether its lists count in the merged lists. A stopped server's
+    /// stay, as an idle one's do: its calls get a refusal that says why.
     pub fn serves_lists(&self) -> bool {
         !matches!(self.state, State::Failed(_) | State::Disabled)
     }
@@ -182,9 +190,15 @@ impl Hub {
     // === lifecycle ===
 
     pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
+        self.add_backend_with(plan, Observed::new())
+    }
+
+    /// Adds a backend that goes on with what `obs` has seen.
+    fn add_backend_with(&mut self, plan: ServerPlan, obs: Observed) -> BackendId {
         let id = BackendId(self.next_backend);
         self.next_backend += 1;
         let mut backend = Backend::new(plan);
+        backend.obs = obs;
         if backend.plan.watch && backend.state != State::Disabled {
             backend.watcher = super::watch_files(id, &backend.plan.def, self.events_tx.clone());
         }
@@ -207,9 +221,10 @@ impl Hub {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if b.link.is_some() || b.state == State::Disabled {
+        if b.link.is_some() || matches!(b.state, State::Disabled | State::Stopped) {
             return;
         }
+        b.obs.base = b.obs.generation.unwrap_or(0);
         let spec = ServerSpec {
             def: b.plan.def.clone(),
             env_overrides: b.plan.env_overrides.clone(),
@@ -244,6 +259,7 @@ impl Hub {
                 link.stop().await;
             });
         }
+        b.obs.stopped();
         b.state = next;
         b.reading = 0;
         b.ping = None;
@@ -257,15 +273,39 @@ impl Hub {
     /// definition, a reload asked for by hand).
     pub(crate) async fn restart_backend(&mut self, id: BackendId, why: &str) {
         tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
+        self.record(id, EventKind::Restarting, format!("restarting: {why}"));
         self.stop_backend(id, why, State::Idle).await;
         self.start_backend(id);
     }
 
-    pub(crate) fn reload_backend(&mut self, name: &str) {
-        for b in self.backends.values().filter(|b| b.plan.name == name) {
-            if let Some(link) = &b.link {
-                link.control(mcpvisor_session::Control::Reload("file change"));
-            }
+    /// Reloads a running backend (its session replaces its worker once it
+    /// holds nothing); `why` is for its events.
+    pub(crate) fn reload_backend(&mut self, name: &str, why: &str) {
+        // A per-client server's instances share its name.
+        let found: Vec<BackendId> = self
+            .backends
+            .iter()
+            .filter(|(_, b)| b.plan.name == name && b.link.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in found {
+            self.reload(id, why);
+        }
+    }
+
+    fn reload(&mut self, id: BackendId, why: &str) {
+        let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) else {
+            return;
+        };
+        link.control(mcpvisor_session::Control::Reload("file change"));
+        self.observe_reload(id, why);
+    }
+
+    /// Counts an error the gateway answered for a backend.
+    pub(crate) fn count_error(&mut self, id: BackendId, code: i64) {
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.obs.stats.error(code);
+            b.obs.dirty = true;
         }
     }
 
@@ -294,15 +334,32 @@ impl Hub {
                     changed += 1;
                     self.drop_instances_from(id, "its configuration changed")
                         .await;
+                    self.record(
+                        id,
+                        EventKind::Restarting,
+                        "restarting: its config entry changed",
+                    );
                     self.stop_backend(id, "its configuration changed", State::Idle)
                         .await;
-                    self.backends.remove(&id);
+                    let old = self.backends.remove(&id).map(|b| {
+                        let mut b = b;
+                        std::mem::take(&mut b.obs)
+                    });
                     self.order.retain(|o| *o != id);
-                    keep.push(self.add_backend(plan));
+                    let obs = old.map_or_else(Observed::new, Observed::carry_over);
+                    keep.push(self.add_backend_with(plan, obs));
                 }
                 None => {
                     added += 1;
-                    keep.push(self.add_backend(plan));
+                    let from = plan
+                        .def
+                        .source
+                        .as_ref()
+                        .map(|p| format!(" from {}", p.display()))
+                        .unwrap_or_default();
+                    let new = self.add_backend(plan);
+                    self.record(new, EventKind::Added, format!("added{from}"));
+                    keep.push(new);
                 }
             }
         }
@@ -321,7 +378,9 @@ impl Hub {
                 State::Disabled,
             )
             .await;
-            self.backends.remove(id);
+            if let Some(b) = self.backends.remove(id) {
+                self.publish_removed(&b.plan.name);
+            }
         }
         self.order = keep;
         tracing::info!(
@@ -373,6 +432,8 @@ impl Hub {
             return;
         };
         b.last_used = Instant::now();
+        b.obs.stats.calls += 1;
+        b.obs.dirty = true;
         let refusal = match &b.state {
             State::Failed(data) => Some((
                 format!(
@@ -398,9 +459,17 @@ impl Hub {
                 ),
                 serde_json::json!({"reason": "disabled", "server": b.plan.name}),
             )),
+            State::Stopped => Some((
+                format!(
+                    "Request not started: the server `{}` was stopped by a person, and stays stopped until someone starts it again. It is safe to retry then.",
+                    b.plan.name
+                ),
+                serde_json::json!({"reason": "stopped by a person", "server": b.plan.name}),
+            )),
             _ => None,
         };
         if let Some((message, data)) = refusal {
+            b.obs.stats.error(NOT_STARTED);
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
@@ -436,6 +505,7 @@ impl Hub {
         }) = self.take_pending(gid)
         {
             if !cancelled {
+                self.count_error(backend, NOT_STARTED);
                 let message = format!("Request not started: {reason}. It is safe to retry.");
                 let data =
                     serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
@@ -472,6 +542,7 @@ impl Hub {
                     cancelled: false,
                     ..
                 }) => {
+                    self.count_error(id, mcpvisor_jsonrpc::WORKER_LOST);
                     let message = format!(
                         "The MCP server `{}` stopped before answering ({why}). The request may or may not have taken effect: inspect state before retrying a mutation.",
                         self.backend_name(id)
@@ -522,6 +593,7 @@ impl Hub {
                 if let Some(b) = self.backends.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
                     b.last_used = Instant::now();
+                    b.obs.dirty = true;
                 }
             }
             Pending::Private { backend, what } => {
@@ -561,9 +633,7 @@ impl Hub {
                 let mut which = self.instances_from(id);
                 which.push(id);
                 for id in which {
-                    if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
-                        link.control(mcpvisor_session::Control::Reload("file change"));
-                    }
+                    self.reload(id, "its files changed");
                 }
                 return;
             }
@@ -585,6 +655,7 @@ impl Hub {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
+                    self.record(id, EventKind::Exited, "its session ended");
                     self.stop_backend(id, "its session ended", State::Idle)
                         .await;
                     self.remerge_all().await;
@@ -596,17 +667,19 @@ impl Hub {
     /// What the backend's session says of its worker.
     async fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
         use mcpvisor_session::SessionEvent as E;
+        if self.backends.get(&id).is_none_or(|b| b.link.is_none()) {
+            return;
+        }
+        self.observe_session(id, &event);
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if b.link.is_none() {
-            return;
-        }
         let name = b.plan.name.clone();
         match event {
             E::AuthPending { url, .. } => {
                 tracing::warn!(server = %name, "waiting for authorization: open {url}");
                 b.state = State::WaitingAuth(url);
+                b.obs.revision += 1;
                 // Requests queued for it would wait on a person: refuse them
                 // now with the link.
                 let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
@@ -624,7 +697,13 @@ impl Hub {
                     };
                 }
             }
-            E::Failed { data } if !matches!(b.state, State::Failed(_)) => {
+            // Already failing (its initialize failed): the session's
+            // report says more.
+            E::Failed { data } if matches!(b.state, State::Failed(_)) => {
+                b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+                b.obs.revision += 1;
+            }
+            E::Failed { data } => {
                 tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
                 b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
@@ -661,6 +740,7 @@ impl Hub {
         if cancelled {
             return;
         }
+        self.count_error(id, NOT_STARTED);
         let Some(b) = self.backends.get(&id) else {
             return;
         };
@@ -702,12 +782,22 @@ impl Hub {
                 id: front_id,
                 cancelled,
                 wrap,
+                at,
                 ..
             }) => {
                 if cancelled {
                     return;
                 }
-                self.note_refusal(id, line).await;
+                let code = error_code(line);
+                if let Some(b) = self.backends.get_mut(&id) {
+                    b.obs.stats.latency(at.elapsed());
+                    if let Some(code) = code {
+                        b.obs.stats.error(code);
+                    }
+                }
+                if code == Some(NOT_STARTED) {
+                    self.note_refusal(id, line).await;
+                }
                 let Some(raw_id) = env.id else { return };
                 match wrap {
                     Wrap::AsIs => {
@@ -730,9 +820,6 @@ impl Hub {
     /// backend's session is in its failed state (a crash loop): its tools are
     /// withdrawn until a health ping gets an answer from the server again.
     async fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
-        if memchr::memmem::find(line, b"\"error\"").is_none() {
-            return;
-        }
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         let error = &answer["error"];
         let failing = error["code"].as_i64() == Some(NOT_STARTED)
@@ -785,6 +872,7 @@ impl Hub {
                     }
                 }
                 if recovered {
+                    self.record(id, EventKind::Recovered, "it answers again");
                     self.read_lists(id);
                 }
             }
@@ -821,8 +909,20 @@ impl Hub {
                         serde_json::json!({"reason": answer.get("error").and_then(|e| e.get("message")).cloned().unwrap_or(Value::Null)})
                     });
                 tracing::warn!(server = %name, "could not be initialized; its tools are withdrawn");
-                b.state = State::Failed(data);
+                let reason = data.get("reason").and_then(Value::as_str).map_or_else(
+                    || "its initialize failed".to_owned(),
+                    |r| format!("its initialize failed: {r}"),
+                );
+                // A session that failed has said so itself, and its
+                // report is the better one.
+                let told = matches!(b.state, State::Failed(_));
+                if !told {
+                    b.state = State::Failed(data);
+                }
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+                if !told {
+                    self.record(id, EventKind::Failed, reason);
+                }
                 self.arm_health(id);
                 for gid in queued {
                     self.answer_not_started(gid, &format!("the server `{name}` could not start"))
@@ -1180,6 +1280,17 @@ impl Hub {
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
             self.stop_backend(id, "it was idle", State::Idle).await;
+            if let Some(b) = self.backends.get_mut(&id) {
+                b.obs.fresh = true;
+            }
+            self.record(
+                id,
+                EventKind::Stopped,
+                format!(
+                    "stopped after {} idle",
+                    mcpvisor_config::report::format_uptime(quiet)
+                ),
+            );
         } else {
             let left = idle.saturating_sub(quiet).max(Duration::from_millis(10));
             self.timers.insert(Timer::Idle(id), left);
@@ -1206,6 +1317,23 @@ fn is_url_mode(line: &[u8]) -> bool {
         .and_then(|p| RawObject::parse(p.get()))
         .and_then(|o| o.str("mode"))
         .is_some_and(|m| m == "url")
+}
+
+/// The code of an answer's top-level `error`, if it is one. The line is
+/// parsed only when it has an `"error"` member somewhere; the parse skips
+/// the rest without building it.
+fn error_code(line: &[u8]) -> Option<i64> {
+    memchr::memmem::find(line, b"\"error\"")?;
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        error: Option<Code>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let answer: Answer = serde_json::from_slice(line).ok()?;
+    answer.error.map(|e| e.code)
 }
 
 /// Server requests held until the client has initialized.

@@ -601,6 +601,7 @@ impl Hub {
                 token,
                 cancelled: false,
                 wrap,
+                at: Instant::now(),
             },
         );
         self.route(front, backend, gid, line, front_id).await;

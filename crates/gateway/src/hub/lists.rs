@@ -97,6 +97,41 @@ impl Item {
     }
 }
 
+/// How a backend's list changed, in one line ("tools list changed: +2
+/// −1"), or `None` when it is the same.
+fn list_change(kind: Kind, old: &[Item], new: &[Item]) -> Option<String> {
+    let before: HashMap<&str, &str> = old.iter().map(|o| (o.name.as_str(), o.raw.get())).collect();
+    let mut added = 0;
+    let mut edited = 0;
+    let mut kept = 0;
+    for n in new {
+        match before.get(n.name.as_str()) {
+            None => added += 1,
+            Some(raw) => {
+                kept += 1;
+                if *raw != n.raw.get() {
+                    edited += 1;
+                }
+            }
+        }
+    }
+    let removed = before.len().saturating_sub(kept);
+    if added + removed + edited == 0 {
+        return None;
+    }
+    let what = match kind {
+        Kind::Tools => "tools",
+        Kind::Prompts => "prompts",
+        Kind::Resources => "resources",
+        Kind::Templates => "resource templates",
+    };
+    let mut line = format!("{what} list changed: +{added} \u{2212}{removed}");
+    if edited > 0 {
+        line.push_str(&format!(", {edited} edited"));
+    }
+    Some(line)
+}
+
 /// Lists read on an earlier run, for a server not started yet.
 #[derive(Debug, Clone, Default)]
 pub struct Cached {
@@ -226,11 +261,18 @@ impl Hub {
             .into_iter()
             .filter_map(|raw| Item::read(kind, raw))
             .collect();
+        let mut change = None;
         if let Some(b) = self.backends.get_mut(&id) {
+            change = b.lists[kind.index()]
+                .as_ref()
+                .and_then(|old| list_change(kind, old, &list));
             b.lists[kind.index()] = Some(list);
             if b.reading == 0 {
                 self.store_cache(id);
             }
+        }
+        if let Some(message) = change {
+            self.record(id, crate::monitor::EventKind::ListChanged, message);
         }
         self.remerge(kind).await;
         self.after_lists_read(id).await;

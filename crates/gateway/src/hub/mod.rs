@@ -139,6 +139,8 @@ pub(crate) enum Timer {
     Health(BackendId),
     /// A server's `idle_timeout` may have run out.
     Idle(BackendId),
+    /// A server's throttled row may be published.
+    Publish(BackendId),
 }
 
 /// A request towards a backend, by the gateway-side id it was sent under.
@@ -155,6 +157,8 @@ pub(crate) enum Pending {
         cancelled: bool,
         /// How its answer is passed back.
         wrap: Wrap,
+        /// When it was sent on, for its latency.
+        at: Instant,
     },
     /// The gateway's own request.
     Private { backend: BackendId, what: Private },
@@ -380,7 +384,7 @@ impl Hub {
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reconfigure(plans) => hub.reconfigure(plans).await,
-                    Control::Reload(name) => hub.reload_backend(&name),
+                    Control::Reload(name) => hub.reload_backend(&name, "its files changed"),
                     Control::Query(query) => hub.on_query(query).await,
                 },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
@@ -388,6 +392,7 @@ impl Hub {
             hub.settle().await;
             hub.finish_closed_fronts().await;
             while hub.stopping.try_join_next().is_some() {}
+            hub.publish_changes();
         };
         hub.shutdown().await;
         outcome
@@ -563,6 +568,7 @@ impl Hub {
             Timer::Parked => {}
             Timer::Health(b) => self.on_health(b).await,
             Timer::Idle(b) => self.on_idle(b).await,
+            Timer::Publish(b) => self.on_publish_timer(b),
         }
     }
 

@@ -1,12 +1,227 @@
-//! The hub's answers to a [`crate::monitor::Monitor`].
+//! What the hub shows a [`crate::monitor::Monitor`], and the actions it
+//! takes for one.
+//!
+//! Each backend carries an [`Observed`]: its generation as people count it,
+//! its pid, its restarts, what its session last said, its counters and
+//! latency histogram, and its ring of events. The hub owns it like the rest
+//! of the backend and updates it where things happen: session events
+//! ([`Hub::observe_session`]), the gateway's own decisions (stops, restarts,
+//! reloads, list changes: [`Hub::record`]), and the data path (a call
+//! routed, answered or refused: a few integer additions, no allocation).
+//!
+//! After every event of its loop the hub compares each backend's row with
+//! the row it last published ([`Hub::publish_changes`]): a new state,
+//! generation, pid or restart count goes out at once; a change of counters
+//! only, at most every [`THROTTLE`] per server, so a busy server does not
+//! flood observers. Nothing is built or compared while nobody listens.
+
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, format_uptime};
+use mcpvisor_session::{RestartPolicy, SessionEvent};
+use serde_json::Value;
+use tokio::time::Instant;
 
 use crate::monitor::{
-    Action, ActionError, Latency, MonitorEvent, Query, ServerDetail, ServerState, ServerStatus,
-    Snapshot,
+    Action, ActionError, EVENTS_KEPT, EnvKey, EventKind, EventRecord, LATENCY_BUCKETS, Latency,
+    MonitorEvent, Query, ServerDetail, ServerState, ServerStatus, Snapshot,
 };
 
-use super::Hub;
-use super::backend::{Backend, State};
+use super::backend::{Backend, BackendId, State};
+use super::{Hub, Timer};
+
+/// The shortest time between two counter-only updates of one server's row.
+pub(crate) const THROTTLE: Duration = Duration::from_millis(250);
+/// The largest env file read to list its keys.
+const ENV_FILE_MAX: u64 = 1024 * 1024;
+
+/// What the monitor shows of one backend beyond its routing state.
+#[derive(Debug, Default)]
+pub(crate) struct Observed {
+    /// The current (or last) generation, counted over the backend's whole
+    /// life: a new session of the same server goes on from the last one.
+    pub generation: Option<u64>,
+    /// Added to the generation numbers of the current session.
+    pub base: u64,
+    pub pid: Option<u32>,
+    /// When the current generation became ready (Unix ms).
+    pub started_at_ms: Option<u64>,
+    /// Generations started to replace one that ended in service: see
+    /// [`ServerStatus::restarts`].
+    pub restarts: u64,
+    /// The next generation is a first start (the first ever, a lazy start,
+    /// a start after an idle stop or a person's stop), not a restart.
+    pub fresh: bool,
+    /// What the current session said last of its worker.
+    pub worker: Worker,
+    /// A reload was asked for; over when the next generation starts.
+    pub reloading: bool,
+    /// Bumped when its row changes in a way its state does not show (a
+    /// failing server's report replaced by a better one), so that the
+    /// change is published at once.
+    pub revision: u64,
+    pub stats: Stats,
+    pub events: VecDeque<EventRecord>,
+    /// The `error.data` of its last unrequested exit, without stderr.
+    pub last_crash: Option<Value>,
+    /// The stderr tail of that exit.
+    pub last_stderr: Option<Vec<String>>,
+    /// The row key last published, to publish only changes.
+    published: Option<RowKey>,
+    /// Counters changed since the last publication.
+    pub dirty: bool,
+    last_published: Option<Instant>,
+    /// A [`Timer::Publish`] is pending for it.
+    flush_armed: bool,
+}
+
+/// The session's worker, as its events told.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) enum Worker {
+    /// No generation (none yet, or the session was stopped).
+    #[default]
+    None,
+    Starting,
+    Ready,
+    /// It ended on its own: why, in one line, and whether (and when) the
+    /// session starts the next one by itself.
+    Down {
+        detail: String,
+        restarting: bool,
+        next_try_at_ms: Option<u64>,
+    },
+}
+
+/// A backend's counters. Recording never allocates, except the first time
+/// an error code is seen.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub calls: u64,
+    pub errors: u64,
+    pub by_code: Vec<(i64, u64)>,
+    /// Per bucket of [`LATENCY_BUCKETS`], then `+Inf`.
+    pub buckets: [u64; LATENCY_BUCKETS.len() + 1],
+    pub sum: f64,
+    pub count: u64,
+    /// The slowest answer, seconds: the top of the `+Inf` bucket.
+    pub max: f64,
+}
+
+/// What decides whether a row goes out at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct RowKey {
+    state: ServerState,
+    generation: Option<u64>,
+    pid: Option<u32>,
+    restarts: u64,
+    next_try_at_ms: Option<u64>,
+    revision: u64,
+}
+
+// === impl Observed ===
+
+impl Observed {
+    pub fn new() -> Self {
+        Self {
+            fresh: true,
+            ..Self::default()
+        }
+    }
+
+    /// Carries what a replaced backend of the same name had seen (a change
+    /// of its config entry is a restart, not a new server).
+    pub fn carry_over(old: Observed) -> Self {
+        Self {
+            generation: old.generation,
+            restarts: old.restarts,
+            stats: old.stats,
+            events: old.events,
+            last_crash: old.last_crash,
+            last_stderr: old.last_stderr,
+            ..Self::default()
+        }
+    }
+
+    /// The worker is gone: no pid, no uptime.
+    fn down(&mut self) {
+        self.pid = None;
+        self.started_at_ms = None;
+    }
+
+    /// The gateway stopped the backend's session: no worker now.
+    pub fn stopped(&mut self) {
+        self.down();
+        self.worker = Worker::None;
+        self.reloading = false;
+    }
+}
+
+// === impl Stats ===
+
+impl Stats {
+    pub fn error(&mut self, code: i64) {
+        self.errors += 1;
+        match self.by_code.iter_mut().find(|(c, _)| *c == code) {
+            Some((_, n)) => *n += 1,
+            None => self.by_code.push((code, 1)),
+        }
+    }
+
+    pub fn latency(&mut self, took: Duration) {
+        let secs = took.as_secs_f64();
+        let at = LATENCY_BUCKETS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[at] += 1;
+        self.sum += secs;
+        self.count += 1;
+        if secs > self.max {
+            self.max = secs;
+        }
+    }
+
+    /// The `q` quantile, estimated from the histogram: the bucket that
+    /// holds it, interpolated linearly between its bounds (the `+Inf`
+    /// bucket's top is the slowest answer seen), never above that slowest.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = (q * self.count as f64).max(1.0);
+        let mut below = 0u64;
+        for (i, n) in self.buckets.iter().enumerate() {
+            if *n == 0 {
+                continue;
+            }
+            if (below + n) as f64 >= rank {
+                let lo = if i == 0 { 0.0 } else { LATENCY_BUCKETS[i - 1] };
+                let hi = LATENCY_BUCKETS
+                    .get(i)
+                    .copied()
+                    .unwrap_or(self.max)
+                    .min(self.max);
+                let lo = lo.min(hi);
+                let within = (rank - below as f64) / *n as f64;
+                return Some(lo + (hi - lo) * within);
+            }
+            below += n;
+        }
+        Some(self.max)
+    }
+
+    fn latency_row(&self) -> Latency {
+        let ms = |s: f64| (s * 1e6).round() / 1e3;
+        Latency {
+            p50_ms: self.quantile(0.5).map(ms),
+            p99_ms: self.quantile(0.99).map(ms),
+            buckets: self.buckets.to_vec(),
+            sum_seconds: self.sum,
+            count: self.count,
+        }
+    }
+}
 
 impl Hub {
     pub(crate) async fn on_query(&mut self, query: Query) {
@@ -15,17 +230,34 @@ impl Hub {
                 let _ = tx.send(self.snapshot());
             }
             Query::Server(name, tx) => {
-                let detail = self
-                    .backends
-                    .values()
-                    .find(|b| b.plan.name == name)
-                    .map(detail_of);
+                let detail = match self.find(&name) {
+                    Some(id) => Some(self.detail(id).await),
+                    None => None,
+                };
                 let _ = tx.send(detail);
             }
+            Query::Stderr(name, tx) => {
+                let lines = self.find(&name).map(|id| {
+                    self.backends[&id]
+                        .obs
+                        .last_stderr
+                        .clone()
+                        .unwrap_or_default()
+                });
+                let _ = tx.send(lines);
+            }
             Query::Act(name, action, tx) => {
-                let _ = tx.send(self.act(&name, action));
+                let answer = self.act(&name, action).await;
+                let _ = tx.send(answer);
             }
         }
+    }
+
+    fn find(&self, name: &str) -> Option<BackendId> {
+        self.order
+            .iter()
+            .copied()
+            .find(|id| self.backends.get(id).is_some_and(|b| b.plan.name == name))
     }
 
     /// Tells observers how many front sessions are open.
@@ -50,80 +282,498 @@ impl Hub {
         }
     }
 
-    fn act(&mut self, name: &str, action: Action) -> Result<(), ActionError> {
-        if !self.backends.values().any(|b| b.plan.name == name) {
-            return Err(ActionError::NoSuchServer(name.to_owned()));
+    async fn detail(&self, id: BackendId) -> ServerDetail {
+        let b = &self.backends[&id];
+        let env_keys = match &b.plan.def.env_file {
+            Some(path) => env_keys(path, &b.plan.def.env_keys).await,
+            None => Vec::new(),
+        };
+        let list = |i: usize| -> Vec<Value> {
+            b.lists[i]
+                .iter()
+                .flatten()
+                .filter_map(|item| serde_json::from_str(item.raw.get()).ok())
+                .collect()
+        };
+        ServerDetail {
+            status: status_of(b),
+            tools: list(0),
+            prompts: list(1),
+            resources: list(2),
+            errors_by_code: b.obs.stats.by_code.iter().copied().collect(),
+            events: b.obs.events.iter().cloned().collect(),
+            last_crash: b.obs.last_crash.clone(),
+            config_file: b.plan.def.source.clone(),
+            env_file: b.plan.def.env_file.clone(),
+            env_keys,
         }
+    }
+
+    // === actions ===
+
+    async fn act(&mut self, name: &str, action: Action) -> Result<(), ActionError> {
+        let Some(id) = self.find(name) else {
+            return Err(ActionError::NoSuchServer(name.to_owned()));
+        };
+        let b = &self.backends[&id];
+        if b.state == State::Disabled {
+            return Err(ActionError::Refused(format!(
+                "the server `{name}` is disabled in its config entry: enable it first"
+            )));
+        }
+        let running = b.link.is_some();
         match action {
-            Action::Reload => {
-                self.reload_backend(name);
-                Ok(())
+            Action::Reload if running => {
+                self.reload_backend(name, "asked for by a person");
             }
-            Action::Restart | Action::Stop | Action::Start => Err(ActionError::Refused(
-                "this action is not available yet".to_owned(),
-            )),
+            Action::Reload => {
+                return Err(ActionError::Refused(format!(
+                    "the server `{name}` is not running: there is nothing to reload (start it instead)"
+                )));
+            }
+            Action::Restart if running => {
+                self.record(id, EventKind::Restarting, "restart asked for by a person");
+                self.restart_backend(id, "a person asked for a restart")
+                    .await;
+            }
+            Action::Restart | Action::Start => {
+                if running && !matches!(b.state, State::Failed(_)) {
+                    return Ok(());
+                }
+                if running {
+                    // Failed, with its session refusing: a fresh session.
+                    self.stop_backend(id, "a person asked for a start", State::Idle)
+                        .await;
+                }
+                let b = self.backends.get_mut(&id).expect("found above");
+                b.state = State::Idle;
+                b.obs.fresh = true;
+                self.record(id, EventKind::Started, "started by a person");
+                self.start_backend(id);
+                self.remerge_all().await;
+            }
+            Action::Stop => {
+                if b.state == State::Stopped {
+                    return Ok(());
+                }
+                self.stop_backend(id, "it was stopped by a person", State::Stopped)
+                    .await;
+                self.backends.get_mut(&id).expect("found above").obs.fresh = true;
+                self.record(id, EventKind::Stopped, "stopped by a person");
+                self.remerge_all().await;
+            }
+        }
+        Ok(())
+    }
+
+    // === recording ===
+
+    /// Adds an event to a backend's ring and tells observers.
+    pub(crate) fn record(&mut self, id: BackendId, kind: EventKind, message: impl Into<String>) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let event = EventRecord {
+            at_ms: now_ms(),
+            kind,
+            generation: b.obs.generation,
+            message: one_line(message.into()),
+        };
+        if b.obs.events.len() == EVENTS_KEPT {
+            b.obs.events.pop_front();
+        }
+        b.obs.events.push_back(event.clone());
+        if let Some(tap) = &self.settings.monitor {
+            tap.publish(MonitorEvent::Event {
+                server: b.plan.name.clone(),
+                event,
+            });
+        }
+    }
+
+    /// What a backend's session said, as the monitor sees it.
+    pub(crate) fn observe_session(&mut self, id: BackendId, event: &SessionEvent) {
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let obs = &mut b.obs;
+        let (kind, message) = match event {
+            SessionEvent::Starting { generation, pid } => {
+                obs.generation = Some(obs.base + generation);
+                obs.pid = *pid;
+                obs.started_at_ms = None;
+                obs.worker = Worker::Starting;
+                obs.reloading = false;
+                if !std::mem::take(&mut obs.fresh) {
+                    obs.restarts += 1;
+                }
+                (EventKind::Starting, format!("starting{}", pid_text(*pid)))
+            }
+            SessionEvent::Ready { pid, .. } => {
+                obs.pid = pid.or(obs.pid);
+                obs.started_at_ms = Some(now_ms());
+                obs.worker = Worker::Ready;
+                (EventKind::Ready, format!("ready{}", pid_text(obs.pid)))
+            }
+            SessionEvent::AuthPending { .. } => (
+                EventKind::AuthPending,
+                "waiting for a person to authorize it (the link is on its row)".to_owned(),
+            ),
+            SessionEvent::Authorized { .. } => (EventKind::Authorized, "authorized".to_owned()),
+            SessionEvent::StderrTail { lines, .. } => {
+                obs.last_stderr = Some(lines.clone());
+                return;
+            }
+            SessionEvent::Exited { generation, data } => {
+                obs.down();
+                if obs.reloading {
+                    obs.worker = Worker::Starting;
+                    (EventKind::Exited, "stopped for a reload".to_owned())
+                } else {
+                    let message = exit_text(data);
+                    let mut crash = data.clone();
+                    crash.generation = Some(obs.base + generation);
+                    crash.stderr = None;
+                    crash.stray_stdout.heads.clear();
+                    obs.last_crash = serde_json::to_value(&crash).ok();
+                    let restarting = b.plan.session.restart == RestartPolicy::Always;
+                    obs.worker = Worker::Down {
+                        detail: message.clone(),
+                        restarting,
+                        next_try_at_ms: None,
+                    };
+                    (EventKind::Exited, message)
+                }
+            }
+            SessionEvent::Restarting { delay, .. } => {
+                let at = now_ms() + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX / 2);
+                let detail = match &obs.worker {
+                    Worker::Down { detail, .. } => detail.clone(),
+                    _ => "it exited".to_owned(),
+                };
+                obs.worker = Worker::Down {
+                    detail,
+                    restarting: true,
+                    next_try_at_ms: (!delay.is_zero()).then_some(at),
+                };
+                let message = if delay.is_zero() {
+                    "restarting now".to_owned()
+                } else {
+                    format!("restarting in {}", format_uptime(*delay))
+                };
+                (EventKind::Restarting, message)
+            }
+            SessionEvent::Failed { data } => (EventKind::Failed, data.reason.clone()),
+            SessionEvent::Recovered => (
+                EventKind::Recovered,
+                "its failed state is over: it may be started again".to_owned(),
+            ),
+            _ => return,
+        };
+        self.record(id, kind, message);
+    }
+
+    /// A reload was asked of a running backend.
+    pub(crate) fn observe_reload(&mut self, id: BackendId, why: &str) {
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.obs.reloading = true;
+        }
+        self.record(id, EventKind::Reloading, format!("reloading: {why}"));
+    }
+
+    // === publishing ===
+
+    /// Publishes every row that changed since it was last published: state
+    /// changes at once, counter changes at most every [`THROTTLE`].
+    pub(crate) fn publish_changes(&mut self) {
+        let Some(tap) = self.settings.monitor.clone() else {
+            return;
+        };
+        if tap.0.receiver_count() == 0 {
+            return;
+        }
+        let mut now = None;
+        for id in &self.order {
+            let Some(b) = self.backends.get_mut(id) else {
+                continue;
+            };
+            let key = row_key(b);
+            let changed = b.obs.published != Some(key);
+            if !changed && !b.obs.dirty {
+                continue;
+            }
+            let now = *now.get_or_insert_with(Instant::now);
+            if !changed {
+                let due = b.obs.last_published.map_or(now, |at| at + THROTTLE);
+                if due > now {
+                    if !b.obs.flush_armed {
+                        b.obs.flush_armed = true;
+                        self.timers.insert_at(Timer::Publish(*id), due);
+                    }
+                    continue;
+                }
+            }
+            b.obs.published = Some(key);
+            b.obs.dirty = false;
+            b.obs.last_published = Some(now);
+            tap.publish(MonitorEvent::Server {
+                status: status_of(b),
+            });
+        }
+    }
+
+    /// A throttled row's time has come; [`Hub::publish_changes`] sends it.
+    pub(crate) fn on_publish_timer(&mut self, id: BackendId) {
+        if let Some(b) = self.backends.get_mut(&id) {
+            b.obs.flush_armed = false;
+        }
+    }
+
+    /// A server left the configuration.
+    pub(crate) fn publish_removed(&self, name: &str) {
+        if let Some(tap) = &self.settings.monitor {
+            tap.publish(MonitorEvent::Removed {
+                server: name.to_owned(),
+            });
         }
     }
 }
 
-fn status_of(b: &Backend) -> ServerStatus {
-    let (state, auth_url, detail) = match &b.state {
-        State::Idle => (ServerState::Idle, None, None),
-        State::Starting => (ServerState::Starting, None, None),
-        State::Ready => (ServerState::Ready, None, None),
-        State::WaitingAuth(url) => (ServerState::WaitingAuth, Some(url.clone()), None),
-        State::Failed(data) => (
-            ServerState::Failed,
-            None,
+/// The state a person sees, from the gateway's state and what the session
+/// said of its worker.
+fn state_of(b: &Backend) -> ServerState {
+    match &b.state {
+        State::Disabled => ServerState::Disabled,
+        State::Stopped => ServerState::Stopped,
+        State::Failed(_) => ServerState::Failed,
+        State::WaitingAuth(_) => ServerState::WaitingAuth,
+        State::Idle => ServerState::Idle,
+        State::Starting | State::Ready if b.obs.reloading => ServerState::Reloading,
+        State::Starting | State::Ready => match &b.obs.worker {
+            Worker::Down {
+                restarting: true, ..
+            } => ServerState::Restarting,
+            Worker::Down { .. } => ServerState::Idle,
+            Worker::Ready if b.state == State::Ready => ServerState::Ready,
+            _ => ServerState::Starting,
+        },
+    }
+}
+
+fn row_key(b: &Backend) -> RowKey {
+    RowKey {
+        state: state_of(b),
+        generation: b.obs.generation,
+        pid: b.obs.pid,
+        restarts: b.obs.restarts,
+        next_try_at_ms: match &b.obs.worker {
+            Worker::Down { next_try_at_ms, .. } => *next_try_at_ms,
+            _ => None,
+        },
+        revision: b.obs.revision,
+    }
+}
+
+pub(crate) fn status_of(b: &Backend) -> ServerStatus {
+    let state = state_of(b);
+    let (next_try_at_ms, down) = match &b.obs.worker {
+        Worker::Down {
+            detail,
+            next_try_at_ms,
+            ..
+        } => (*next_try_at_ms, Some(detail.as_str())),
+        _ => (None, None),
+    };
+    let detail = match (&b.state, state) {
+        (State::Failed(data), _) => Some(
             data.get("reason")
-                .and_then(|r| r.as_str())
-                .map(str::to_owned),
+                .and_then(Value::as_str)
+                .unwrap_or("it keeps failing")
+                .to_owned(),
         ),
-        State::Disabled => (ServerState::Disabled, None, None),
+        (_, ServerState::Restarting) => {
+            let last = down.unwrap_or("it exited");
+            Some(match next_try_at_ms {
+                Some(at) => {
+                    let wait = Duration::from_millis(at.saturating_sub(now_ms()));
+                    format!("{last}; restarting in {}", format_uptime(wait))
+                }
+                None => format!("{last}; restarting"),
+            })
+        }
+        (_, ServerState::Idle) => match down {
+            Some(last) => Some(format!("{last}; starts again on its next call")),
+            None if b.plan.lazy => Some("starts on its first call".to_owned()),
+            None => None,
+        },
+        (_, ServerState::Reloading) => {
+            Some("reloading: replaced once it has answered what it holds".to_owned())
+        }
+        (_, ServerState::WaitingAuth) => Some("waiting for a person to authorize it".to_owned()),
+        (_, ServerState::Stopped) => Some("stopped by a person; start it to use it".to_owned()),
+        (_, ServerState::Disabled) => Some("disabled in its config entry".to_owned()),
+        _ => None,
+    };
+    let auth_url = match &b.state {
+        State::WaitingAuth(url) => Some(url.clone()),
+        _ => None,
     };
     let def = &b.plan.def;
     let command = std::iter::once(def.command.as_str())
         .chain(def.args.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join(" ");
+    let next_try_at_ms = (state == ServerState::Restarting)
+        .then_some(next_try_at_ms)
+        .flatten();
     ServerStatus {
         name: b.plan.name.clone(),
         state,
         detail,
-        next_try_at_ms: None,
+        next_try_at_ms,
         auth_url,
         lazy: b.plan.lazy,
         transport: "stdio",
         command,
-        generation: None,
-        pid: None,
-        started_at_ms: None,
-        restarts: 0,
-        calls: 0,
-        errors: 0,
+        generation: b.obs.generation,
+        pid: b.obs.pid,
+        started_at_ms: b.obs.started_at_ms,
+        restarts: b.obs.restarts,
+        calls: b.obs.stats.calls,
+        errors: b.obs.stats.errors,
         in_flight: b.in_flight,
-        latency: Latency::default(),
+        latency: b.obs.stats.latency_row(),
     }
 }
 
-fn detail_of(b: &Backend) -> ServerDetail {
-    let list = |i: usize| -> Vec<serde_json::Value> {
-        b.lists[i]
-            .iter()
-            .flatten()
-            .filter_map(|item| serde_json::from_str(item.raw.get()).ok())
-            .collect()
+/// An exit in one line: "exited with code 3 during serving after 1.2s".
+fn exit_text(data: &ErrorData) -> String {
+    if data.phase == Some(CrashPhase::Spawn) {
+        return format!("could not start: {}", data.reason);
+    }
+    let how = match &data.exit {
+        Some(ExitKind::Unknown) | None => format!("stopped ({})", data.reason),
+        Some(exit) => exit.to_string(),
     };
-    ServerDetail {
-        status: status_of(b),
-        tools: list(0),
-        prompts: list(1),
-        resources: list(2),
-        errors_by_code: Default::default(),
-        events: Vec::new(),
-        last_crash: None,
-        config_file: None,
-        env_file: b.plan.def.env_file.clone(),
-        env_keys: Vec::new(),
+    let mut line = how;
+    if let Some(phase) = data.phase {
+        line.push_str(&format!(" during {phase}"));
+    }
+    if let Some(ms) = data.uptime_ms {
+        line.push_str(&format!(
+            " after {}",
+            format_uptime(Duration::from_millis(ms))
+        ));
+    }
+    line
+}
+
+fn pid_text(pid: Option<u32>) -> String {
+    pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+}
+
+/// The first line of `text`, at most 300 characters.
+fn one_line(text: String) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    if line.len() == text.len() && line.chars().count() <= 300 {
+        return text;
+    }
+    let mut cut: String = line.chars().take(300).collect();
+    if cut.len() < line.len() {
+        cut.push('…');
+    }
+    cut
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// The keys of an env file, each set or not: `wanted` (the entry's
+/// `env_keys`) when there are any, else every key in the file. Values are
+/// read by the parser and dropped here; none leaves this function.
+async fn env_keys(path: &std::path::Path, wanted: &[String]) -> Vec<EnvKey> {
+    let present: Vec<(String, bool)> = match read_small(path).await {
+        Some(text) => match mcpvisor_config::secrets::parse_dotenv(&text, path) {
+            Ok(pairs) => pairs
+                .into_iter()
+                .map(|(key, value)| {
+                    let set = !value.expose().is_empty();
+                    (key, set)
+                })
+                .collect(),
+            Err(e) => {
+                tracing::debug!(file = %path.display(), "env file not readable for its keys: {e}");
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    if wanted.is_empty() {
+        return present
+            .into_iter()
+            .map(|(key, set)| EnvKey { key, set })
+            .collect();
+    }
+    wanted
+        .iter()
+        .map(|key| EnvKey {
+            key: key.clone(),
+            set: present.iter().any(|(k, set)| k == key && *set),
+        })
+        .collect()
+}
+
+async fn read_small(path: &std::path::Path) -> Option<String> {
+    let meta = tokio::fs::metadata(path).await.ok()?;
+    if meta.len() > ENV_FILE_MAX {
+        return None;
+    }
+    tokio::fs::read_to_string(path).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_come_from_the_buckets_and_never_pass_the_slowest() {
+        let mut s = Stats::default();
+        assert_eq!(s.quantile(0.5), None);
+        for _ in 0..99 {
+            s.latency(Duration::from_micros(1500));
+        }
+        s.latency(Duration::from_secs(2));
+        let p50 = s.quantile(0.5).expect("answers were timed");
+        assert!((0.001..=0.0025).contains(&p50), "{p50}");
+        let p99 = s.quantile(0.99).expect("answers were timed");
+        assert!(p99 <= 0.0025, "{p99}");
+        let top = s.quantile(1.0).expect("answers were timed");
+        assert!((1.0..=2.0).contains(&top), "{top}");
+        assert_eq!(s.count, 100);
+        assert_eq!(s.buckets.iter().sum::<u64>(), 100);
+        s.latency(Duration::from_secs(60));
+        assert_eq!(s.buckets[LATENCY_BUCKETS.len()], 1);
+        assert!(s.quantile(1.0).expect("answers were timed") <= 60.0);
+    }
+
+    #[test]
+    fn error_codes_are_counted_each() {
+        let mut s = Stats::default();
+        s.error(-32010);
+        s.error(-32010);
+        s.error(-32602);
+        assert_eq!(s.errors, 3);
+        assert_eq!(s.by_code, vec![(-32010, 2), (-32602, 1)]);
+    }
+
+    #[test]
+    fn one_line_keeps_the_first_line_only() {
+        assert_eq!(one_line("a\nb".into()), "a");
+        assert_eq!(one_line("short".into()), "short");
+        assert_eq!(one_line("x".repeat(400)).chars().count(), 301);
     }
 }

@@ -296,11 +296,14 @@ impl<S: Spawner> Session<S> {
             .cfg
             .stderr_in_errors
             .then(|| tail_lines(&g.stderr_tail));
-        if why == Why::Reload || exit.as_ref().is_some_and(|e| e.requested) {
+        let requested = why == Why::Reload || exit.as_ref().is_some_and(|e| e.requested);
+        if requested {
             tracing::info!(generation = id, pid = g.pid, cause = %cause, "worker stopped");
         } else {
             tracing::warn!(generation = id, pid = g.pid, cause = %cause, "worker stopped");
         }
+        let tail = (!requested && self.status.is_active())
+            .then(|| stderr.clone().unwrap_or_else(|| tail_lines(&g.stderr_tail)));
         let loss = ErrorData {
             generation: Some(id),
             reason: cause,
@@ -310,6 +313,12 @@ impl<S: Spawner> Session<S> {
             stderr,
             stray_stdout,
         };
+        if let Some(lines) = tail {
+            self.report(SessionEvent::StderrTail {
+                generation: id,
+                lines,
+            });
+        }
         self.report(SessionEvent::Exited {
             generation: id,
             data: loss.clone(),

@@ -44,6 +44,9 @@ impl<S: Spawner> Session<S> {
         }
         if self.cfg.restart == RestartPolicy::Always || !self.waiting.is_empty() {
             let delay = self.backoff();
+            if let Some(generation) = loss.generation {
+                self.report(SessionEvent::Restarting { generation, delay });
+            }
             if delay.is_zero() {
                 self.replace_worker(WorkerState::Starting { reload: None });
             } else {
