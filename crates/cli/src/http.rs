@@ -4,6 +4,7 @@
 //! The hub is the same; only the front differs. SIGTERM and SIGINT drain
 //! the HTTP front first (new sessions get 503, requests in flight finish
 //! within `--http-drain`), then the servers are stopped. SIGHUP reloads.
+//! `/readyz` turns ready once the eager servers have started or failed.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,9 +12,10 @@ use std::time::Duration;
 
 use clap::Args;
 use mcpvisor_gateway::fronts::FrontCommand;
+use mcpvisor_gateway::monitor::{Monitor, ServerState};
 use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_http::{BearerToken, HttpConfig};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::cli::parse_duration;
 
@@ -44,6 +46,9 @@ pub struct HttpArgs {
     /// On SIGTERM, how long requests in flight may still finish before the servers stop.
     #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "http")]
     pub http_drain: Duration,
+    /// On SIGTERM, keep answering (/readyz and new sessions with 503) at least this long, even with nothing in flight: set it above a load balancer's readiness check interval, so that it stops sending here before the connections close.
+    #[arg(long, default_value = "0s", value_parser = parse_duration, requires = "http")]
+    pub http_drain_min: Duration,
 }
 
 impl HttpArgs {
@@ -75,6 +80,7 @@ impl HttpArgs {
             session_idle_timeout: self.session_idle_timeout,
             max_in_flight,
             drain: self.http_drain,
+            drain_min: self.http_drain_min,
             ..HttpConfig::default()
         };
         Ok(Some((addr, cfg)))
@@ -115,6 +121,12 @@ pub async fn serve(
     let (control_tx, control_rx) = control;
     let (fronts_tx, fronts_rx) = mpsc::channel::<FrontCommand>(1024);
     let hub = tokio::spawn(Hub::serve(settings, plans, fronts_rx, control_rx, None));
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let cfg = HttpConfig {
+        ready: Some(ready_rx),
+        ..cfg
+    };
+    let readiness = tokio::spawn(settle(Monitor::new(control_tx.clone()).0, ready_tx));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signals = tokio::spawn(watch_signals(stop_tx, control_tx.clone(), reload));
     let path = cfg.path.clone();
@@ -125,6 +137,7 @@ pub async fn serve(
     tracing::info!("listening on http://{local}{path}");
     let served = front.await;
     signals.abort();
+    readiness.abort();
     // The front has drained: now the servers stop.
     let _ = control_tx.send(Control::Shutdown).await;
     let outcome = hub.await.unwrap_or(Outcome::Shutdown);
@@ -132,6 +145,30 @@ pub async fn serve(
         Ok(Ok(())) => Ok(outcome),
         Ok(Err(e)) => Err(e.to_string()),
         Err(e) => Err(format!("the HTTP front failed: {e}")),
+    }
+}
+
+/// How often readiness asks the hub whether its eager servers have settled.
+const READINESS_POLL: Duration = Duration::from_millis(100);
+
+/// Turns `/readyz` ready once every eager server has started or failed (its
+/// first start is over either way): until then a session would find its
+/// tools missing. Ready stays ready; a server that fails later is reported
+/// in its requests' errors, not by taking the whole gateway out.
+async fn settle(monitor: Monitor, ready: watch::Sender<bool>) {
+    loop {
+        if let Ok(snapshot) = monitor.snapshot().await {
+            let starting = snapshot
+                .servers
+                .iter()
+                .any(|s| !s.lazy && matches!(s.state, ServerState::Starting | ServerState::Idle));
+            if !starting {
+                tracing::info!("ready: every eager server has started or failed");
+                let _ = ready.send(true);
+                return;
+            }
+        }
+        tokio::time::sleep(READINESS_POLL).await;
     }
 }
 

@@ -38,6 +38,10 @@ pub struct HttpConfig {
     pub max_in_flight: usize,
     /// How long requests in flight may still finish after shutdown is asked.
     pub drain: Duration,
+    /// The least time the drain lasts, answering 503 to what is new, even
+    /// with nothing in flight: long enough for a load balancer polling
+    /// `/readyz` to stop sending here before the connections close.
+    pub drain_min: Duration,
     /// Messages the hub may queue for one front before it closes it.
     pub front_queue: usize,
     /// Events queued for one SSE connection; a reader that lets more pile
@@ -52,6 +56,9 @@ pub struct HttpConfig {
     pub keep_alive: Duration,
     /// The longest wait to hand one message to the hub (503 past it).
     pub hub_send_timeout: Duration,
+    /// Whether the gateway can take sessions yet, for `/readyz`: it answers
+    /// 503 while this holds `false`. `None`: ready as soon as it serves.
+    pub ready: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Default for HttpConfig {
@@ -66,12 +73,14 @@ impl Default for HttpConfig {
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_in_flight: 64,
             drain: Duration::from_secs(10),
+            drain_min: Duration::ZERO,
             front_queue: 1024,
             stream_queue: 256,
             replay_events: 1024,
             retained_streams: 32,
             keep_alive: Duration::from_secs(15),
             hub_send_timeout: Duration::from_secs(10),
+            ready: None,
         }
     }
 }

@@ -24,7 +24,10 @@
 //!
 //! Shutdown drains: readiness turns 503, new sessions, streams and requests
 //! are refused, requests in flight may finish within the drain period, then
-//! every session closes its front.
+//! every session closes its front. The drain lasts at least its minimum, so
+//! that a load balancer polling readiness has stopped sending requests
+//! before the connections close (a request it sent on a connection closed
+//! under it would fail without an answer).
 
 mod config;
 mod server;
@@ -71,6 +74,7 @@ where
     let local = listener.local_addr()?;
     let cfg = cfg.validate(local)?;
     let drain = cfg.cfg.drain;
+    let drain_min = cfg.cfg.drain_min;
     let shared = Arc::new(server::Shared::new(cfg, hub));
     tracing::info!(%local, path = %shared.cfg.cfg.path, "serving MCP over HTTP");
 
@@ -79,6 +83,7 @@ where
         async move {
             shutdown.await;
             tracing::info!("HTTP front draining");
+            let started = tokio::time::Instant::now();
             shared.draining.cancel();
             if tokio::time::timeout(drain, shared.in_flight.idle())
                 .await
@@ -86,6 +91,7 @@ where
             {
                 tracing::warn!("requests still in flight after the drain period; closing");
             }
+            tokio::time::sleep_until(started + drain_min).await;
             shared.stop.cancel();
         }
     };

@@ -195,6 +195,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 async fn ready(State(shared): State<Arc<Shared>>) -> Response {
     if shared.draining.is_cancelled() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else if shared.cfg.cfg.ready.as_ref().is_some_and(|r| !*r.borrow()) {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting").into_response()
     } else {
         (StatusCode::OK, "ready").into_response()
     }

@@ -454,6 +454,31 @@ async fn foreign_origin_and_host_are_403() {
 }
 
 #[tokio::test]
+async fn readiness_waits_for_the_gateway_and_probes_need_no_token() {
+    let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
+    let cfg = HttpConfig {
+        token: Some(BearerToken::new("s3cret")),
+        ready: Some(ready_rx),
+        ..HttpConfig::default()
+    };
+    let h = start(cfg).await;
+    let probe = |path: &str| {
+        h.client
+            .get(format!("{}{path}", h.base))
+            .header(ORIGIN, "https://evil.example")
+    };
+    let resp = h.send(probe("/readyz")).await;
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.text().await.expect("body"), "starting");
+    // Alive while not ready.
+    assert_eq!(h.send(probe("/healthz")).await.status(), StatusCode::OK);
+    ready_tx.send(true).expect("watched");
+    let resp = h.send(probe("/readyz")).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.text().await.expect("body"), "ready");
+}
+
+#[tokio::test]
 async fn token_is_required() {
     let cfg = HttpConfig {
         token: Some(BearerToken::new("s3cret")),
@@ -614,6 +639,39 @@ async fn drain_finishes_requests_in_flight_then_stops() {
         .expect("in time")
         .expect("joined")
         .expect("served");
+}
+
+#[tokio::test]
+async fn the_drain_lasts_its_minimum_with_nothing_in_flight() {
+    let cfg = HttpConfig {
+        drain_min: Duration::from_secs(600),
+        ..HttpConfig::default()
+    };
+    let mut h = start(cfg).await;
+    h.shutdown.take().expect("once").send(()).expect("serving");
+    let ready = format!("{}/readyz", h.base);
+    let turned = timeout(WAIT, async {
+        loop {
+            let resp = h.client.get(&ready).send().await.expect("sent");
+            if resp.status() == StatusCode::SERVICE_UNAVAILABLE {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    });
+    turned.await.expect("readiness turns");
+    // Nothing is in flight, and yet the front still answers, refusing what
+    // is new, for a balancer that has not looked at /readyz again yet.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let init = request(0, "initialize", json!({}));
+        let resp = h.send(h.post(None, &init)).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let resp = h.send(h.client.get(&ready)).await;
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+    assert!(!h.server.is_finished());
+    h.server.abort();
 }
 
 #[tokio::test]
