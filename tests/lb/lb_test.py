@@ -1,0 +1,815 @@
+#!/usr/bin/env python3
+"""Three `mcpvisor serve --http` replicas behind HAProxy, with faults.
+
+Starts the replicas on loopback (each with a bearer token, so the balancer's
+probes are seen to need none) and HAProxy with `deploy/haproxy/haproxy.cfg`
+in front of them, then runs four phases over raw HTTP, seeing every status:
+
+  steady     50 sessions call at once; none is misrouted.
+  kill       under load, one replica gets SIGKILL: only its sessions see
+             errors (then 404, then a new session on another replica); the
+             others lose nothing.
+  rolling    under load, each replica in turn gets SIGTERM and is started
+             again: every accepted request (a 2xx, or its event stream
+             started) gets its answer; sessions of a stopped replica end
+             with 404 and start again elsewhere.
+  stateless  2026-07-28 requests without a session spread over every replica.
+
+Which replica answered is told by the backend's `whoami` tool: each replica
+runs its own fake worker, whose pid the test learns from the replica itself.
+Prints a JSON report of the figures and exits non-zero on any failed check.
+
+`--bench` instead measures one replica directly (no balancer): sessions
+opened and closed per second, and tool calls per second in open sessions.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
+HANDSHAKE = "2025-11-25"
+STATELESS = "2026-07-28"
+TOKEN = "lb-test-token"
+# Every wait in this file is bounded by this (or a stated smaller bound).
+WAIT = 30.0
+SESSIONS = 50
+PHASES = ("steady", "kill", "rolling", "stateless")
+ACCEPT = "application/json, text/event-stream"
+TOOL_PREFIX = "worker__"
+
+
+def log(msg: str) -> None:
+    print(f"[lb {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Failed(Exception):
+    pass
+
+
+def check(cond: bool, what: str, failures: list[str]) -> None:
+    if cond:
+        log(f"ok: {what}")
+    else:
+        log(f"FAILED: {what}")
+        failures.append(what)
+
+
+# ------------------------------------------------------------------ HTTP
+
+
+@dataclass
+class Reply:
+    """What one POST came to."""
+
+    status: int | None = None
+    # The request was accepted: a 2xx, or its event stream started.
+    accepted: bool = False
+    # The JSON-RPC message answering it (result or error).
+    answer: dict | None = None
+    session: str | None = None
+    error: str | None = None
+
+
+def post(conn_box: list, host: str, port: int, body: dict, headers: dict, timeout: float = WAIT) -> Reply:
+    """POSTs one message on the connection in `conn_box` (made or remade as
+    needed) and reads its answer: JSON, or an event stream to its response."""
+    reply = Reply()
+    data = json.dumps(body).encode()
+    hdrs = {"content-type": "application/json", "accept": ACCEPT, **headers}
+    want = body.get("id")
+    where = "not connected"
+    try:
+        if conn_box[0] is None:
+            conn_box[0] = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn = conn_box[0]
+        fresh = conn.sock is None
+        if fresh:
+            conn.connect()
+        where = f"{'new' if fresh else 'reused'} connection {local_port(conn_box)}"
+        conn.request("POST", "/mcp", body=data, headers=hdrs)
+        resp = conn.getresponse()
+    except (OSError, http.client.HTTPException) as e:
+        close(conn_box)
+        reply.error = f"before any answer ({where}, {time.strftime('%H:%M:%S')}): {type(e).__name__}: {e}"
+        return reply
+    reply.status = resp.status
+    reply.session = resp.getheader("mcp-session-id")
+    ctype = (resp.getheader("content-type") or "").split(";")[0].strip()
+    try:
+        if resp.status // 100 != 2:
+            raw = resp.read()
+            try:
+                reply.answer = json.loads(raw)
+            except ValueError:
+                reply.error = f"HTTP {resp.status}: {raw[:200]!r}"
+            return reply
+        reply.accepted = True
+        if ctype == "text/event-stream":
+            reply.answer = read_stream(resp, want)
+            if reply.answer is None:
+                reply.error = "the event stream ended without the response"
+        elif resp.status == 202:
+            resp.read()
+        else:
+            reply.answer = json.loads(resp.read())
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        reply.error = f"after acceptance: {type(e).__name__}: {e}"
+        close(conn_box)
+    if resp.will_close:
+        close(conn_box)
+    return reply
+
+
+def read_stream(resp: http.client.HTTPResponse, want) -> dict | None:
+    """Events until the response to `want`; None if the stream ends first."""
+    data: list[str] = []
+    while True:
+        line = resp.readline()
+        if not line:
+            return None
+        line = line.decode().rstrip("\r\n")
+        if line == "":
+            if data:
+                msg = json.loads("\n".join(data))
+                data = []
+                if msg.get("id") == want and ("result" in msg or "error" in msg):
+                    # Read to the end so the connection can be reused.
+                    resp.read()
+                    return msg
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip(" "))
+
+
+def local_port(conn_box: list) -> str:
+    try:
+        return f"from port {conn_box[0].sock.getsockname()[1]}"
+    except (AttributeError, OSError, TypeError):
+        return "not connected"
+
+
+def close(conn_box: list) -> None:
+    if conn_box[0] is not None:
+        conn_box[0].close()
+        conn_box[0] = None
+
+
+def get(host: str, port: int, path: str, timeout: float = 2.0) -> tuple[int | None, str]:
+    try:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read().decode(errors="replace")
+        conn.close()
+        return resp.status, body
+    except (OSError, http.client.HTTPException) as e:
+        return None, type(e).__name__
+
+
+def whoami_call(rid: int) -> dict:
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": TOOL_PREFIX + "whoami", "arguments": {}}}
+
+
+def sleep_call(rid: int, ms: int) -> dict:
+    # With a progress token the answer is an event stream that starts with
+    # the first progress notification.
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": TOOL_PREFIX + "sleep", "arguments": {"ms": ms, "progress_ms": 50},
+                       "_meta": {"progressToken": f"p{rid}"}}}
+
+
+def pid_of(answer: dict | None) -> int | None:
+    try:
+        return json.loads(answer["result"]["content"][0]["text"])["pid"]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------ processes
+
+
+class Replica:
+    def __init__(self, n: int, port: int, mcpvisor: str, config: Path, token_file: Path, work: Path):
+        self.n = n
+        self.port = port
+        self.mcpvisor = mcpvisor
+        self.config = config
+        self.token_file = token_file
+        self.work = work
+        self.proc: subprocess.Popen | None = None
+        self.worker_pid: int | None = None
+        self.starts = 0
+
+    @property
+    def name(self) -> str:
+        return f"replica{self.n}"
+
+    def start(self) -> dict:
+        """Starts it and waits until it is ready; returns what /readyz said
+        on the way."""
+        self.starts += 1
+        err = open(self.work / f"{self.name}.{self.starts}.log", "wb")
+        self.proc = subprocess.Popen(
+            [self.mcpvisor, "serve", "--config", str(self.config), "--no-watch",
+             "--http", f"127.0.0.1:{self.port}", "--auth-token-file", str(self.token_file),
+             "--http-drain", "10s", "--http-drain-min", "2s"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+            env={**os.environ, "MCPVISOR_CACHE_DIR": str(self.work / f"cache{self.n}")},
+        )
+        err.close()
+        seen = collections.Counter()
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise Failed(f"{self.name} exited with {self.proc.returncode} while starting")
+            status, body = get("127.0.0.1", self.port, "/readyz")
+            seen[f"{status} {body}".strip()] += 1
+            if status == 200:
+                break
+            time.sleep(0.05)
+        else:
+            raise Failed(f"{self.name} not ready within {WAIT}s: {dict(seen)}")
+        self.worker_pid = self.ask_pid()
+        return dict(seen)
+
+    def ask_pid(self) -> int:
+        box = [None]
+        r = post(box, "127.0.0.1", self.port, whoami_call(1),
+                 {"mcp-protocol-version": STATELESS, "authorization": f"Bearer {TOKEN}"})
+        close(box)
+        pid = pid_of(r.answer)
+        if pid is None:
+            raise Failed(f"{self.name}: whoami gave {r}")
+        return pid
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=WAIT)
+
+    def terminate(self) -> tuple[int, float, list[str]]:
+        """SIGTERM; returns its exit code, how long it took, and what
+        /readyz answered right after the signal."""
+        assert self.proc is not None
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        # Until it fails: the signal is handled in the replica's own time.
+        probes = []
+        while time.monotonic() < t0 + WAIT:
+            status, body = get("127.0.0.1", self.port, "/readyz", timeout=1.0)
+            probes.append(f"{status} {body} after {1000 * (time.monotonic() - t0):.0f} ms")
+            if status != 200:
+                break
+        code = self.proc.wait(timeout=WAIT)
+        return code, time.monotonic() - t0, probes
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=WAIT)
+
+
+class Balancer:
+    def __init__(self, port: int, replicas: list[Replica], work: Path):
+        self.port = port
+        self.replicas = replicas
+        self.work = work
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "MCPVISOR_LB_BIND": f"127.0.0.1:{self.port}"}
+        for r in self.replicas:
+            env[f"MCPVISOR_REPLICA_{r.n}"] = f"127.0.0.1:{r.port}"
+        check = subprocess.run(["haproxy", "-c", "-f", str(HAPROXY_CFG)], env=env,
+                               capture_output=True, text=True, timeout=WAIT)
+        if check.returncode != 0:
+            raise Failed(f"haproxy -c refused the config:\n{check.stdout}{check.stderr}")
+        err = open(self.work / "haproxy.log", "wb")
+        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        err.close()
+        # Up once it routes to every replica.
+        self.wait_routes(set(self.replicas))
+
+    def wait_routes(self, want: set[Replica]) -> None:
+        """Until stateless requests through the balancer reach every replica
+        in `want`: the balancer has them up."""
+        seen: set[int] = set()
+        pids = {r.worker_pid for r in want}
+        box = [None]
+        deadline = time.monotonic() + WAIT
+        rid = 0
+        while time.monotonic() < deadline and not pids <= seen:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise Failed(f"haproxy exited with {self.proc.returncode}; see {self.work / 'haproxy.log'}")
+            rid += 1
+            r = post(box, "127.0.0.1", self.port, whoami_call(rid), stateless_headers(), timeout=5)
+            pid = pid_of(r.answer)
+            if pid is not None:
+                seen.add(pid)
+            else:
+                time.sleep(0.05)
+        close(box)
+        if not pids <= seen:
+            raise Failed(f"the balancer does not reach {sorted(r.name for r in want)} within {WAIT}s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=WAIT)
+
+
+def stateless_headers() -> dict:
+    return {"mcp-protocol-version": STATELESS, "authorization": f"Bearer {TOKEN}"}
+
+
+# ------------------------------------------------------------------ clients
+
+
+@dataclass
+class Record:
+    """One request's fate."""
+
+    client: int
+    session: str | None
+    replica: str | None  # the session's replica, when known
+    kind: str  # initialize, whoami, sleep
+    outcome: str  # ok, gone, refused, lost, misrouted, error
+    status: int | None
+    detail: str = ""
+    at: float = 0.0
+
+
+@dataclass
+class Client:
+    """One MCP client: a session through the balancer, opened again when
+    its replica answers 404."""
+
+    idx: int
+    port: int
+    pid_to_replica: dict
+    records: list = field(default_factory=list)
+    session: str | None = None
+    session_pid: int | None = None
+    sessions: list = field(default_factory=list)  # (session id, replica)
+    next_id: int = 0
+
+    def rid(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def headers(self) -> dict:
+        h = {"authorization": f"Bearer {TOKEN}", "mcp-protocol-version": HANDSHAKE}
+        if self.session:
+            h["mcp-session-id"] = self.session
+        return h
+
+    def replica(self) -> str | None:
+        return self.pid_to_replica.get(self.session_pid)
+
+    def record(self, kind: str, outcome: str, r: Reply, detail: str = "") -> None:
+        self.records.append(Record(self.idx, self.session, self.replica(), kind, outcome,
+                                   r.status, detail or (r.error or ""), time.monotonic()))
+
+    def initialize(self, box: list) -> bool:
+        self.session, self.session_pid = None, None
+        init = {"jsonrpc": "2.0", "id": self.rid(), "method": "initialize",
+                "params": {"protocolVersion": HANDSHAKE, "capabilities": {},
+                           "clientInfo": {"name": f"lb-client-{self.idx}", "version": "1"}}}
+        r = post(box, "127.0.0.1", self.port, init, {"authorization": f"Bearer {TOKEN}"})
+        if r.status != 200 or not r.session or not r.answer or "result" not in r.answer:
+            self.record("initialize", "refused" if not r.accepted else "error", r)
+            return False
+        self.session = r.session
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        n = post(box, "127.0.0.1", self.port, note, self.headers())
+        if n.status != 202:
+            self.record("initialized", "gone" if n.status == 404 else "error", n)
+            self.session = None
+            return False
+        # Which replica issued it: its worker's pid, through the session.
+        w = post(box, "127.0.0.1", self.port, whoami_call(self.rid()), self.headers())
+        pid = pid_of(w.answer)
+        if pid is None:
+            self.record("whoami", classify(w), w)
+            self.session = None
+            return False
+        self.session_pid = pid
+        self.sessions.append((self.session, self.replica()))
+        self.record("initialize", "ok", r)
+        return True
+
+    def call(self, box: list, kind: str) -> None:
+        rid = self.rid()
+        body = whoami_call(rid) if kind == "whoami" else sleep_call(rid, 150)
+        r = post(box, "127.0.0.1", self.port, body, self.headers())
+        outcome = classify(r)
+        if outcome == "ok" and kind == "whoami" and pid_of(r.answer) != self.session_pid:
+            outcome = "misrouted"
+        if outcome == "ok" and r.answer.get("id") != rid:
+            outcome = "misrouted"
+        self.record(kind, outcome, r)
+        if outcome == "gone":
+            self.session = None
+
+    def run(self, stop: threading.Event, calls: int | None) -> None:
+        """Calls until `stop` (or `calls` calls made), alternating a quick
+        JSON answer and a streamed one."""
+        box = [None]
+        made = 0
+        try:
+            while not stop.is_set() and (calls is None or made < calls):
+                if self.session is None:
+                    if not self.initialize(box):
+                        time.sleep(0.05)
+                        continue
+                self.call(box, "whoami" if made % 2 == 0 else "sleep")
+                made += 1
+        finally:
+            close(box)
+            # A deliberate end: DELETE so the replica forgets the session.
+            if self.session:
+                post_delete(self.port, self.session)
+
+
+def post_delete(port: int, session: str) -> None:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("DELETE", "/mcp", headers={"authorization": f"Bearer {TOKEN}",
+                                                "mcp-session-id": session})
+        conn.getresponse().read()
+        conn.close()
+    except (OSError, http.client.HTTPException):
+        pass
+
+
+def classify(r: Reply) -> str:
+    if r.accepted:
+        if r.answer is None:
+            return "lost"
+        if "error" in r.answer or r.answer.get("result", {}).get("isError"):
+            return "error"
+        return "ok"
+    if r.status == 404:
+        return "gone"
+    return "refused"
+
+
+def run_clients(clients: list[Client], seconds: float | None, calls: int | None,
+                during=None) -> float:
+    stop = threading.Event()
+    threads = [threading.Thread(target=c.run, args=(stop, calls), daemon=True) for c in clients]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    try:
+        if during is not None:
+            during()
+        if seconds is not None:
+            time.sleep(seconds)
+        if during is None and seconds is None:
+            # Each makes its number of calls.
+            deadline = time.monotonic() + WAIT
+            for t in threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=WAIT)
+    if any(t.is_alive() for t in threads):
+        raise Failed("a client did not finish within its bound")
+    return time.monotonic() - t0
+
+
+def tally(records: list[Record]) -> dict:
+    out = collections.Counter(r.outcome for r in records)
+    return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------ phases
+
+
+class Test:
+    def __init__(self, mcpvisor: str, worker: str, work: Path):
+        self.work = work
+        token_file = work / "token"
+        token_file.write_text(TOKEN + "\n")
+        config = work / "mcp.json"
+        # A second of initialize delay: /readyz is seen not ready while the
+        # worker starts, and the balancer must wait for it.
+        config.write_text(json.dumps({"mcpServers": {"worker": {
+            "command": worker, "args": ["--initialize-delay", "1000"]}}}))
+        self.replicas = [Replica(n, free_port(), mcpvisor, config, token_file, work) for n in (1, 2, 3)]
+        self.lb = Balancer(free_port(), self.replicas, work)
+        self.failures: list[str] = []
+        self.report: dict = {}
+        self.phases = PHASES
+
+    def pids(self) -> dict:
+        return {r.worker_pid: r.name for r in self.replicas}
+
+    def clients(self) -> list[Client]:
+        return [Client(i, self.lb.port, self.pids()) for i in range(SESSIONS)]
+
+    def run(self) -> None:
+        try:
+            starts = [r.start() for r in self.replicas]
+            self.report["readyz_while_starting"] = starts[0]
+            check(any(k.startswith("503 starting") for k in starts[0]),
+                  "/readyz answers 503 'starting' until the eager server has started", self.failures)
+            self.probes()
+            self.lb.start()
+            for phase in self.phases:
+                getattr(self, phase)()
+        finally:
+            self.lb.stop()
+            for r in self.replicas:
+                r.stop()
+
+    def probes(self) -> None:
+        r = self.replicas[0]
+        status, body = get("127.0.0.1", r.port, "/healthz")
+        check(status == 200 and body == "ok", f"/healthz without a token: {status} {body!r}", self.failures)
+        box = [None]
+        resp = post(box, "127.0.0.1", r.port, whoami_call(1), {"mcp-protocol-version": STATELESS})
+        close(box)
+        check(resp.status == 401, f"the endpoint itself needs the token: {resp.status}", self.failures)
+
+    def steady(self) -> None:
+        log("phase steady: 50 sessions calling at once")
+        clients = self.clients()
+        took = run_clients(clients, None, 20)
+        records = [r for c in clients for r in c.records]
+        per_replica = collections.Counter(rep for c in clients for _, rep in c.sessions)
+        calls = [r for r in records if r.kind != "initialize"]
+        self.report["steady"] = {
+            "sessions": sum(len(c.sessions) for c in clients),
+            "sessions_per_replica": dict(sorted(per_replica.items())),
+            "requests": len(calls),
+            "outcomes": tally(records),
+            "seconds": round(took, 2),
+        }
+        check(all(r.outcome == "ok" for r in records), f"steady: every request answered, none misrouted: {tally(records)}",
+              self.failures)
+        check(len(per_replica) == 3 and min(per_replica.values()) >= 10,
+              f"steady: sessions spread over the three replicas: {dict(per_replica)}", self.failures)
+
+    def kill(self) -> None:
+        victim = self.replicas[1]
+        log(f"phase kill: SIGKILL {victim.name} under load")
+        clients = self.clients()
+        killed_at = [0.0]
+
+        def fault() -> None:
+            time.sleep(2)
+            killed_at[0] = time.monotonic()
+            victim.kill()
+            # Long enough for every client to notice and move.
+            time.sleep(4)
+
+        run_clients(clients, None, None, during=fault)
+        first = {c.idx: c.sessions[0][1] if c.sessions else None for c in clients}
+        of_victim = [c for c in clients if first[c.idx] == victim.name]
+        others = [c for c in clients if first[c.idx] not in (None, victim.name)]
+        other_records = [r for c in others for r in c.records]
+        victim_records = [r for c in of_victim for r in c.records]
+        bad_other = [r for r in other_records if r.outcome != "ok"]
+        # What the victim's sessions saw after the kill, by outcome and status.
+        after = collections.Counter(
+            f"{r.outcome} {r.status}" for r in victim_records if r.at >= killed_at[0] and r.outcome != "ok")
+        moved = [c for c in of_victim if len(c.sessions) >= 2 and all(rep != victim.name for _, rep in c.sessions[1:])]
+        answered_after_move = [c for c in moved if any(
+            r.outcome == "ok" and r.kind != "initialize" and r.session == c.sessions[-1][0] for r in c.records)]
+        self.report["kill"] = {
+            "sessions_at_start": SESSIONS,
+            "sessions_on_killed_replica": len(of_victim),
+            "requests": sum(1 for c in clients for r in c.records if r.kind != "initialize"),
+            "other_sessions_errors": len(bad_other),
+            "killed_replica_sessions_saw": dict(sorted(after.items())),
+            "killed_replica_sessions_moved": len(moved),
+            "outcomes": tally(victim_records + other_records),
+        }
+        check(len(of_victim) > 0 and len(others) > 0, "kill: sessions on the killed replica and on the others", self.failures)
+        check(not bad_other, f"kill: the other replicas' sessions lose nothing: {[(r.outcome, r.status, r.detail) for r in bad_other[:5]]}",
+              self.failures)
+        check(all(r.outcome in ("ok", "gone", "refused", "lost") for r in victim_records),
+              "kill: the killed replica's sessions see only 404s and cut requests, no error answers", self.failures)
+        check(not any(r.status == 500 for r in victim_records), "kill: never a 500", self.failures)
+        check(len(moved) == len(of_victim) and len(answered_after_move) == len(of_victim),
+              f"kill: every session of the killed replica got 404 and carried on in a new session elsewhere "
+              f"({len(answered_after_move)}/{len(of_victim)})", self.failures)
+        gone_first = all(any(r.outcome == "gone" for r in c.records) for c in of_victim)
+        check(gone_first, "kill: each of those sessions was told 404", self.failures)
+        victim.start()
+        self.lb.wait_routes(set(self.replicas))
+
+    def rolling(self) -> None:
+        log("phase rolling: SIGTERM and restart each replica in turn under load")
+        clients = self.clients()
+        restarts = []
+
+        def roll() -> None:
+            time.sleep(1.5)
+            for r in self.replicas:
+                old = r.name
+                code, took, probes = r.terminate()
+                readyz = r.start()
+                self.lb.wait_routes(set(self.replicas))
+                restarts.append({"replica": old, "exit_code": code, "stop_seconds": round(took, 2),
+                                 "readyz_after_sigterm": probes, "readyz_while_starting": readyz})
+                time.sleep(1.0)
+
+        took = run_clients(clients, None, None, during=roll)
+        records = [r for c in clients for r in c.records]
+        accepted_lost = [r for r in records if r.outcome == "lost"]
+        non_gone = [r for r in records if r.outcome not in ("ok", "gone")]
+        gone_sessions = {r.session for r in records if r.outcome == "gone"}
+        self.report["rolling"] = {
+            "sessions": sum(len(c.sessions) for c in clients),
+            "requests": sum(1 for r in records if r.kind != "initialize"),
+            "requests_answered": sum(1 for r in records if r.kind != "initialize" and r.outcome == "ok"),
+            "accepted_but_lost": len(accepted_lost),
+            "sessions_ended_with_404": len(gone_sessions),
+            "other_errors": [(r.kind, r.outcome, r.status, r.detail[:120]) for r in non_gone[:10]],
+            "outcomes": tally(records),
+            "restarts": restarts,
+            "seconds": round(took, 2),
+        }
+        check(not accepted_lost, f"rolling: every accepted request got its answer ({len(accepted_lost)} lost)", self.failures)
+        check(not non_gone, f"rolling: nothing but 404s for the stopped replicas' sessions: {non_gone[:5]}", self.failures)
+        check(all(x["exit_code"] == 0 for x in restarts), "rolling: each replica exited 0 after SIGTERM", self.failures)
+        check(all(x["readyz_after_sigterm"][-1].startswith("503 draining") for x in restarts),
+              "rolling: /readyz fails with 503 after SIGTERM, while the replica drains", self.failures)
+        check(all(len(c.sessions) >= 2 for c in clients),
+              "rolling: every client's session ended with a restart and it started a new one", self.failures)
+
+    def stateless(self) -> None:
+        log("phase stateless: 2026-07-28 requests without a session")
+        pids = self.pids()
+        counts: collections.Counter = collections.Counter()
+        outcomes: collections.Counter = collections.Counter()
+        lock = threading.Lock()
+
+        def worker(k: int) -> None:
+            box = [None]
+            for i in range(30):
+                r = post(box, "127.0.0.1", self.lb.port, whoami_call(k * 1000 + i), stateless_headers())
+                with lock:
+                    outcomes[classify(r)] += 1
+                    if r.session:
+                        outcomes["answered_with_a_session_id"] += 1
+                    counts[pids.get(pid_of(r.answer), "unknown")] += 1
+            close(box)
+
+        threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=WAIT)
+        self.report["stateless"] = {"requests": sum(outcomes.values()), "outcomes": dict(outcomes),
+                                    "per_replica": dict(sorted(counts.items()))}
+        check(outcomes == {"ok": 300}, f"stateless: all 300 answered: {dict(outcomes)}", self.failures)
+        check(len([r for r in self.replicas if counts[r.name] >= 60]) == 3,
+              f"stateless: spread over all three replicas: {dict(counts)}", self.failures)
+
+
+# ------------------------------------------------------------------ bench
+
+
+def bench(mcpvisor: str, worker: str, work: Path, seconds: float, threads: int) -> dict:
+    """One replica, no balancer: sessions per second (initialize,
+    initialized, DELETE) and calls per second in open sessions."""
+    token_file = work / "token"
+    token_file.write_text(TOKEN + "\n")
+    config = work / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"worker": {"command": worker, "args": []}}}))
+    replica = Replica(1, free_port(), mcpvisor, config, token_file, work)
+    replica.start()
+    out: dict = {"threads": threads, "seconds": seconds, "cores": os.cpu_count()}
+    try:
+        for what in ("sessions", "calls"):
+            stop = threading.Event()
+            done = collections.Counter()
+            lock = threading.Lock()
+
+            def loop(k: int) -> None:
+                c = Client(k, replica.port, {replica.worker_pid: replica.name})
+                box = [None]
+                n = bad = 0
+                while not stop.is_set():
+                    if what == "sessions":
+                        ok = c.initialize(box)
+                        if ok:
+                            conn = box[0] or http.client.HTTPConnection("127.0.0.1", replica.port, timeout=WAIT)
+                            box[0] = conn
+                            conn.request("DELETE", "/mcp", headers={"authorization": f"Bearer {TOKEN}",
+                                                                    "mcp-session-id": c.session})
+                            ok = conn.getresponse().read() is not None
+                        n, bad = n + ok, bad + (not ok)
+                    else:
+                        if c.session is None and not c.initialize(box):
+                            bad += 1
+                            continue
+                        r = post(box, "127.0.0.1", replica.port, whoami_call(c.rid()), c.headers())
+                        ok = classify(r) == "ok"
+                        n, bad = n + ok, bad + (not ok)
+                close(box)
+                with lock:
+                    done["ok"] += n
+                    done["bad"] += bad
+
+            ts = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(threads)]
+            t0 = time.monotonic()
+            for t in ts:
+                t.start()
+            time.sleep(seconds)
+            stop.set()
+            for t in ts:
+                t.join(timeout=WAIT)
+            took = time.monotonic() - t0
+            out[what] = {"per_second": round(done["ok"] / took, 1), "ok": done["ok"], "failed": done["bad"]}
+            log(f"bench {what}: {out[what]}")
+    finally:
+        replica.stop()
+    return out
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mcpvisor", default=os.environ.get("MCPVISOR_BIN", str(ROOT / "target/debug/mcpvisor")))
+    ap.add_argument("--worker", help="the fake worker (default: next to mcpvisor)")
+    ap.add_argument("--report", help="also write the JSON report to this file")
+    ap.add_argument("--keep", action="store_true", help="keep the logs directory")
+    ap.add_argument("--phases", default=",".join(PHASES), help="which phases to run, in order")
+    ap.add_argument("--bench", action="store_true", help="measure one replica instead")
+    ap.add_argument("--bench-seconds", type=float, default=10.0)
+    ap.add_argument("--bench-threads", type=int, default=16)
+    args = ap.parse_args()
+    worker = args.worker or str(Path(args.mcpvisor).with_name("mcpvisor-fake-worker"))
+    for exe in (args.mcpvisor, worker):
+        if not os.access(exe, os.X_OK):
+            print(f"lb test: {exe} is not an executable; build first", file=sys.stderr)
+            return 2
+    work = Path(tempfile.mkdtemp(prefix="mcpvisor-lb-"))
+    log(f"logs in {work}")
+    if args.bench:
+        report = bench(args.mcpvisor, worker, work, args.bench_seconds, args.bench_threads)
+        print(json.dumps(report, indent=2))
+        return 0
+    test = Test(args.mcpvisor, worker, work)
+    test.phases = [p for p in args.phases.split(",") if p]
+    unknown = set(test.phases) - set(PHASES)
+    if unknown:
+        print(f"lb test: unknown phases {sorted(unknown)}; there are {PHASES}", file=sys.stderr)
+        return 2
+    try:
+        test.run()
+    except Failed as e:
+        test.failures.append(str(e))
+        log(f"FAILED: {e}")
+    text = json.dumps(test.report, indent=2, default=str)
+    print(text)
+    if args.report:
+        Path(args.report).write_text(text + "\n")
+    if test.failures:
+        log(f"{len(test.failures)} check(s) failed; logs kept in {work}")
+        return 1
+    if not args.keep:
+        import shutil
+        shutil.rmtree(work, ignore_errors=True)
+    log("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
