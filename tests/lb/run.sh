@@ -5,6 +5,8 @@
 #
 #   tests/lb/run.sh [lb_test.py args...]     e.g. --phases rolling --keep
 #
+# Checks the deployment files first (deploy/validate.sh, which installs
+# kubernetes-validate into .cache/deploy/venv when missing).
 # Installs HAProxy with apt-get when it is missing (as root, or through sudo).
 # Where that cannot be done the tier fails: it never passes by skipping.
 # MCPVISOR_SKIP_LB=1 skips it on purpose (say, on a machine without apt).
@@ -42,6 +44,10 @@ if ! command -v haproxy >/dev/null 2>&1; then
     command -v haproxy >/dev/null 2>&1 || { echo "lb: haproxy still missing after apt-get" >&2; exit 1; }
 fi
 haproxy -v | head -n1 >&2
+
+# The deployment files (the HAProxy configs, the Kubernetes manifests)
+# first: the test runs the shipped HAProxy config.
+"$ROOT/deploy/validate.sh"
 
 MCPVISOR_BIN="${MCPVISOR_BIN:-$ROOT/target/debug/mcpvisor}"
 export MCPVISOR_BIN
