@@ -604,6 +604,9 @@ class Test:
         # What the victim's sessions saw after the kill, by outcome and status.
         after = collections.Counter(
             f"{r.outcome} {r.status}" for r in victim_records if r.at >= killed_at[0] and r.outcome != "ok")
+        how = collections.Counter(
+            f"{r.kind} {r.outcome} {r.status} {r.detail.split('): ')[-1][:60]} {r.detail[:40]}"
+            for r in victim_records if r.outcome != "ok")
         moved = [c for c in of_victim if len(c.sessions) >= 2 and all(rep != victim.name for _, rep in c.sessions[1:])]
         answered_after_move = [c for c in moved if any(
             r.outcome == "ok" and r.kind != "initialize" and r.session == c.sessions[-1][0] for r in c.records)]
@@ -613,6 +616,7 @@ class Test:
             "requests": sum(1 for c in clients for r in c.records if r.kind != "initialize"),
             "other_sessions_errors": len(bad_other),
             "killed_replica_sessions_saw": dict(sorted(after.items())),
+            "killed_replica_sessions_saw_in_detail": dict(sorted(how.items())),
             "killed_replica_sessions_moved": len(moved),
             "outcomes": tally(victim_records + other_records),
         }
@@ -622,6 +626,8 @@ class Test:
         check(all(r.outcome in ("ok", "gone", "refused", "lost") for r in victim_records),
               "kill: the killed replica's sessions see only 404s and cut requests, no error answers", self.failures)
         check(not any(r.status == 500 for r in victim_records), "kill: never a 500", self.failures)
+        hung = [r for r in victim_records + other_records if "timed out" in r.detail or "Timeout" in r.detail]
+        check(not hung, f"kill: no request hung until the client's timeout ({len(hung)})", self.failures)
         check(len(moved) == len(of_victim) and len(answered_after_move) == len(of_victim),
               f"kill: every session of the killed replica got 404 and carried on in a new session elsewhere "
               f"({len(answered_after_move)}/{len(of_victim)})", self.failures)
@@ -703,59 +709,97 @@ class Test:
 # ------------------------------------------------------------------ bench
 
 
-def bench(mcpvisor: str, worker: str, work: Path, seconds: float, threads: int) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_load(port: int, pid: int, what: str, seconds: float, threads: int) -> tuple[int, int]:
+    """One client process: `threads` clients for `seconds`; (done, failed)."""
+    stop = threading.Event()
+    totals = collections.Counter()
+    lock = threading.Lock()
+
+    def loop(k: int) -> None:
+        c = Client(k, port, {pid: "replica"})
+        box = [None]
+        n = bad = 0
+        while not stop.is_set():
+            if what == "sessions":
+                # A session's whole life: initialize, initialized, one call
+                # (whoami, in initialize), DELETE.
+                ok = c.initialize(box)
+                if ok:
+                    session, c.session = c.session, None
+                    try:
+                        conn = box[0]
+                        conn.request("DELETE", "/mcp", headers={"authorization": f"Bearer {TOKEN}",
+                                                                "mcp-session-id": session})
+                        ok = conn.getresponse().read() is not None
+                    except (OSError, http.client.HTTPException, AttributeError):
+                        close(box)
+                        ok = False
+            else:
+                if c.session is None and not c.initialize(box):
+                    bad += 1
+                    continue
+                r = post(box, "127.0.0.1", port, whoami_call(c.rid()), c.headers())
+                ok = classify(r) == "ok"
+            n, bad = n + ok, bad + (not ok)
+        close(box)
+        with lock:
+            totals["ok"] += n
+            totals["bad"] += bad
+
+    ts = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(threads)]
+    for t in ts:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in ts:
+        t.join(timeout=WAIT)
+    return totals["ok"], totals["bad"]
+
+
+def bench(mcpvisor: str, worker: str, work: Path, seconds: float, procs: int, threads: int) -> dict:
     """One replica, no balancer: sessions per second (initialize,
-    initialized, DELETE) and calls per second in open sessions."""
+    initialized, a call, DELETE) and calls per second in open sessions, from
+    `procs` client processes of `threads` clients each. The replica's own
+    CPU time (mcpvisor and its worker) gives its cost per session and per
+    call, hence what it would do with two cores to itself."""
+    import multiprocessing
+
     token_file = work / "token"
     token_file.write_text(TOKEN + "\n")
     config = work / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"worker": {"command": worker, "args": []}}}))
     replica = Replica(1, free_port(), mcpvisor, config, token_file, work)
     replica.start()
-    out: dict = {"threads": threads, "seconds": seconds, "cores": os.cpu_count()}
+    assert replica.proc is not None
+    pids = (replica.proc.pid, replica.worker_pid)
+    out: dict = {"client_processes": procs, "clients": procs * threads, "seconds": seconds,
+                 "cores": os.cpu_count()}
     try:
-        for what in ("sessions", "calls"):
-            stop = threading.Event()
-            done = collections.Counter()
-            lock = threading.Lock()
-
-            def loop(k: int) -> None:
-                c = Client(k, replica.port, {replica.worker_pid: replica.name})
-                box = [None]
-                n = bad = 0
-                while not stop.is_set():
-                    if what == "sessions":
-                        ok = c.initialize(box)
-                        if ok:
-                            conn = box[0] or http.client.HTTPConnection("127.0.0.1", replica.port, timeout=WAIT)
-                            box[0] = conn
-                            conn.request("DELETE", "/mcp", headers={"authorization": f"Bearer {TOKEN}",
-                                                                    "mcp-session-id": c.session})
-                            ok = conn.getresponse().read() is not None
-                        n, bad = n + ok, bad + (not ok)
-                    else:
-                        if c.session is None and not c.initialize(box):
-                            bad += 1
-                            continue
-                        r = post(box, "127.0.0.1", replica.port, whoami_call(c.rid()), c.headers())
-                        ok = classify(r) == "ok"
-                        n, bad = n + ok, bad + (not ok)
-                close(box)
-                with lock:
-                    done["ok"] += n
-                    done["bad"] += bad
-
-            ts = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(threads)]
-            t0 = time.monotonic()
-            for t in ts:
-                t.start()
-            time.sleep(seconds)
-            stop.set()
-            for t in ts:
-                t.join(timeout=WAIT)
-            took = time.monotonic() - t0
-            out[what] = {"per_second": round(done["ok"] / took, 1), "ok": done["ok"], "failed": done["bad"]}
-            log(f"bench {what}: {out[what]}")
+        with multiprocessing.get_context("fork").Pool(procs) as pool:
+            for what in ("sessions", "calls"):
+                cpu0 = sum(cpu_seconds(p) for p in pids)
+                t0 = time.monotonic()
+                results = pool.starmap(bench_load, [(replica.port, replica.worker_pid, what, seconds, threads)] * procs)
+                took = time.monotonic() - t0
+                cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+                done = sum(r[0] for r in results)
+                failed = sum(r[1] for r in results)
+                per_cpu_second = done / cpu if cpu > 0 else None
+                out[what] = {
+                    "per_second": round(done / took, 1),
+                    "done": done,
+                    "failed": failed,
+                    "replica_cpu_seconds": round(cpu, 2),
+                    "replica_cpu_ms_each": round(1000 * cpu / done, 3) if done else None,
+                    "ceiling_on_2_cores": round(2 * per_cpu_second, 0) if per_cpu_second else None,
+                }
+                log(f"bench {what}: {out[what]}")
     finally:
         replica.stop()
     return out
@@ -773,7 +817,8 @@ def main() -> int:
     ap.add_argument("--phases", default=",".join(PHASES), help="which phases to run, in order")
     ap.add_argument("--bench", action="store_true", help="measure one replica instead")
     ap.add_argument("--bench-seconds", type=float, default=10.0)
-    ap.add_argument("--bench-threads", type=int, default=16)
+    ap.add_argument("--bench-procs", type=int, default=2)
+    ap.add_argument("--bench-threads", type=int, default=8)
     args = ap.parse_args()
     worker = args.worker or str(Path(args.mcpvisor).with_name("mcpvisor-fake-worker"))
     for exe in (args.mcpvisor, worker):
@@ -783,7 +828,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mcpvisor-lb-"))
     log(f"logs in {work}")
     if args.bench:
-        report = bench(args.mcpvisor, worker, work, args.bench_seconds, args.bench_threads)
+        report = bench(args.mcpvisor, worker, work, args.bench_seconds, args.bench_procs, args.bench_threads)
         print(json.dumps(report, indent=2))
         return 0
     test = Test(args.mcpvisor, worker, work)
