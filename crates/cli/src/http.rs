@@ -158,10 +158,12 @@ const READINESS_POLL: Duration = Duration::from_millis(100);
 async fn settle(monitor: Monitor, ready: watch::Sender<bool>) {
     loop {
         if let Ok(snapshot) = monitor.snapshot().await {
+            // The hub starts its eager servers before it answers anything,
+            // so none of them is still idle here.
             let starting = snapshot
                 .servers
                 .iter()
-                .any(|s| !s.lazy && matches!(s.state, ServerState::Starting | ServerState::Idle));
+                .any(|s| !s.lazy && s.state == ServerState::Starting);
             if !starting {
                 tracing::info!("ready: every eager server has started or failed");
                 let _ = ready.send(true);
