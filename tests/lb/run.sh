@@ -43,7 +43,7 @@ if ! command -v haproxy >/dev/null 2>&1; then
     "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends haproxy >&2
     command -v haproxy >/dev/null 2>&1 || { echo "lb: haproxy still missing after apt-get" >&2; exit 1; }
 fi
-haproxy -v | head -n1 >&2
+haproxy -v | sed -n 1p >&2
 
 # The deployment files (the HAProxy configs, the Kubernetes manifests)
 # first: the test runs the shipped HAProxy config.
