@@ -123,3 +123,95 @@ fn the_servers_log_lines_keep_their_own_logger() {
     );
     drop(p);
 }
+
+/// A server that answers `initialize` only once the file `$GATE` exists.
+const GATED: &str = r#"
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
+while IFS= read -r line; do
+  case "$line" in
+    *'"initialize"'*)
+      while [ ! -e "$GATE" ]; do sleep 0.02; done
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"gated","version":"0"}}}\n' "$(id_of "$line")" ;;
+    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[]}}\n' "$(id_of "$line")" ;;
+    *'"method":"notifications/'*) ;;
+    *'"id"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+  esac
+done
+"#;
+
+/// `GET path`: the status line and the body.
+fn probe(addr: &str, path: &str) -> (String, String) {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let (head, body) = exchange(addr, &req, |_| false);
+    (head.lines().next().unwrap_or("").to_owned(), body)
+}
+
+/// Polls `path` until its status line starts with `want`.
+fn probe_until(addr: &str, path: &str, want: &str) -> (String, String) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let got = probe(addr, path);
+        if got.0.starts_with(want) || Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn readiness_waits_for_the_server_and_the_drain_turns_it_off() {
+    let dir = support::temp_dir("readiness");
+    let gate = dir.join("gate");
+    let args: Vec<String> = [
+        "run",
+        "--http",
+        "127.0.0.1:0",
+        "--http-drain-min",
+        "10m",
+        "--",
+        "sh",
+        "-c",
+        GATED,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(&args, &[("GATE", gate.display().to_string())]);
+    let line = p.wait_stderr("mcpvisor: listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an address")
+        .trim()
+        .to_owned();
+
+    // Alive, and not ready while the server's initialize is unanswered.
+    let (status, body) = probe(&addr, "/healthz");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    assert_eq!(body, "ok");
+    let (status, body) = probe(&addr, "/readyz");
+    assert!(status.starts_with("HTTP/1.1 503"), "{status}");
+    assert_eq!(body, "starting");
+
+    std::fs::write(&gate, "").expect("open the gate");
+    let (status, body) = probe_until(&addr, "/readyz", "HTTP/1.1 200");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status} {body}");
+    assert_eq!(body, "ready");
+
+    // SIGTERM: not ready, and still answering through the drain's minimum.
+    support::signal(p.pid(), nix::sys::signal::Signal::SIGTERM as i32);
+    let (status, body) = probe_until(&addr, "/readyz", "HTTP/1.1 503");
+    assert!(status.starts_with("HTTP/1.1 503"), "{status} {body}");
+    assert_eq!(body, "draining");
+    let (status, _) = probe(&addr, "/healthz");
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let (head, _) = post(
+        &addr,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
