@@ -131,6 +131,8 @@ def post(conn_box: list, host: str, port: int, body: dict, headers: dict, timeou
             reply.answer = read_stream(resp, want)
             if reply.answer is None:
                 reply.error = "the event stream ended without the response"
+                # Cut short: the connection is not reused.
+                close(conn_box)
         elif resp.status == 202:
             resp.read()
         else:
