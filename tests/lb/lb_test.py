@@ -237,7 +237,7 @@ class Replica:
         self.proc = subprocess.Popen(
             [self.mcpvisor, "serve", "--config", str(self.config), "--no-watch",
              "--http", f"127.0.0.1:{self.port}", "--auth-token-file", str(self.token_file),
-             "--http-drain", "10s", "--http-drain-min", "2s"],
+             "--http-drain", "10s", "--http-drain-min", "3s"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             env={**os.environ, "MCPVISOR_CACHE_DIR": str(self.work / f"cache{self.n}")},
         )
