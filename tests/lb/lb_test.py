@@ -518,6 +518,28 @@ def tally(records: list[Record]) -> dict:
 # ------------------------------------------------------------------ phases
 
 
+def haproxy_log_summary(path: Path) -> dict:
+    """Requests HAProxy logged, by final status, and how many it retried
+    (`+N` in the retries field: sent to another replica)."""
+    statuses: collections.Counter = collections.Counter()
+    retried: collections.Counter = collections.Counter()
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        f = line.split()
+        if len(f) < 12 or not f[0].startswith("127.0.0.1:") or not f[5].isdigit():
+            continue
+        statuses[f[5]] += 1
+        tries = f[10].rsplit("/", 1)[-1]
+        if tries.lstrip("+") not in ("", "0"):
+            retried[f[5]] += 1
+    return {"requests": sum(statuses.values()), "final_status": dict(sorted(statuses.items())),
+            "retried_then_final_status": dict(sorted(retried.items()))}
+
+
+
 class Test:
     def __init__(self, mcpvisor: str, worker: str, work: Path):
         self.work = work
@@ -554,6 +576,7 @@ class Test:
             self.lb.stop()
             for r in self.replicas:
                 r.stop()
+            self.report["haproxy"] = haproxy_log_summary(self.work / "haproxy.log")
 
     def probes(self) -> None:
         r = self.replicas[0]
