@@ -17,12 +17,15 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates tini \
     && rm -rf /var/lib/apt/lists/* \
-    && useradd --system --uid 10001 --user-group --home-dir /home/mcpvisor --create-home mcpvisor
+    && groupadd --system --gid 10001 mcpvisor \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /home/mcpvisor --create-home mcpvisor
 COPY --from=build /src/target/release/mcpvisor /usr/local/bin/mcpvisor
 USER 10001:10001
 ENV MCPVISOR_CACHE_DIR=/tmp/mcpvisor-cache
 EXPOSE 8808
 # tini reaps the servers' orphans and passes SIGTERM on: the drain starts.
+# `--allow-host *` leaves the token as the guard; list the names your
+# clients use with --allow-host instead to keep the Host check.
 ENTRYPOINT ["/usr/bin/tini", "--", "mcpvisor"]
 CMD ["serve", "--config", "/etc/mcpvisor/mcp.json", "--no-watch", \
      "--http", "0.0.0.0:8808", "--auth-token-file", "/etc/mcpvisor/token/token", \
