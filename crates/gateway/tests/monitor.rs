@@ -44,7 +44,6 @@ fn fake_worker() -> PathBuf {
 /// One server running `command args` under a session with short bounds.
 fn plan(name: &str, command: &str, args: &[&str]) -> ServerPlan {
     let session = mcpvisor_session::Config {
-        request_timeout: Duration::from_millis(500),
         restart_backoff_max: Duration::from_millis(200),
         stop: StopTimeouts {
             after_close: Duration::from_millis(100),
@@ -358,7 +357,7 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     let mut p = plan("loop", "sh", &["-c", "echo 'boom: no config' >&2; exit 1"]);
     p.session.crash_loop_exits = 3;
     let mut gw = Gateway::start(vec![p, fake("ok", &[])]).await;
-    let (failed, _) = gw
+    let (failed, seen) = gw
         .until("loop", "failed in a crash loop", |s| {
             s.state == ServerState::Failed
                 && s.detail
@@ -369,6 +368,16 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     let detail = failed.detail.clone().expect("a detail");
     assert!(!detail.contains('\n'), "{detail}");
     assert_eq!(failed.restarts, 2, "{failed:?}");
+    // The second restart waited its backoff, and said until when.
+    let waiting = seen
+        .iter()
+        .find(|s| s.state == ServerState::Restarting && s.next_try_at_ms.is_some())
+        .unwrap_or_else(|| panic!("a restart with a pause among {seen:?}"));
+    let why = waiting.detail.as_deref().unwrap_or_default();
+    assert!(
+        why.starts_with("exited with code 1") && why.contains("; restarting"),
+        "{why}"
+    );
     let events = gw.events_of("loop").await;
     assert!(
         events.iter().any(|(k, _)| *k == EventKind::Failed),
@@ -539,7 +548,9 @@ async fn a_disabled_server_refuses_actions() {
 
 #[tokio::test]
 async fn calls_errors_in_flight_and_latency_are_counted() {
-    let mut gw = Gateway::start(vec![fake("c", &[])]).await;
+    let mut p = fake("c", &[]);
+    p.session.request_timeout = Duration::from_millis(500);
+    let mut gw = Gateway::start(vec![p]).await;
     gw.state("c", ServerState::Ready).await;
     for i in 0..5 {
         let ok = gw.call("c__echo", json!({"i": i})).await;
@@ -634,23 +645,38 @@ async fn counter_updates_are_throttled_but_state_changes_are_not() {
             gw.answer(id).await;
         }
     }
-    let elapsed = started.elapsed();
-    let (row, _) = gw
-        .until("busy", "all counted", |s| s.calls == calls * 4)
-        .await;
-    assert_eq!(row.state, ServerState::Ready);
     let mut rows = 0;
     while let Ok(event) = gw.events.try_recv() {
         if matches!(event, MonitorEvent::Server { .. }) {
             rows += 1;
         }
     }
-    // At most one counter-only row per 250 ms, plus the one that ends it.
+    let elapsed = started.elapsed();
+    // At most one counter-only row per 250 ms, plus the first at once.
     let bound = elapsed.as_millis() / 250 + 2;
     assert!(
         rows as u128 <= bound,
         "{rows} rows in {elapsed:?} (bound {bound})"
     );
+    // The last change is not held back for good: its row goes out once
+    // its time comes, with nothing else happening.
+    let last = tokio::time::timeout(WAIT, async {
+        loop {
+            match gw.events.recv().await {
+                Ok(MonitorEvent::Server { status })
+                    if status.calls == calls * 4 && status.in_flight == 0 =>
+                {
+                    return status;
+                }
+                Ok(_) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .expect("the last counts published");
+    assert_eq!(last.state, ServerState::Ready);
+    assert_eq!(last.latency.count, calls * 4);
     gw.stop().await;
 }
 
@@ -747,7 +773,169 @@ async fn a_reconfiguration_publishes_removed_and_added_servers() {
     })
     .await;
     assert!(seen.is_ok(), "removed {removed}, added {added}");
-    gw.state("new", ServerState::Ready).await;
+    let first = gw.state("new", ServerState::Ready).await;
     assert!(gw.monitor.server("old").await.expect("answers").is_none());
+
+    // Disabled, then enabled again, in its entry.
+    let mut off = fake("new", &[]);
+    off.def.disabled = true;
+    gw.control
+        .send(Control::Reconfigure(vec![off]))
+        .await
+        .expect("hub running");
+    let disabled = gw.state("new", ServerState::Disabled).await;
+    assert_eq!(disabled.pid, None);
+    gw.control
+        .send(Control::Reconfigure(vec![fake("new", &[])]))
+        .await
+        .expect("hub running");
+    let (back, _) = gw
+        .until("new", "ready in generation 2", |s| {
+            s.state == ServerState::Ready && s.generation == Some(2)
+        })
+        .await;
+    assert_eq!(back.restarts, first.restarts, "enabling is no restart");
+    let kinds: Vec<EventKind> = gw.events_of("new").await.into_iter().map(|e| e.0).collect();
+    assert_eq!(kinds.first(), Some(&EventKind::Added), "{kinds:?}");
+    assert!(kinds.contains(&EventKind::Disabled), "{kinds:?}");
+    assert!(kinds.contains(&EventKind::Enabled), "{kinds:?}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_is_seen_as_reloading_until_the_next_generation_is_ready() {
+    let mut gw = Gateway::start(vec![fake("r", &[])]).await;
+    gw.state("r", ServerState::Ready).await;
+    let slow = gw
+        .begin(
+            "tools/call",
+            json!({"name": "r__sleep", "arguments": {"ms": 1000}}),
+        )
+        .await;
+    gw.until("r", "busy", |s| s.in_flight == 1).await;
+    gw.monitor
+        .act("r", Action::Reload)
+        .await
+        .expect("reloading");
+    let reloading = gw.state("r", ServerState::Reloading).await;
+    assert_eq!(reloading.generation, Some(1));
+    let answer = gw.answer(slow).await;
+    assert!(answer.get("result").is_some(), "{answer}");
+    let (row, _) = gw
+        .until("r", "ready in generation 2", |s| {
+            s.state == ServerState::Ready && s.generation == Some(2)
+        })
+        .await;
+    assert_eq!(row.restarts, 1);
+    let events = gw.events_of("r").await;
+    assert!(
+        events
+            .iter()
+            .any(|(k, m)| *k == EventKind::Reloading && m == "reloading: asked for by a person"),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|(k, m)| *k == EventKind::Exited && m == "stopped for a reload"),
+        "{events:?}"
+    );
+    // A reload is no crash.
+    let detail = gw
+        .monitor
+        .server("r")
+        .await
+        .expect("answers")
+        .expect("known");
+    assert_eq!(detail.last_crash, None);
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_per_client_server_s_calls_are_counted_on_its_row() {
+    let mut p = fake("own", &[]);
+    p.per_client = true;
+    let mut gw = Gateway::start(vec![p]).await;
+    for _ in 0..3 {
+        let ok = gw.call("own__echo", json!({})).await;
+        assert!(ok.get("result").is_some(), "{ok}");
+    }
+    let (row, _) = gw
+        .until("own", "three calls timed", |s| s.latency.count == 3)
+        .await;
+    assert_eq!(row.calls, 3);
+    assert_eq!(row.errors, 0);
+    // Stopped, it refuses every client, and its clients' processes stop.
+    gw.monitor.act("own", Action::Stop).await.expect("stopped");
+    let refused = gw.call("own__echo", json!({})).await;
+    assert_eq!(code(&refused), NOT_STARTED, "{refused}");
+    gw.monitor.act("own", Action::Start).await.expect("started");
+    let ok = gw.call("own__echo", json!({})).await;
+    assert!(ok.get("result").is_some(), "{ok}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_list_change_is_an_event_with_what_changed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tools = dir.path().join("tools.txt");
+    std::fs::write(&tools, "extra_one\n").expect("write");
+    let tools_arg = tools.display().to_string();
+    let mut gw = Gateway::start(vec![fake("l", &["--tools-file", &tools_arg])]).await;
+    gw.state("l", ServerState::Ready).await;
+    std::fs::write(&tools, "extra_two\nextra_three\n").expect("write");
+    let ok = gw.call("l__list_changed", json!({})).await;
+    assert!(ok.get("result").is_some(), "{ok}");
+    let event = tokio::time::timeout(WAIT, async {
+        loop {
+            match gw.events.recv().await {
+                Ok(MonitorEvent::Event { server, event })
+                    if server == "l" && event.kind == EventKind::ListChanged =>
+                {
+                    return event;
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+    })
+    .await
+    .expect("a list_changed event");
+    assert_eq!(event.message, "tools list changed: +2 \u{2212}1");
+    assert_eq!(event.generation, Some(1));
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_stop_is_no_crash_and_the_next_start_no_restart() {
+    let mut p = fake("i", &[]);
+    p.idle_timeout = Some(Duration::from_millis(300));
+    let mut gw = Gateway::start(vec![p]).await;
+    gw.state("i", ServerState::Ready).await;
+    let idle = gw.state("i", ServerState::Idle).await;
+    assert_eq!(idle.pid, None);
+    assert_eq!(idle.generation, Some(1));
+    let ok = gw.call("i__echo", json!({})).await;
+    assert!(ok.get("result").is_some(), "{ok}");
+    let (again, _) = gw
+        .until("i", "ready in generation 2", |s| {
+            s.state == ServerState::Ready && s.generation == Some(2)
+        })
+        .await;
+    assert_eq!(again.restarts, 0);
+    let events = gw.events_of("i").await;
+    assert!(
+        events.iter().any(|(k, m)| *k == EventKind::Stopped
+            && m.starts_with("stopped after")
+            && m.ends_with("idle")),
+        "{events:?}"
+    );
+    let detail = gw
+        .monitor
+        .server("i")
+        .await
+        .expect("answers")
+        .expect("known");
+    assert_eq!(detail.last_crash, None);
     gw.stop().await;
 }

@@ -278,19 +278,20 @@ impl Hub {
         self.start_backend(id);
     }
 
-    /// Reloads a running backend (its session replaces its worker once it
-    /// holds nothing); `why` is for its events.
-    pub(crate) fn reload_backend(&mut self, name: &str, why: &str) {
-        // A per-client server's instances share its name.
-        let found: Vec<BackendId> = self
+    /// Reloads every running process of that server (a per-client
+    /// server's too): each session replaces its worker once it holds
+    /// nothing. `why` is for its events; returns how many.
+    pub(crate) fn reload_backend(&mut self, name: &str, why: &str) -> usize {
+        let running: Vec<BackendId> = self
             .backends
             .iter()
             .filter(|(_, b)| b.plan.name == name && b.link.is_some())
             .map(|(id, _)| *id)
             .collect();
-        for id in found {
-            self.reload(id, why);
+        for id in &running {
+            self.reload(*id, why);
         }
+        running.len()
     }
 
     fn reload(&mut self, id: BackendId, why: &str) {
@@ -301,11 +302,26 @@ impl Hub {
         self.observe_reload(id, why);
     }
 
-    /// Counts an error the gateway answered for a backend.
+    /// Where a backend's calls are counted: its own row, or for a
+    /// per-client instance its configured server's.
+    fn counted(&mut self, id: BackendId) -> Option<&mut Observed> {
+        let at = self.backends.get(&id)?.template.unwrap_or(id);
+        let b = self.backends.get_mut(&at)?;
+        b.obs.dirty = true;
+        Some(&mut b.obs)
+    }
+
+    fn count_call(&mut self, id: BackendId) {
+        if let Some(obs) = self.counted(id) {
+            obs.stats.calls += 1;
+        }
+    }
+
+    /// Counts an error answered for a backend (by itself, its session or
+    /// the gateway).
     pub(crate) fn count_error(&mut self, id: BackendId, code: i64) {
-        if let Some(b) = self.backends.get_mut(&id) {
-            b.obs.stats.error(code);
-            b.obs.dirty = true;
+        if let Some(obs) = self.counted(id) {
+            obs.stats.error(code);
         }
     }
 
@@ -332,13 +348,18 @@ impl Hub {
                 Some(id) if self.backends[&id].plan.def == plan.def => keep.push(id),
                 Some(id) => {
                     changed += 1;
+                    let was_disabled = self.backends[&id].plan.def.disabled;
+                    let (kind, why) = match (was_disabled, plan.def.disabled) {
+                        (false, true) => (EventKind::Disabled, "disabled in its config entry"),
+                        (true, false) => (EventKind::Enabled, "enabled in its config entry"),
+                        _ => (
+                            EventKind::Restarting,
+                            "restarting: its config entry changed",
+                        ),
+                    };
+                    self.record(id, kind, why);
                     self.drop_instances_from(id, "its configuration changed")
                         .await;
-                    self.record(
-                        id,
-                        EventKind::Restarting,
-                        "restarting: its config entry changed",
-                    );
                     self.stop_backend(id, "its configuration changed", State::Idle)
                         .await;
                     let old = self.backends.remove(&id).map(|b| {
@@ -346,7 +367,9 @@ impl Hub {
                         std::mem::take(&mut b.obs)
                     });
                     self.order.retain(|o| *o != id);
-                    let obs = old.map_or_else(Observed::new, Observed::carry_over);
+                    let mut obs = old.map_or_else(Observed::new, Observed::carry_over);
+                    // Enabling starts it afresh; any other change replaces it.
+                    obs.fresh = kind == EventKind::Enabled;
                     keep.push(self.add_backend_with(plan, obs));
                 }
                 None => {
@@ -370,6 +393,7 @@ impl Hub {
             .filter(|id| !keep.contains(id))
             .collect();
         for id in &removed {
+            self.record(*id, EventKind::Removed, "removed from the configuration");
             self.drop_instances_from(*id, "it was removed from the configuration")
                 .await;
             self.stop_backend(
@@ -428,12 +452,11 @@ impl Hub {
         line: Bytes,
         front_id: Bytes,
     ) {
+        self.count_call(id);
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
         b.last_used = Instant::now();
-        b.obs.stats.calls += 1;
-        b.obs.dirty = true;
         let refusal = match &b.state {
             State::Failed(data) => Some((
                 format!(
@@ -469,7 +492,7 @@ impl Hub {
             _ => None,
         };
         if let Some((message, data)) = refusal {
-            b.obs.stats.error(NOT_STARTED);
+            self.count_error(id, NOT_STARTED);
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
@@ -789,10 +812,10 @@ impl Hub {
                     return;
                 }
                 let code = error_code(line);
-                if let Some(b) = self.backends.get_mut(&id) {
-                    b.obs.stats.latency(at.elapsed());
+                if let Some(obs) = self.counted(id) {
+                    obs.stats.latency(at.elapsed());
                     if let Some(code) = code {
-                        b.obs.stats.error(code);
+                        obs.stats.error(code);
                     }
                 }
                 if code == Some(NOT_STARTED) {

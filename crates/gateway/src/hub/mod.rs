@@ -384,7 +384,9 @@ impl Hub {
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reconfigure(plans) => hub.reconfigure(plans).await,
-                    Control::Reload(name) => hub.reload_backend(&name, "its files changed"),
+                    Control::Reload(name) => {
+                        hub.reload_backend(&name, "its files changed");
+                    }
                     Control::Query(query) => hub.on_query(query).await,
                 },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}

@@ -323,16 +323,16 @@ impl Hub {
         }
         let running = b.link.is_some();
         match action {
-            Action::Reload if running => {
-                self.reload_backend(name, "asked for by a person");
-            }
             Action::Reload => {
-                return Err(ActionError::Refused(format!(
-                    "the server `{name}` is not running: there is nothing to reload (start it instead)"
-                )));
+                if self.reload_backend(name, "asked for by a person") == 0 {
+                    return Err(ActionError::Refused(format!(
+                        "the server `{name}` is not running: there is nothing to reload (start it instead)"
+                    )));
+                }
             }
             Action::Restart if running => {
-                self.record(id, EventKind::Restarting, "restart asked for by a person");
+                self.drop_instances_from(id, "a person asked for a restart")
+                    .await;
                 self.restart_backend(id, "a person asked for a restart")
                     .await;
             }
@@ -356,6 +356,8 @@ impl Hub {
                 if b.state == State::Stopped {
                     return Ok(());
                 }
+                self.drop_instances_from(id, "it was stopped by a person")
+                    .await;
                 self.stop_backend(id, "it was stopped by a person", State::Stopped)
                     .await;
                 self.backends.get_mut(&id).expect("found above").obs.fresh = true;
@@ -436,7 +438,10 @@ impl Hub {
                     crash.stderr = None;
                     crash.stray_stdout.heads.clear();
                     obs.last_crash = serde_json::to_value(&crash).ok();
-                    let restarting = b.plan.session.restart == RestartPolicy::Always;
+                    // A session restarts an exit by itself (`always`), but
+                    // not a spawn that failed: that waits for a request.
+                    let restarting = b.plan.session.restart == RestartPolicy::Always
+                        && data.phase != Some(CrashPhase::Spawn);
                     obs.worker = Worker::Down {
                         detail: message.clone(),
                         restarting,
@@ -463,7 +468,12 @@ impl Hub {
                 };
                 (EventKind::Restarting, message)
             }
-            SessionEvent::Failed { data } => (EventKind::Failed, data.reason.clone()),
+            SessionEvent::Failed { data } => {
+                if let Worker::Down { restarting, .. } = &mut obs.worker {
+                    *restarting = false;
+                }
+                (EventKind::Failed, data.reason.clone())
+            }
             SessionEvent::Recovered => (
                 EventKind::Recovered,
                 "its failed state is over: it may be started again".to_owned(),
@@ -545,6 +555,19 @@ fn state_of(b: &Backend) -> ServerState {
     match &b.state {
         State::Disabled => ServerState::Disabled,
         State::Stopped => ServerState::Stopped,
+        // Its initialize failed, but its session restarts it by itself
+        // (it has not given up): that is what a person wants to see.
+        State::Failed(_)
+            if matches!(
+                b.obs.worker,
+                Worker::Down {
+                    restarting: true,
+                    ..
+                }
+            ) =>
+        {
+            ServerState::Restarting
+        }
         State::Failed(_) => ServerState::Failed,
         State::WaitingAuth(_) => ServerState::WaitingAuth,
         State::Idle => ServerState::Idle,
@@ -585,7 +608,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         _ => (None, None),
     };
     let detail = match (&b.state, state) {
-        (State::Failed(data), _) => Some(
+        (State::Failed(data), ServerState::Failed) => Some(
             data.get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("it keeps failing")
@@ -613,7 +636,8 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         (_, ServerState::Stopped) => Some("stopped by a person; start it to use it".to_owned()),
         (_, ServerState::Disabled) => Some("disabled in its config entry".to_owned()),
         _ => None,
-    };
+    }
+    .map(one_line);
     let auth_url = match &b.state {
         State::WaitingAuth(url) => Some(url.clone()),
         _ => None,
@@ -646,16 +670,17 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
     }
 }
 
-/// An exit in one line: "exited with code 3 during serving after 1.2s".
+/// An exit in one line: "exited with code 3 during serving after 1.2s",
+/// "stopped during initialize after 1m00s: it did not answer initialize
+/// within 60s".
 fn exit_text(data: &ErrorData) -> String {
     if data.phase == Some(CrashPhase::Spawn) {
         return format!("could not start: {}", data.reason);
     }
-    let how = match &data.exit {
-        Some(ExitKind::Unknown) | None => format!("stopped ({})", data.reason),
-        Some(exit) => exit.to_string(),
+    let mut line = match &data.exit {
+        Some(exit @ (ExitKind::Code(_) | ExitKind::Signal(..))) => exit.to_string(),
+        _ => "stopped".to_owned(),
     };
-    let mut line = how;
     if let Some(phase) = data.phase {
         line.push_str(&format!(" during {phase}"));
     }
@@ -664,6 +689,11 @@ fn exit_text(data: &ErrorData) -> String {
             " after {}",
             format_uptime(Duration::from_millis(ms))
         ));
+    }
+    // "it exited with exit code 3" says again what the exit says.
+    if !data.reason.is_empty() && !data.reason.starts_with("it exited") {
+        line.push_str(": ");
+        line.push_str(&data.reason);
     }
     line
 }
@@ -768,6 +798,34 @@ mod tests {
         s.error(-32602);
         assert_eq!(s.errors, 3);
         assert_eq!(s.by_code, vec![(-32010, 2), (-32602, 1)]);
+    }
+
+    #[test]
+    fn an_exit_is_one_line_with_its_cause_when_the_exit_does_not_say_it() {
+        let crash = ErrorData {
+            reason: "it exited with exit code 3".into(),
+            phase: Some(CrashPhase::Serving),
+            exit: Some(ExitKind::Code(3)),
+            uptime_ms: Some(1200),
+            ..ErrorData::default()
+        };
+        assert_eq!(
+            exit_text(&crash),
+            "exited with code 3 during serving after 1.2s"
+        );
+        let stall = ErrorData {
+            reason: "it did not answer initialize within 60s".into(),
+            phase: Some(CrashPhase::Initialize),
+            exit: None,
+            uptime_ms: Some(60_000),
+            ..ErrorData::default()
+        };
+        assert_eq!(
+            exit_text(&stall),
+            "stopped during initialize after 1m00s: it did not answer initialize within 60s"
+        );
+        let spawn = ErrorData::spawn("no such program: nope", Some(1));
+        assert_eq!(exit_text(&spawn), "could not start: no such program: nope");
     }
 
     #[test]

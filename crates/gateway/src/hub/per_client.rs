@@ -23,7 +23,11 @@ impl Hub {
         let Some(b) = self.backends.get(&backend) else {
             return backend;
         };
-        if !b.plan.per_client || b.owner.is_some() || b.state == State::Disabled {
+        // A disabled or stopped server refuses for itself.
+        if !b.plan.per_client
+            || b.owner.is_some()
+            || matches!(b.state, State::Disabled | State::Stopped)
+        {
             return backend;
         }
         if let Some(instance) = self.instances.get(&(backend, front)) {
