@@ -227,6 +227,10 @@ pub enum Query {
     /// The stderr tail of the server's last crash (empty when it has not
     /// crashed); `None` for an unknown name.
     Stderr(String, oneshot::Sender<Option<Vec<String>>>),
+    /// Adds an event to a server's ring (something done outside the hub,
+    /// such as a secret written to its env file); `false` for an unknown
+    /// name.
+    Record(String, EventKind, String, oneshot::Sender<bool>),
 }
 
 /// Why an action was not taken.
@@ -283,6 +287,20 @@ impl Monitor {
     pub async fn stderr(&self, name: &str) -> Result<Option<Vec<String>>, ActionError> {
         let name = name.to_owned();
         self.ask(|tx| Query::Stderr(name, tx)).await
+    }
+
+    /// Adds an event to a server's ring and publishes it, for what is done
+    /// to a server outside the hub (`secret_set` when a key of its env file
+    /// was written). `message` is one line for people: never a secret's
+    /// value. `false` for an unknown name.
+    pub async fn record(
+        &self,
+        name: &str,
+        kind: EventKind,
+        message: &str,
+    ) -> Result<bool, ActionError> {
+        let (name, message) = (name.to_owned(), message.to_owned());
+        self.ask(|tx| Query::Record(name, kind, message, tx)).await
     }
 
     /// Asks the hub to act on one server.

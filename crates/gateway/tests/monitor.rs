@@ -742,6 +742,24 @@ async fn env_keys_are_listed_set_or_unset_and_never_with_their_values() {
         ]
     );
     assert_eq!(detail.config_file, None);
+    // A secret written by the UI is an event of the server's.
+    let known = gw
+        .monitor
+        .record("named", EventKind::SecretSet, "DELTA was set")
+        .await
+        .expect("answers");
+    assert!(known);
+    let events = gw.events_of("named").await;
+    assert!(
+        events.contains(&(EventKind::SecretSet, "DELTA was set".to_owned())),
+        "{events:?}"
+    );
+    let unknown = gw
+        .monitor
+        .record("nobody", EventKind::SecretSet, "x")
+        .await
+        .expect("answers");
+    assert!(!unknown);
     let snapshot =
         serde_json::to_string(&gw.monitor.snapshot().await.expect("answers")).expect("json");
     assert!(!snapshot.contains("secret-alpha-value"), "{snapshot}");

@@ -246,6 +246,13 @@ impl Hub {
                 });
                 let _ = tx.send(lines);
             }
+            Query::Record(name, kind, message, tx) => {
+                let found = self.find(&name);
+                if let Some(id) = found {
+                    self.record(id, kind, message);
+                }
+                let _ = tx.send(found.is_some());
+            }
             Query::Act(name, action, tx) => {
                 let answer = self.act(&name, action).await;
                 let _ = tx.send(answer);
