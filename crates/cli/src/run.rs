@@ -50,7 +50,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         };
         let signals = tokio::spawn(forward_signals(control_tx));
         let spawner =
-            mcpvisor_runner::spawner(&resolved.server.spec, resolved.config.stop, resolved.stderr);
+            mcpvisor_runner::spawner(&resolved.server.spec, &resolved.config, resolved.stderr);
         let outcome = Session::run(
             resolved.config,
             spawner,

@@ -60,6 +60,37 @@ pub enum ExitKind {
     Signal(i32, String),
     /// The platform gave neither a code nor a signal.
     Unknown,
+    /// A remote server's HTTP session ended: it answered with an HTTP
+    /// status that ends it, or could not be reached.
+    Http(HttpEnd),
+}
+
+/// How a remote server's HTTP session ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpEnd {
+    /// The HTTP status that ended it; `None` when no answer came (the
+    /// connection was refused, reset or timed out).
+    pub status: Option<u16>,
+    /// What mcpvisor was doing.
+    pub stage: HttpStage,
+    /// What went wrong, in words (`"connection refused"`); never a URL or
+    /// a header value.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// What a remote server's client was doing when its HTTP session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpStage {
+    /// Sending a message (a POST), `initialize` included.
+    Post,
+    /// Holding the standalone stream open (a GET).
+    Listen,
+    /// Resuming a dropped stream (a GET with `Last-Event-ID`).
+    Resume,
+    /// Ending the session when mcpvisor was done with it (a DELETE).
+    Close,
 }
 
 /// Why and how a worker stopped, with its last words.
@@ -239,12 +270,39 @@ impl fmt::Display for ExitKind {
             }
             ExitKind::Signal(number, name) => write!(f, "was killed by {name} (signal {number})"),
             ExitKind::Unknown => f.write_str("exited with an unknown status"),
+            ExitKind::Http(end) => end.fmt(f),
         }
     }
 }
 
+impl fmt::Display for HttpEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.status {
+            Some(404) => write!(f, "ended its session (HTTP 404 {})", self.stage)?,
+            Some(status) => write!(f, "answered HTTP {status} {}", self.stage)?,
+            None => write!(f, "could not be reached {}", self.stage)?,
+        }
+        if !self.detail.is_empty() {
+            write!(f, ": {}", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for HttpStage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HttpStage::Post => "to a POST",
+            HttpStage::Listen => "on its standalone stream",
+            HttpStage::Resume => "while a stream was resumed",
+            HttpStage::Close => "when it was closed",
+        })
+    }
+}
+
 /// `{"kind": "code", "code": 3}`, `{"kind": "signal", "signal": 9, "name":
-/// "SIGKILL"}` or `{"kind": "unknown"}`.
+/// "SIGKILL"}`, `{"kind": "http", "status": 404, "stage": "post"}` or
+/// `{"kind": "unknown"}`.
 impl Serialize for ExitKind {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
@@ -259,6 +317,12 @@ impl Serialize for ExitKind {
                 name: &'a str,
             },
             Unknown,
+            Http {
+                status: Option<u16>,
+                stage: HttpStage,
+                #[serde(skip_serializing_if = "str::is_empty")]
+                detail: &'a str,
+            },
         }
         match self {
             ExitKind::Code(code) => Repr::Code { code: *code },
@@ -267,6 +331,11 @@ impl Serialize for ExitKind {
                 name,
             },
             ExitKind::Unknown => Repr::Unknown,
+            ExitKind::Http(end) => Repr::Http {
+                status: end.status,
+                stage: end.stage,
+                detail: &end.detail,
+            },
         }
         .serialize(serializer)
     }

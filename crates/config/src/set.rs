@@ -286,6 +286,8 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         disabled,
         tools,
         supervision,
+        url,
+        headers,
         extra: _,
         source: _,
     } = a;
@@ -301,6 +303,8 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *disabled == b.disabled
         && *tools == b.tools
         && *supervision == b.supervision
+        && *url == b.url
+        && *headers == b.headers
 }
 
 /// The loaded file that `def` would serve, if it starts this gateway:

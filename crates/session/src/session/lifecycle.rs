@@ -479,7 +479,10 @@ impl<S: Spawner> Session<S> {
             let exit = g.exit.clone();
             let cause = exit
                 .as_ref()
-                .map(|e| format!("it exited with {}", display_status(e)))
+                .map(|e| match &e.status {
+                    ExitKind::Http(end) => format!("the remote server {end}"),
+                    _ => format!("it exited with {}", display_status(e)),
+                })
                 .unwrap_or_else(|| "it exited".into());
             self.retire(id, cause, exit, Why::Crash).await;
             self.gens.remove(&id);

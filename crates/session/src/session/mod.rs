@@ -555,5 +555,6 @@ fn display_status(exit: &Exit) -> String {
         ExitKind::Signal(number, name) if name.is_empty() => format!("signal {number}"),
         ExitKind::Signal(number, name) => format!("signal {number} ({name})"),
         ExitKind::Unknown => "an unknown status".into(),
+        ExitKind::Http(end) => end.to_string(),
     }
 }
