@@ -27,6 +27,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Call one tool of a server from the shell.
     Call(CallArgs),
+    /// A stdio server that is a remote one (a `serve --http` gateway): `mcpvisor connect URL`
+    Connect(Box<crate::connect::ConnectArgs>),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.

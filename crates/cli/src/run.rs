@@ -173,7 +173,7 @@ fn http_main(
 }
 
 /// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.
-async fn forward_signals(control: mpsc::Sender<Control>) {
+pub(crate) async fn forward_signals(control: mpsc::Sender<Control>) {
     let hub = control.clone();
     crate::signals::until_stop(move || {
         let hub = hub.clone();

@@ -277,26 +277,21 @@ impl fmt::Display for ExitKind {
 
 impl fmt::Display for HttpEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (to, without) = match self.stage {
+            HttpStage::Post => ("to a POST", "for a POST"),
+            HttpStage::Listen => ("on its standalone stream", "for its standalone stream"),
+            HttpStage::Resume => ("to a stream's resumption", "to resume a stream"),
+            HttpStage::Close => ("to the DELETE that closed it", "to close its session"),
+        };
         match self.status {
-            Some(404) => write!(f, "ended its session (HTTP 404 {})", self.stage)?,
-            Some(status) => write!(f, "answered HTTP {status} {}", self.stage)?,
-            None => write!(f, "could not be reached {}", self.stage)?,
+            Some(404) => write!(f, "ended its session (HTTP 404 {to})")?,
+            Some(status) => write!(f, "answered HTTP {status} {to}")?,
+            None => write!(f, "could not be reached {without}")?,
         }
         if !self.detail.is_empty() {
             write!(f, ": {}", self.detail)?;
         }
         Ok(())
-    }
-}
-
-impl fmt::Display for HttpStage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            HttpStage::Post => "to a POST",
-            HttpStage::Listen => "on its standalone stream",
-            HttpStage::Resume => "while a stream was resumed",
-            HttpStage::Close => "when it was closed",
-        })
     }
 }
 
@@ -357,7 +352,8 @@ impl CrashReport {
             self.phase,
             format_uptime(self.uptime)
         );
-        if !self.reason.is_empty() {
+        // A remote server's reason repeats how it ended.
+        if !self.reason.is_empty() && !self.reason.contains(&how) {
             line.push_str(": ");
             line.push_str(&self.reason);
         }
