@@ -156,7 +156,7 @@ pub struct ConfigFile {
 /// One entry of a [`ConfigFile`], of whichever transport.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ConfigEntry<'a> {
-    /// A stdio server mcpvisor can run.
+    /// A server mcpvisor can run: a stdio one, or a remote one with a `url`.
     Stdio(&'a ServerDef),
     /// An entry for another transport.
     Unsupported(&'a UnsupportedServer),
@@ -217,7 +217,7 @@ pub enum ConfigError {
     },
     /// [`ConfigFile::get`] was asked for a server of another transport.
     #[error(
-        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio servers only",
+        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio and Streamable HTTP servers only",
         path.display()
     )]
     Unsupported {

@@ -236,6 +236,31 @@ fn error_data_keeps_its_wire_shape_both_ways() -> Result<(), serde_json::Error> 
         serde_json::from_value::<ErrorData>(serde_json::to_value(&unknown)?)?,
         unknown
     );
+    // A remote server's end: its HTTP status (null when nothing answered)
+    // and what was being done.
+    let gone = ErrorData {
+        exit: Some(ExitKind::Http(HttpEnd {
+            status: Some(404),
+            stage: HttpStage::Post,
+            detail: "the session ended".into(),
+        })),
+        ..ErrorData::reason("r")
+    };
+    let wire = json!({"http": {"status": 404, "stage": "post", "detail": "the session ended"}});
+    assert_eq!(serde_json::to_value(&gone)?["exit"], wire);
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(serde_json::to_value(&gone)?)?,
+        gone
+    );
+    let unreachable = json!({"reason": "r", "exit": {"http": {"status": null, "stage": "listen"}}});
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(unreachable)?.exit,
+        Some(ExitKind::Http(HttpEnd {
+            status: None,
+            stage: HttpStage::Listen,
+            detail: String::new(),
+        }))
+    );
     // Spawn failures and plain refusals carry no exit at all.
     assert_eq!(
         serde_json::to_value(ErrorData::spawn("no such file", Some(4)))?,
