@@ -277,16 +277,16 @@ impl fmt::Display for ExitKind {
 
 impl fmt::Display for HttpEnd {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (to, without) = match self.stage {
-            HttpStage::Post => ("to a POST", "for a POST"),
-            HttpStage::Listen => ("on its standalone stream", "for its standalone stream"),
-            HttpStage::Resume => ("to a stream's resumption", "to resume a stream"),
-            HttpStage::Close => ("to the DELETE that closed it", "to close its session"),
+        let to = match self.stage {
+            HttpStage::Post => "to a POST",
+            HttpStage::Listen => "on its standalone stream",
+            HttpStage::Resume => "to a stream's resumption",
+            HttpStage::Close => "to the DELETE that closed it",
         };
         match self.status {
             Some(404) => write!(f, "ended its session (HTTP 404 {to})")?,
             Some(status) => write!(f, "answered HTTP {status} {to}")?,
-            None => write!(f, "could not be reached {without}")?,
+            None => write!(f, "gave no answer {to}")?,
         }
         if !self.detail.is_empty() {
             write!(f, ": {}", self.detail)?;

@@ -24,6 +24,7 @@ use futures_util::StreamExt as _;
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail};
 use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, LineCodec, WORKER_LOST, build};
 use mcpvisor_process::Exit;
+use mcpvisor_session::WorkerReporter;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::{Response, StatusCode};
 use tokio::io::DuplexStream;
@@ -62,6 +63,8 @@ pub(crate) struct Shared {
     /// A task found the session over.
     pub fatal: mpsc::Sender<HttpEnd>,
     pub tail: Arc<Mutex<StderrTail>>,
+    /// Tells the session of requests that never reached the server.
+    pub reporter: WorkerReporter,
 }
 
 /// How one request's exchange ended.
@@ -74,6 +77,10 @@ enum Exchange {
     Refused(HttpEnd),
     /// The session is over.
     Fatal(HttpEnd),
+    /// The session is over, and the request never reached the server (a
+    /// 404 for our session, a 401/403, or no connection at all): it may go
+    /// to the next generation.
+    Undelivered(HttpEnd),
 }
 
 /// The generation's owning task.
@@ -196,7 +203,10 @@ impl Generation {
                 HttpStage::Post,
                 "initialize got no answer".into(),
             )),
-            Exchange::Lost(end) | Exchange::Refused(end) | Exchange::Fatal(end) => Err(end),
+            Exchange::Lost(end)
+            | Exchange::Refused(end)
+            | Exchange::Fatal(end)
+            | Exchange::Undelivered(end) => Err(end),
         }
     }
 
@@ -241,8 +251,9 @@ async fn request(shared: &Shared, line: Bytes, id: &str) -> bool {
         Exchange::Answered(_) => {}
         Exchange::Lost(end) => {
             note(shared, &format!("request {id}: {end}"));
-            let message = "the remote server's stream ended before it answered and could not be \
-                           resumed; the outcome is uncertain: check state before retrying a mutation";
+            let message = "the connection to the remote server broke before it answered, and its \
+                           answer could not be resumed; the outcome is uncertain: check state \
+                           before retrying a mutation";
             reply(shared, id, WORKER_LOST, message, end).await;
         }
         Exchange::Refused(end) => {
@@ -250,6 +261,16 @@ async fn request(shared: &Shared, line: Bytes, id: &str) -> bool {
             reply(shared, id, INTERNAL_ERROR, &message, end).await;
         }
         Exchange::Fatal(end) => {
+            let _ = shared.fatal.send(end).await;
+            return false;
+        }
+        Exchange::Undelivered(end) => {
+            // Reported before the end, so that the session knows it when
+            // the generation is retired.
+            match id.parse::<u64>() {
+                Ok(wid) => shared.reporter.undelivered(wid),
+                Err(_) => tracing::debug!("an undelivered request with a foreign id"),
+            }
             let _ = shared.fatal.send(end).await;
             return false;
         }
@@ -279,7 +300,12 @@ async fn reply(shared: &Shared, id: &str, code: i64, message: &str, end: HttpEnd
 async fn exchange(shared: &Shared, line: Bytes, id: &str, initialize: bool) -> Exchange {
     let response = match shared.http.post(line).await {
         Ok(response) => response,
-        Err(err) => return Exchange::Fatal(end(None, HttpStage::Post, describe(&err))),
+        Err(err) if err.is_connect() => {
+            return Exchange::Undelivered(end(None, HttpStage::Post, describe(&err)));
+        }
+        // It may have reached the server: this request is lost. Whether the
+        // server is gone, the standalone stream or the next POST finds out.
+        Err(err) => return Exchange::Lost(end(None, HttpStage::Post, describe(&err))),
     };
     let status = response.status();
     if initialize && status.is_success() {
@@ -290,7 +316,14 @@ async fn exchange(shared: &Shared, line: Bytes, id: &str, initialize: bool) -> E
     if let Some(outcome) = judge(shared, status, HttpStage::Post, initialize) {
         let detail = error_body(response).await;
         note(shared, &format!("POST: HTTP {}: {detail}", status.as_u16()));
-        return outcome;
+        // A server that does not know our session, or refuses our
+        // credentials, did not run the request.
+        return match outcome {
+            Exchange::Fatal(end) if matches!(end.status, Some(401 | 403 | 404)) => {
+                Exchange::Undelivered(end)
+            }
+            other => other,
+        };
     }
     if status == StatusCode::ACCEPTED {
         return Exchange::Answered(None);

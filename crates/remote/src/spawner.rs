@@ -112,7 +112,7 @@ impl Spawner for RemoteSpawner {
     fn spawn(
         &mut self,
         generation: u64,
-        _reporter: WorkerReporter,
+        reporter: WorkerReporter,
     ) -> Result<WorkerIo, SpawnFailure> {
         let headers = self.headers()?;
         let http = Http::new(self.client.clone(), self.url.clone(), headers);
@@ -130,6 +130,7 @@ impl Spawner for RemoteSpawner {
             out,
             fatal,
             tail: Arc::clone(&tail),
+            reporter,
         };
         let stop = CancellationToken::new();
         let (exit_tx, exit_rx) = oneshot::channel();

@@ -359,6 +359,21 @@ impl<S: Spawner> Session<S> {
         }
     }
 
+    /// Generation `id`'s worker says request `wid` never reached its server:
+    /// [`Session::take_back`] will treat it as unsent when the generation
+    /// is retired.
+    pub(crate) fn on_undelivered(&mut self, id: u64, wid: u64) {
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        if req.generation != Some(id) {
+            return;
+        }
+        if let Some(c) = req.client_mut() {
+            c.seq = u64::MAX;
+        }
+    }
+
     /// Fails each request generation `id` held exactly once: -32010 to the
     /// client's, nothing for cancelled or private ones.
     async fn fail_held(&mut self, id: u64, loss: &ErrorData) {

@@ -73,6 +73,9 @@ pub(crate) enum WorkerEvent {
     },
     /// The worker printed an authorization link (seen by its stderr pump).
     AuthPrompt(String),
+    /// The worker knows that the request with this worker-side id never
+    /// reached its server, and is ending.
+    Undelivered(u64),
 }
 
 #[derive(Debug)]
