@@ -6,8 +6,10 @@
 
 mod support;
 
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -157,6 +159,99 @@ fn a_remote_restart_fails_the_call_in_flight_once_and_the_next_call_works() {
     assert!(
         second["pid"].is_u64() && second["pid"] != first["pid"],
         "{next}\nstderr:\n{}",
+        p.stderr_text()
+    );
+}
+
+/// A TCP proxy that can cut every connection through it at once, as a
+/// flaky network or a restarted load balancer does.
+struct Cutter {
+    addr: String,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Cutter {
+    fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let kept = Arc::clone(&conns);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { break };
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let (Ok(c), Ok(s), Ok(c2), Ok(s2)) = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                ) else {
+                    continue;
+                };
+                kept.lock().expect("conns").extend([c2, s2]);
+                pipe(client, s);
+                pipe(server, c);
+            }
+        });
+        Self { addr, conns }
+    }
+
+    fn cut(&self) {
+        for conn in self.conns.lock().expect("conns").drain(..) {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(Shutdown::Write);
+    });
+}
+
+#[test]
+fn a_dropped_stream_is_resumed_and_its_answer_still_comes() {
+    let dir = temp_dir("remote-resume");
+    let (_far, addr) = remote("127.0.0.1:0", None);
+    let proxy = Cutter::start(addr);
+    let config = dir.join("mcp.json");
+    let entry = json!({"mcpServers": {"far": {"url": format!("http://{}/mcp", proxy.addr)}}});
+    std::fs::write(&config, entry.to_string()).expect("config");
+
+    let mut p = serve_stdio(&config);
+    initialize(&mut p);
+    let first = Proc::tool_json(&p.call(json!(1), "far__whoami", json!({})));
+    p.start_call(
+        json!(2),
+        "far__sleep",
+        json!({"ms": 1500, "progress_ms": 100}),
+    );
+    // Every connection drops while the call runs; the server lives on.
+    proxy.cut();
+    let mut progress_after_cut = 0;
+    let done = loop {
+        let m = p.recv();
+        if m["method"] == json!("notifications/progress") {
+            progress_after_cut += 1;
+        } else if m["id"] == json!(2) {
+            break m;
+        }
+    };
+    assert!(
+        done.get("result").is_some(),
+        "the answer was lost: {done}\nstderr:\n{}",
+        p.stderr_text()
+    );
+    assert!(progress_after_cut > 0, "the stream did not go on");
+    // The same remote session and process serve the next call.
+    let again = Proc::tool_json(&p.call(json!(3), "far__whoami", json!({})));
+    assert_eq!(again, first);
+    assert!(
+        !p.stderr_text().contains("worker stopped"),
+        "{}",
         p.stderr_text()
     );
 }
