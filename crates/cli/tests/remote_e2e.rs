@@ -45,13 +45,19 @@ fn remote(addr: &str, token_file: Option<&Path>) -> (Proc, String) {
 }
 
 fn serve_stdio(config: &Path) -> Proc {
+    serve_stdio_with(config, &[])
+}
+
+fn serve_stdio_with(config: &Path, flags: &[&str]) -> Proc {
     let cache = config.with_file_name("cache");
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    args.extend(flags.iter().map(|f| f.to_string()));
     Proc::spawn_with_env(
-        &[
-            "serve".into(),
-            "--config".into(),
-            config.display().to_string(),
-        ],
+        &args,
         &[("MCPVISOR_CACHE_DIR", cache.display().to_string())],
     )
 }
@@ -161,6 +167,56 @@ fn a_remote_restart_fails_the_call_in_flight_once_and_the_next_call_works() {
         "{next}\nstderr:\n{}",
         p.stderr_text()
     );
+}
+
+#[test]
+fn a_rotated_token_in_the_env_file_is_used_by_the_next_connect() {
+    let dir = temp_dir("remote-rotate");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN).expect("token");
+    let (far, addr) = remote("127.0.0.1:0", Some(&token_file));
+    let env_file = dir.join("far.env");
+    std::fs::write(&env_file, format!("FAR_TOKEN={TOKEN}\n")).expect("env");
+    let config = dir.join("mcp.json");
+    let entry = json!({"mcpServers": {"far": {
+        "url": format!("http://{addr}/mcp"),
+        "headers": {"Authorization": "Bearer ${FAR_TOKEN}"},
+        "env_file": "far.env",
+    }}});
+    std::fs::write(&config, entry.to_string()).expect("config");
+
+    // Logging at its most verbose: still no token in it.
+    let mut p = serve_stdio_with(&config, &["-vv"]);
+    initialize(&mut p);
+    let first = Proc::tool_json(&p.call(json!(1), "far__whoami", json!({})));
+
+    // The token changes: the remote restarts with the new one, and the env
+    // file holds it too. mcpvisor is not told anything.
+    let rotated = "tok-ROTATED-6160";
+    std::fs::write(&token_file, rotated).expect("token");
+    std::fs::write(&env_file, format!("FAR_TOKEN={rotated}\n")).expect("env");
+    let worker = i32::try_from(first["pid"].as_u64().expect("a pid")).expect("a pid");
+    signal(far.pid(), 9);
+    signal(worker, 9);
+    assert!(wait_gone(far.pid(), WAIT));
+    drop(far);
+    let (_again, _) = remote(&addr, Some(&token_file));
+
+    // The next call goes to a new remote session, made with the new token.
+    let r = p.call(json!(2), "far__whoami", json!({}));
+    let second = Proc::tool_json(&r);
+    assert!(
+        second["pid"].is_u64() && second["pid"] != first["pid"],
+        "{r}\nstderr:\n{}",
+        p.stderr_text()
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    let logs = p.stderr_to_end(WAIT);
+    assert!(logs.contains("worker stopped"), "{logs}");
+    for secret in [TOKEN, rotated] {
+        assert!(!logs.contains(secret), "a token reached the log:\n{logs}");
+    }
 }
 
 /// A TCP proxy that can cut every connection through it at once, as a
