@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt as _;
+use futures_util::{FutureExt as _, StreamExt as _};
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail};
 use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, LineCodec, WORKER_LOST, build};
 use mcpvisor_process::Exit;
@@ -115,7 +115,7 @@ impl Generation {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return self.close().await,
-                Some(end) = fatal.recv() => return self.end(end),
+                Some(end) = fatal.recv() => return self.end(end, &mut input),
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     if let Ok(Some(id)) = done {
                         self.waiting.remove(&id);
@@ -128,7 +128,7 @@ impl Generation {
                             sent = self.send(line) => sent,
                         };
                         if let Err(end) = sent {
-                            return self.end(end);
+                            return self.end(end, &mut input);
                         }
                     }
                     Some(Ok(Frame::Oversize { len, .. })) => {
@@ -224,9 +224,20 @@ impl Generation {
         }
     }
 
-    /// The remote session is over.
-    fn end(self, end: HttpEnd) -> Exit {
+    /// The remote session is over. The requests still in our pipe were
+    /// never sent: the session is told so before it learns of the end.
+    fn end(self, end: HttpEnd, input: &mut FramedRead<DuplexStream, LineCodec>) -> Exit {
         tracing::debug!(generation = self.shared.generation, %end, "remote session over");
+        while let Some(Some(Ok(Frame::Line(line)))) = input.next().now_or_never() {
+            let Ok(env) = Envelope::peek(&line) else {
+                continue;
+            };
+            if env.kind == Kind::Request {
+                if let Some(wid) = env.id.and_then(|id| id.get().parse::<u64>().ok()) {
+                    self.shared.reporter.undelivered(wid);
+                }
+            }
+        }
         Exit {
             status: ExitKind::Http(end),
             uptime: self.started.elapsed(),
