@@ -34,7 +34,12 @@ fn listening(args: &[String]) -> (Proc, String) {
 
 /// `run --http ADDR [--auth-token-file F] -- fake worker`.
 fn remote(addr: &str, token_file: Option<&Path>) -> (Proc, String) {
+    remote_with(addr, token_file, &[])
+}
+
+fn remote_with(addr: &str, token_file: Option<&Path>, flags: &[&str]) -> (Proc, String) {
     let mut args: Vec<String> = vec!["run".into(), "--http".into(), addr.into()];
+    args.extend(flags.iter().map(|f| f.to_string()));
     if let Some(file) = token_file {
         args.push("--auth-token-file".into());
         args.push(file.display().to_string());
@@ -217,6 +222,75 @@ fn a_rotated_token_in_the_env_file_is_used_by_the_next_connect() {
     for secret in [TOKEN, rotated] {
         assert!(!logs.contains(secret), "a token reached the log:\n{logs}");
     }
+}
+
+#[test]
+fn an_http_error_for_one_request_answers_it_and_the_session_goes_on() {
+    let dir = temp_dir("remote-413");
+    let (_far, addr) = remote_with("127.0.0.1:0", None, &["--max-message-bytes", "4KiB"]);
+    let config = dir.join("mcp.json");
+    let entry = json!({"mcpServers": {"far": {"url": format!("http://{addr}/mcp")}}});
+    std::fs::write(&config, entry.to_string()).expect("config");
+
+    let mut p = serve_stdio(&config);
+    initialize(&mut p);
+    let first = Proc::tool_json(&p.call(json!(1), "far__whoami", json!({})));
+    let big = "x".repeat(8 * 1024);
+    let r = p.call(json!(2), "far__echo", json!({"text": big}));
+    assert_eq!(r["error"]["code"], json!(-32603), "{r}");
+    assert_eq!(
+        r["error"]["data"]["exit"]["http"]["status"],
+        json!(413),
+        "{r}"
+    );
+    assert_eq!(
+        r["error"]["data"]["exit"]["http"]["stage"],
+        json!("post"),
+        "{r}"
+    );
+    // Same remote session, same process.
+    let again = Proc::tool_json(&p.call(json!(3), "far__whoami", json!({})));
+    assert_eq!(again, first);
+}
+
+#[test]
+fn connect_reconnects_when_the_gateway_behind_it_restarts() {
+    let dir = temp_dir("remote-connect-restart");
+    let config = dir.join("mcp.json");
+    let entry = json!({"mcpServers": {"w": {"command": fake_worker().display().to_string()}}});
+    std::fs::write(&config, entry.to_string()).expect("config");
+    let serve_args = |addr: &str| -> Vec<String> {
+        vec![
+            "serve".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--http".into(),
+            addr.into(),
+        ]
+    };
+    let (gateway, addr) = listening(&serve_args("127.0.0.1:0"));
+    let mut p = Proc::spawn(&["connect".into(), format!("http://{addr}/mcp")]);
+    initialize(&mut p);
+    let first = Proc::tool_json(&p.call(json!(1), "w__whoami", json!({})));
+
+    let worker = i32::try_from(first["pid"].as_u64().expect("a pid")).expect("a pid");
+    signal(gateway.pid(), 9);
+    signal(worker, 9);
+    assert!(wait_gone(gateway.pid(), WAIT));
+    drop(gateway);
+    let (_again, _) = listening(&serve_args(&addr));
+
+    // The client's handshake is replayed to the new gateway; its next call
+    // works there.
+    let r = p.call(json!(2), "w__whoami", json!({}));
+    let second = Proc::tool_json(&r);
+    assert!(
+        second["pid"].is_u64() && second["pid"] != first["pid"],
+        "{r}\nstderr:\n{}",
+        p.stderr_text()
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
 }
 
 /// A TCP proxy that can cut every connection through it at once, as a
