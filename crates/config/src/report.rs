@@ -365,12 +365,17 @@ impl fmt::Display for CrashReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.summary())?;
         let tail = self.stderr_tail.trim_end();
+        // A remote server has no stderr; its tail is what its HTTP errors said.
+        let remote = matches!(self.exit, Some(ExitKind::Http(_)));
         if tail.is_empty() {
-            f.write_str("\n  stderr: (empty)")?;
+            if !remote {
+                f.write_str("\n  stderr: (empty)")?;
+            }
         } else {
             let count = tail.lines().count();
             let plural = if count == 1 { "line" } else { "lines" };
-            write!(f, "\n  stderr (last {count} {plural}):")?;
+            let what = if remote { "HTTP errors" } else { "stderr" };
+            write!(f, "\n  {what} (last {count} {plural}):")?;
             for line in tail.lines() {
                 write!(f, "\n    {line}")?;
             }

@@ -74,6 +74,39 @@ fn report(exit: Option<ExitKind>, uptime: Duration, tail: &str, reason: &str) ->
 }
 
 #[test]
+fn a_remote_servers_report_names_the_http_status_and_what_it_said() {
+    let end = |status, detail: &str| {
+        Some(ExitKind::Http(HttpEnd {
+            status,
+            stage: HttpStage::Post,
+            detail: detail.to_owned(),
+        }))
+    };
+    let crash = report(
+        end(Some(401), "not authorized"),
+        Duration::from_millis(10),
+        r#"POST: HTTP 401: {"error":"a valid bearer token is required"}"#,
+        "the remote server answered HTTP 401 to a POST: not authorized",
+    );
+    assert_eq!(
+        crash.to_string(),
+        "server answered HTTP 401 to a POST: not authorized during initialize after 10ms\n  \
+         HTTP errors (last 1 line):\n    \
+         POST: HTTP 401: {\"error\":\"a valid bearer token is required\"}"
+    );
+    let crash = report(
+        end(None, "cannot connect: Connection refused"),
+        Duration::ZERO,
+        "",
+        "",
+    );
+    assert_eq!(
+        crash.to_string(),
+        "server gave no answer to a POST: cannot connect: Connection refused during initialize after 0ms"
+    );
+}
+
+#[test]
 fn display_is_a_summary_then_the_indented_tail() {
     let crash = report(
         Some(ExitKind::Code(3)),
