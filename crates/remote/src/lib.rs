@@ -34,6 +34,7 @@
 //! sensitive and never logged; URLs are not logged either (a query may
 //! carry a key).
 
+mod exchange;
 mod generation;
 mod http;
 mod spawner;
