@@ -27,6 +27,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Call one tool of a server from the shell.
     Call(CallArgs),
+    /// A stdio server that is a remote one (a `serve --http` gateway): `mcpvisor connect URL`
+    Connect(Box<crate::connect::ConnectArgs>),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.
@@ -194,6 +196,12 @@ pub struct ServerArgs {
     /// Show the server's stderr as it runs (it is always in crash reports).
     #[arg(long)]
     pub show_stderr: bool,
+    /// A remote server's Streamable HTTP endpoint, instead of a command or --config.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// A header for a remote server (--url, or a config entry with a url); repeatable; `${VAR}` is taken from the environment.
+    #[arg(long = "header", value_name = "K:V", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Args)]
@@ -264,6 +272,8 @@ impl RunArgs {
             self.config.as_deref(),
             self.name.as_deref(),
             &self.command,
+            None,
+            &[],
             self.cwd.as_deref(),
             &self.env,
         )?;
@@ -363,6 +373,25 @@ fn parse_size(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// `Name: value` (the value's leading spaces are dropped).
+pub fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (name, value) = s
+        .split_once(':')
+        .ok_or_else(|| "expected NAME:VALUE".to_owned())?;
+    let name = name.trim();
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !valid {
+        return Err(format!("{name:?} is not a valid header name"));
+    }
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(format!("the value of {name:?} has a line break or NUL"));
+    }
+    Ok((name.to_owned(), value.trim_start().to_owned()))
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

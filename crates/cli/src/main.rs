@@ -7,6 +7,7 @@
 
 mod call;
 mod cli;
+mod connect;
 mod demo;
 mod http;
 mod inspect;
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),
         cli::Command::Call(args) => call::main(args),
+        cli::Command::Connect(args) => connect::main(*args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

@@ -70,6 +70,8 @@ where
         args.config.as_deref(),
         name,
         command,
+        args.url.as_deref(),
+        &args.headers,
         args.cwd.as_deref(),
         &args.env,
     ) {
@@ -101,7 +103,6 @@ where
             after_close: Duration::from_millis(100),
             after_term: Duration::from_secs(2),
         };
-        let spawner = mcpvisor_runner::spawner(&chosen.spec, stop, stderr);
         let cfg = Config {
             stop,
             auth_timeout,
@@ -109,6 +110,7 @@ where
             stdout_in_errors: show_stderr,
             ..Config::default()
         };
+        let spawner = mcpvisor_runner::spawner(&chosen.spec, &cfg, stderr);
         let mut conn = Connection::start(spawner, cfg, chosen.root());
         let events = conn.take_events();
         let closer = conn.closer();

@@ -50,7 +50,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         };
         let signals = tokio::spawn(forward_signals(control_tx));
         let spawner =
-            mcpvisor_runner::spawner(&resolved.server.spec, resolved.config.stop, resolved.stderr);
+            mcpvisor_runner::spawner(&resolved.server.spec, &resolved.config, resolved.stderr);
         let outcome = Session::run(
             resolved.config,
             spawner,
@@ -173,7 +173,7 @@ fn http_main(
 }
 
 /// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.
-async fn forward_signals(control: mpsc::Sender<Control>) {
+pub(crate) async fn forward_signals(control: mpsc::Sender<Control>) {
     let hub = control.clone();
     crate::signals::until_stop(move || {
         let hub = hub.clone();

@@ -352,6 +352,9 @@ fn watch_configs(
 /// When the file a server runs last changed (its entry file: the script or
 /// binary its command names), so that an edit invalidates cached lists.
 fn entry_mtime(def: &mcpvisor_config::ServerDef) -> Option<std::time::SystemTime> {
+    if def.is_remote() {
+        return None;
+    }
     let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
         .chain(def.args.iter().cloned())
         .map(Into::into)

@@ -20,9 +20,38 @@ pub fn choose(
     config: Option<&Path>,
     name: Option<&str>,
     command: &[OsString],
+    url: Option<&str>,
+    headers: &[(String, String)],
     cwd: Option<&Path>,
     env: &[(String, String)],
 ) -> Result<Chosen, String> {
+    if let Some(url) = url {
+        if config.is_some() || !command.is_empty() {
+            return Err("give one of --url URL, --config FILE NAME or a command after `--`".into());
+        }
+        if let Some(extra) = name {
+            return Err(format!(
+                "unexpected argument `{extra}` (with --url there is no NAME)"
+            ));
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))
+            .filter(|rest| !rest.is_empty() && !rest.starts_with('/'))
+            .ok_or_else(|| "--url must be an http:// or https:// URL with a host".to_owned())?;
+        let mut def = ServerDef::remote("remote", url);
+        def.headers = headers.iter().cloned().collect();
+        // The host only: a query may carry a key.
+        let host = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+        let label = host.to_owned();
+        return Ok(Chosen {
+            spec: ServerSpec {
+                def,
+                env_overrides: env.to_vec(),
+            },
+            label,
+        });
+    }
     let (mut def, label) = match (config, name, command.is_empty()) {
         (Some(file), Some(name), true) => {
             let loaded = mcpvisor_config::server::load(file).map_err(|e| e.to_string())?;
@@ -70,7 +99,14 @@ pub fn choose(
         }
         def.cwd = Some(cwd.to_path_buf());
     }
-    check_program(Path::new(&def.command), def.cwd.as_deref())?;
+    if def.is_remote() {
+        def.headers.extend(headers.iter().cloned());
+    } else {
+        if !headers.is_empty() {
+            return Err("--header is for a remote server (--url, or an entry with a url)".into());
+        }
+        check_program(Path::new(&def.command), def.cwd.as_deref())?;
+    }
     Ok(Chosen {
         spec: ServerSpec {
             def,

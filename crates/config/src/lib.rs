@@ -47,7 +47,9 @@ pub mod set;
 pub use auth::AuthDetector;
 pub use duration::{DurationError, parse_duration};
 pub use program::{ProgramError, find_program};
-pub use report::{CrashPhase, CrashReport, ErrorData, ExitKind, StderrTail, StrayStdout};
+pub use report::{
+    CrashPhase, CrashReport, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail, StrayStdout,
+};
 pub use secrets::{Secret, SecretsError};
 pub use server::{
     ConfigEntry, ConfigError, ConfigFile, Dialect, RestartMode, ServerDef, SessionMode, StartMode,

@@ -60,6 +60,37 @@ pub enum ExitKind {
     Signal(i32, String),
     /// The platform gave neither a code nor a signal.
     Unknown,
+    /// A remote server's HTTP session ended: it answered with an HTTP
+    /// status that ends it, or could not be reached.
+    Http(HttpEnd),
+}
+
+/// How a remote server's HTTP session ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpEnd {
+    /// The HTTP status that ended it; `None` when no answer came (the
+    /// connection was refused, reset or timed out).
+    pub status: Option<u16>,
+    /// What mcpvisor was doing.
+    pub stage: HttpStage,
+    /// What went wrong, in words (`"connection refused"`); never a URL or
+    /// a header value.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+/// What a remote server's client was doing when its HTTP session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpStage {
+    /// Sending a message (a POST), `initialize` included.
+    Post,
+    /// Holding the standalone stream open (a GET).
+    Listen,
+    /// Resuming a dropped stream (a GET with `Last-Event-ID`).
+    Resume,
+    /// Ending the session when mcpvisor was done with it (a DELETE).
+    Close,
 }
 
 /// Why and how a worker stopped, with its last words.
@@ -239,12 +270,34 @@ impl fmt::Display for ExitKind {
             }
             ExitKind::Signal(number, name) => write!(f, "was killed by {name} (signal {number})"),
             ExitKind::Unknown => f.write_str("exited with an unknown status"),
+            ExitKind::Http(end) => end.fmt(f),
         }
     }
 }
 
+impl fmt::Display for HttpEnd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let to = match self.stage {
+            HttpStage::Post => "to a POST",
+            HttpStage::Listen => "on its standalone stream",
+            HttpStage::Resume => "to a stream's resumption",
+            HttpStage::Close => "to the DELETE that closed it",
+        };
+        match self.status {
+            Some(404) => write!(f, "ended its session (HTTP 404 {to})")?,
+            Some(status) => write!(f, "answered HTTP {status} {to}")?,
+            None => write!(f, "gave no answer {to}")?,
+        }
+        if !self.detail.is_empty() {
+            write!(f, ": {}", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
 /// `{"kind": "code", "code": 3}`, `{"kind": "signal", "signal": 9, "name":
-/// "SIGKILL"}` or `{"kind": "unknown"}`.
+/// "SIGKILL"}`, `{"kind": "http", "status": 404, "stage": "post"}` or
+/// `{"kind": "unknown"}`.
 impl Serialize for ExitKind {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         #[derive(Serialize)]
@@ -259,6 +312,12 @@ impl Serialize for ExitKind {
                 name: &'a str,
             },
             Unknown,
+            Http {
+                status: Option<u16>,
+                stage: HttpStage,
+                #[serde(skip_serializing_if = "str::is_empty")]
+                detail: &'a str,
+            },
         }
         match self {
             ExitKind::Code(code) => Repr::Code { code: *code },
@@ -267,6 +326,11 @@ impl Serialize for ExitKind {
                 name,
             },
             ExitKind::Unknown => Repr::Unknown,
+            ExitKind::Http(end) => Repr::Http {
+                status: end.status,
+                stage: end.stage,
+                detail: &end.detail,
+            },
         }
         .serialize(serializer)
     }
@@ -288,7 +352,8 @@ impl CrashReport {
             self.phase,
             format_uptime(self.uptime)
         );
-        if !self.reason.is_empty() {
+        // A remote server's reason repeats how it ended.
+        if !self.reason.is_empty() && !self.reason.contains(&how) {
             line.push_str(": ");
             line.push_str(&self.reason);
         }
@@ -300,12 +365,17 @@ impl fmt::Display for CrashReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.summary())?;
         let tail = self.stderr_tail.trim_end();
+        // A remote server has no stderr; its tail is what its HTTP errors said.
+        let remote = matches!(self.exit, Some(ExitKind::Http(_)));
         if tail.is_empty() {
-            f.write_str("\n  stderr: (empty)")?;
+            if !remote {
+                f.write_str("\n  stderr: (empty)")?;
+            }
         } else {
             let count = tail.lines().count();
             let plural = if count == 1 { "line" } else { "lines" };
-            write!(f, "\n  stderr (last {count} {plural}):")?;
+            let what = if remote { "HTTP errors" } else { "stderr" };
+            write!(f, "\n  {what} (last {count} {plural}):")?;
             for line in tail.lines() {
                 write!(f, "\n    {line}")?;
             }

@@ -57,6 +57,14 @@ pub enum SecretsError {
         /// The missing keys, in `env_keys` order.
         keys: Vec<String>,
     },
+    /// A remote server's header cannot be filled in.
+    #[error("header {header:?} {problem}")]
+    Header {
+        /// The header's name.
+        header: String,
+        /// What is wrong, without any value.
+        problem: String,
+    },
     /// A `--env` argument is not `KEY=VALUE`.
     #[error("--env: {0}")]
     Inline(String),
@@ -93,6 +101,71 @@ pub fn resolve_env(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsErro
             keys: missing,
         })
     }
+}
+
+/// A remote server's headers with their `${VAR}` (or VS Code's
+/// `${env:VAR}`) placeholders filled, read now: from `def.env_file` (as
+/// [`resolve_env`] reads it), then the entry's `env`, then mcpvisor's own
+/// environment. A `$` not followed by `{` is kept as it is. A variable set
+/// nowhere is an error that names the header and the variable, never a
+/// value.
+pub fn expand_headers(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsError> {
+    let needs_vars = def.headers.values().any(|v| v.contains("${"));
+    let file = if needs_vars {
+        resolve_env(def)?
+    } else {
+        Vec::new()
+    };
+    let lookup = |var: &str| -> Option<String> {
+        if let Some((_, value)) = file.iter().find(|(name, _)| name == var) {
+            return Some(value.expose().to_owned());
+        }
+        if let Some(value) = def.env.get(var) {
+            return Some(value.clone());
+        }
+        std::env::var(var).ok()
+    };
+    def.headers
+        .iter()
+        .map(|(name, template)| {
+            expand(template, &lookup)
+                .map(|value| (name.clone(), Secret::new(value)))
+                .map_err(|problem| SecretsError::Header {
+                    header: name.clone(),
+                    problem,
+                })
+        })
+        .collect()
+}
+
+/// Fills `${VAR}` and `${env:VAR}` in `template`.
+fn expand(template: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find("${") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| "has a \"${\" without its closing \"}\"".to_owned())?;
+        let name = after[..end].trim();
+        let name = name.strip_prefix("env:").unwrap_or(name);
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!(
+                "has a placeholder that is not a variable name: {name:?}"
+            ));
+        }
+        let value = lookup(name).ok_or_else(|| {
+            format!("needs ${{{name}}}, which is set neither in env_file, env, nor the environment")
+        })?;
+        if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(format!("${{{name}}} holds a line break or NUL"));
+        }
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// Splits a `--env KEY=VALUE` argument. The value may contain `=` and may

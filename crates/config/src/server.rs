@@ -18,11 +18,18 @@
 //! understood too. Any other field is kept in [`ServerDef::extra`] and
 //! ignored. Timeouts are a number of seconds or a string such as `"30s"`,
 //! `"5m"` or `"1500ms"` ([`crate::duration`]). A relative `cwd` or `env_file` is resolved against
-//! the config file's directory. `${VAR}`-style placeholders are not expanded.
+//! the config file's directory. `${VAR}`-style placeholders are expanded only
+//! in a remote server's header values.
 //!
-//! Entries for other transports (`"type": "http"`, `"sse"`, or a `url` with
-//! no `command`) are kept as [`UnsupportedServer`]s, so that asking for one
-//! by name says why it cannot run instead of claiming it does not exist.
+//! An entry with a `url` and no `command` (Claude and Cursor), `"type":
+//! "http"` (VS Code, also `"streamable-http"`) or a Codex `url` is a remote
+//! server spoken to over Streamable HTTP: [`ServerDef::url`] and
+//! [`ServerDef::headers`] (`headers`, Codex's `http_headers`, and Codex's
+//! `bearer_token_env_var` as an `Authorization: Bearer ${VAR}` header).
+//! Header values may hold `${VAR}` placeholders, filled at every connect.
+//! Entries for other transports (`"type": "sse"`, the old HTTP+SSE one) are
+//! kept as [`UnsupportedServer`]s, so that asking for one by name says why it
+//! cannot run instead of claiming it does not exist.
 //!
 //! Every [`ConfigError`] is one line that names the file, the entry when
 //! there is one, and for syntax errors the line and column.
@@ -47,7 +54,8 @@ pub use supervision::{RestartMode, SessionMode, StartMode, Supervision, Timer};
 pub struct ServerDef {
     /// The entry's key in the config file.
     pub name: String,
-    /// The program to run, looked up on `PATH` if it has no slash.
+    /// The program to run, looked up on `PATH` if it has no slash. Empty
+    /// for a remote server ([`ServerDef::url`]).
     pub command: String,
     /// Arguments after the program.
     pub args: Vec<String>,
@@ -73,6 +81,16 @@ pub struct ServerDef {
     /// How this server wants to be supervised where it differs from the
     /// defaults; see [`Supervision`].
     pub supervision: Supervision,
+    /// A remote server's Streamable HTTP endpoint (`url`); `None` for a
+    /// stdio server. A remote server has no `command`, `args`, `cwd` or
+    /// `env`.
+    pub url: Option<String>,
+    /// Headers sent with every request to a remote server (`headers`, or
+    /// Codex's `http_headers`). Values may hold `${VAR}` placeholders,
+    /// filled from `env_file` and the environment at every connect (see
+    /// [`crate::secrets::expand_headers`]); they are often credentials:
+    /// `Debug` prints only the names.
+    pub headers: BTreeMap<String, String>,
     /// Fields mcpvisor does not know, kept as they were.
     pub extra: Map<String, Value>,
     /// The config file the entry was read from (`None` for a definition
@@ -138,7 +156,7 @@ pub struct ConfigFile {
 /// One entry of a [`ConfigFile`], of whichever transport.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ConfigEntry<'a> {
-    /// A stdio server mcpvisor can run.
+    /// A server mcpvisor can run: a stdio one, or a remote one with a `url`.
     Stdio(&'a ServerDef),
     /// An entry for another transport.
     Unsupported(&'a UnsupportedServer),
@@ -199,7 +217,7 @@ pub enum ConfigError {
     },
     /// [`ConfigFile::get`] was asked for a server of another transport.
     #[error(
-        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio servers only",
+        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio and Streamable HTTP servers only",
         path.display()
     )]
     Unsupported {
@@ -397,6 +415,20 @@ impl ServerDef {
             ..Self::default()
         }
     }
+
+    /// A remote server at `url` with nothing else set.
+    pub fn remote(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            url: Some(url.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is a remote (Streamable HTTP) server.
+    pub fn is_remote(&self) -> bool {
+        self.url.is_some()
+    }
 }
 
 impl fmt::Debug for ServerDef {
@@ -415,6 +447,8 @@ impl fmt::Debug for ServerDef {
             .field("disabled", &self.disabled)
             .field("tools", &self.tools)
             .field("supervision", &self.supervision)
+            .field("url", &self.url.as_ref().map(|_| "***"))
+            .field("headers", &Redacted(self.headers.keys()))
             .field("extra", &Redacted(self.extra.keys()))
             .field("source", &self.source)
             .finish()

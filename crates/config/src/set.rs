@@ -15,7 +15,8 @@
 //! * Disabled entries are kept, with [`ServerDef::disabled`] set.
 //! * The name `mcpvisor` is reserved for the gateway's own tools.
 //! * Entries that cannot be served are skipped and reported as data for the
-//!   caller to log: other transports (`url`, `"type": "http"`), and entries
+//!   caller to log: other transports (`"type": "sse"`, the old HTTP+SSE
+//!   one; remote Streamable HTTP entries are served), and entries
 //!   that would start this very gateway (`mcpvisor serve --config F` where
 //!   `F` is one of the files being loaded), which would otherwise start
 //!   itself over and over.
@@ -63,10 +64,10 @@ pub struct Skipped {
 /// Why an entry was left out of a [`ServerSet`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {
-    /// It uses another transport (HTTP, SSE, ...), which mcpvisor does not
-    /// serve.
+    /// It uses another transport (the old HTTP+SSE one, ...), which
+    /// mcpvisor does not serve.
     Remote {
-        /// The transport it asks for, e.g. `"http"`.
+        /// The transport it asks for, e.g. `"sse"`.
         transport: String,
     },
     /// It would start this gateway itself.
@@ -286,6 +287,8 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         disabled,
         tools,
         supervision,
+        url,
+        headers,
         extra: _,
         source: _,
     } = a;
@@ -301,6 +304,8 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *disabled == b.disabled
         && *tools == b.tools
         && *supervision == b.supervision
+        && *url == b.url
+        && *headers == b.headers
 }
 
 /// The loaded file that `def` would serve, if it starts this gateway:
@@ -376,7 +381,7 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::Remote { transport } => write!(
                 f,
-                "it uses the {transport:?} transport; mcpvisor serves stdio servers only"
+                "it uses the {transport:?} transport; mcpvisor serves stdio and Streamable HTTP servers only"
             ),
             SkipReason::SelfReference { config } => write!(
                 f,

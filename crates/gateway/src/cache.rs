@@ -194,7 +194,8 @@ impl Key {
     /// that `npx` fetches).
     ///
     /// What goes in: the command, arguments, environment (names and
-    /// values), working directory, `env_file` and `env_keys`, the mtime,
+    /// values), working directory, `env_file` and `env_keys`, a remote
+    /// server's URL and headers (as written), the mtime,
     /// and this mcpvisor's version. What does not: the entry's name,
     /// tool filter, timeouts and supervision, which change what the gateway
     /// does with the lists, not what the server offers.
@@ -218,6 +219,12 @@ impl Key {
         hash.u64(def.env_keys.len() as u64);
         for key in &def.env_keys {
             hash.bytes(key.as_bytes());
+        }
+        hash.bytes(def.url.as_deref().unwrap_or_default().as_bytes());
+        hash.u64(def.headers.len() as u64);
+        for (name, value) in &def.headers {
+            hash.bytes(name.as_bytes());
+            hash.bytes(value.as_bytes());
         }
         match entry_mtime.map(|time| time.duration_since(UNIX_EPOCH)) {
             None => hash.u64(0),

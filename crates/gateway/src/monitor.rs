@@ -72,7 +72,7 @@ pub struct ServerStatus {
     /// `"stdio"` or `"http"`.
     pub transport: &'static str,
     /// Its command line (program and arguments, never its environment), or
-    /// its URL.
+    /// a remote server's scheme and host (its path or query may carry a key).
     pub command: String,
     /// Its current (or last) worker generation, counted over the server's
     /// whole life in this gateway (a new session goes on from the last).

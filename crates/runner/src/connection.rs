@@ -8,9 +8,7 @@ use std::time::Duration;
 use mcpvisor_config::report::{CrashReport, ErrorData};
 use mcpvisor_jsonrpc::{INTERNAL_ERROR, NOT_STARTED, WORKER_LOST};
 use mcpvisor_session::writer::write_lines;
-use mcpvisor_session::{
-    Config, Control, EventSink, Outcome, ProcessSpawner, Session, SessionEvent,
-};
+use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, SessionEvent, Spawner};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -115,7 +113,7 @@ pub fn runner_config(mut cfg: Config) -> Config {
 impl Connection {
     /// Starts a session for `spawner`; the server itself starts with the
     /// first request.
-    pub fn start(spawner: ProcessSpawner, cfg: Config, roots: Option<PathBuf>) -> Self {
+    pub fn start<S: Spawner>(spawner: S, cfg: Config, roots: Option<PathBuf>) -> Self {
         let cfg = runner_config(cfg);
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
         let (ours_in, session_in) = tokio::io::duplex(1 << 20);

@@ -22,7 +22,8 @@
 //! elicitation are declined), and passes on the session's [`SessionEvent`]s;
 //! an authorization prompt among them gives `initialize` its longer wait. [`spawner`] turns a
 //! [`mcpvisor_config::ServerDef`] into a spawner that reads the server's env
-//! file again at every start.
+//! file again at every start: processes for a stdio server, Streamable HTTP
+//! sessions ([`mcpvisor_remote`]) for a remote one, under the same session.
 
 mod connection;
 mod driver;
@@ -33,4 +34,4 @@ pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
 pub use link::Link;
 pub use mcpvisor_config::CrashReport;
 pub use mcpvisor_session::{ErrorData, SessionEvent};
-pub use spawner::{ServerSpec, spawner};
+pub use spawner::{ServerSpawner, ServerSpec, spawner};

@@ -1,7 +1,8 @@
 //! A supervised server, spoken to as raw lines.
 //!
 //! [`Link::start`] runs a [`Session`] in-process over a pair of in-memory
-//! pipes, exactly as `mcpvisor run` runs one over stdio. The owner writes
+//! pipes, exactly as `mcpvisor run` runs one over stdio; its workers are
+//! processes or remote sessions, whichever the spawner makes. The owner writes
 //! whole JSON-RPC lines in and reads the session's lines out; every byte is
 //! its own to route. [`crate::Connection`] (a typed client for `inspect` and
 //! `call`) and the gateway's backends both stand on it.
@@ -11,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::LineCodec;
 use mcpvisor_session::writer::write_lines;
-use mcpvisor_session::{Config, Control, EventSink, Outcome, ProcessSpawner, Session};
+use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -35,7 +36,7 @@ pub type Output = FramedRead<DuplexStream, LineCodec>;
 impl Link {
     /// Starts a session for `spawner`, reporting its lifecycle to `status`.
     /// The server process itself starts with the first message written.
-    pub fn start(spawner: ProcessSpawner, cfg: Config, status: EventSink) -> (Self, Output) {
+    pub fn start<S: Spawner>(spawner: S, cfg: Config, status: EventSink) -> (Self, Output) {
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
         let max = cfg.max_message_bytes;
         let (ours_in, session_in) = tokio::io::duplex(PIPE_BYTES);

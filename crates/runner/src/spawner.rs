@@ -1,13 +1,15 @@
-//! From a server definition to a process spawner.
+//! From a server definition to a spawner: a process for a stdio server, a
+//! remote session for a server with a `url`.
 
 use std::ffi::OsString;
 use std::sync::Arc;
 
 use mcpvisor_config::ServerDef;
 use mcpvisor_config::secrets::resolve_env;
+use mcpvisor_process::Spec;
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_process::{Spec, StopTimeouts};
-use mcpvisor_session::ProcessSpawner;
+use mcpvisor_remote::RemoteSpawner;
+use mcpvisor_session::{Config, ProcessSpawner, SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 
 /// A server to run: its definition plus `--env` overrides from the command line.
 #[derive(Debug, Clone, Default)]
@@ -17,10 +19,44 @@ pub struct ServerSpec {
     pub env_overrides: Vec<(String, String)>,
 }
 
-/// A spawner for `spec`. The env file is read at every spawn, so a key added
-/// later reaches the next restart; its values never appear in errors.
-pub fn spawner(spec: &ServerSpec, stop: StopTimeouts, stderr: Passthrough) -> ProcessSpawner {
+/// Makes the generations of one server, local or remote.
+#[derive(Debug)]
+pub enum ServerSpawner {
+    /// A stdio server: each generation is a process.
+    Process(ProcessSpawner),
+    /// A remote server: each generation is a Streamable HTTP session.
+    Remote(RemoteSpawner),
+    /// A remote definition that cannot be used: every start fails with
+    /// this reason.
+    Broken(String),
+}
+
+impl Spawner for ServerSpawner {
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
+        match self {
+            ServerSpawner::Process(p) => p.spawn(generation, reporter),
+            ServerSpawner::Remote(r) => r.spawn(generation, reporter),
+            ServerSpawner::Broken(reason) => Err(SpawnFailure(reason.clone())),
+        }
+    }
+}
+
+/// A spawner for `spec`, stopped and bounded as `cfg` says. The env file is
+/// read at every spawn (a remote server's headers are filled from it at
+/// every connect), so a key added later reaches the next restart; its
+/// values never appear in errors.
+pub fn spawner(spec: &ServerSpec, cfg: &Config, stderr: Passthrough) -> ServerSpawner {
     let def = &spec.def;
+    if def.is_remote() {
+        return match RemoteSpawner::new(def, cfg.max_message_bytes, cfg.request_ceiling) {
+            Ok(remote) => ServerSpawner::Remote(remote),
+            Err(e) => ServerSpawner::Broken(e.to_string()),
+        };
+    }
     let process = Spec {
         program: OsString::from(&def.command),
         args: def.args.iter().map(OsString::from).collect(),
@@ -31,7 +67,7 @@ pub fn spawner(spec: &ServerSpec, stop: StopTimeouts, stderr: Passthrough) -> Pr
             .collect(),
         cwd: def.cwd.clone(),
     };
-    let mut spawner = ProcessSpawner::new(process, stop, stderr);
+    let mut spawner = ProcessSpawner::new(process, cfg.stop, stderr);
     if def.env_file.is_some() {
         let def = def.clone();
         spawner.env_source = Some(Arc::new(move || {
@@ -43,5 +79,5 @@ pub fn spawner(spec: &ServerSpec, stop: StopTimeouts, stderr: Passthrough) -> Pr
         .iter()
         .map(|(k, v)| (OsString::from(k), OsString::from(v)))
         .collect();
-    spawner
+    ServerSpawner::Process(spawner)
 }

@@ -83,6 +83,23 @@ impl WorkerReporter {
     }
 }
 
+impl WorkerReporter {
+    /// The request with worker-side id `wid` never reached the server, and
+    /// the worker is ending (a remote server that no longer knows its
+    /// session, or cannot be connected to). When the generation ends, the
+    /// request waits for the next one, as one of which no byte was written
+    /// does. Never blocks: a session a whole queue behind fails it instead.
+    pub fn undelivered(&self, wid: u64) {
+        let event = (self.generation, WorkerEvent::Undelivered(wid));
+        if self.events.try_send(event).is_err() {
+            tracing::debug!(
+                generation = self.generation,
+                "undelivered request not reported: the session is behind"
+            );
+        }
+    }
+}
+
 /// Computes extra environment at each spawn (secrets read fresh from an
 /// env file). The error says what is wrong without quoting any value.
 pub type EnvSource = Arc<dyn Fn() -> Result<Vec<(String, Secret)>, String> + Send + Sync>;

@@ -120,6 +120,35 @@ async fn worker_death_fails_in_flight_once_and_the_handshake_is_replayed() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_its_worker_never_delivered_goes_to_the_next_generation() {
+    let spawner = TestSpawner::new(Behaviour {
+        strict: true,
+        ..Behaviour::default()
+    });
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    c.send_call(json!("held"), "hang", json!({})).await;
+    c.send_call(json!("b"), "bounce", json!({})).await;
+    let mut answers = [c.recv().await, c.recv().await];
+    answers.sort_by_key(|a| a["id"].to_string());
+    let [bounced, held] = answers;
+    // It is served once, by generation 2, after the replayed handshake.
+    assert_eq!(bounced["id"], "b");
+    assert_eq!(bounced["result"]["generation"], 2, "{bounced}");
+    // What the worker did hold is lost, once.
+    assert_eq!(held["id"], "held");
+    assert_eq!(held["error"]["code"], -32010, "{held}");
+    let calls = |g| {
+        methods_of(&spawner.received(), g)
+            .into_iter()
+            .filter(|m| m == "tools/call")
+            .count()
+    };
+    assert_eq!((calls(1), calls(2)), (2, 1));
+    assert!(c.recv_within(Duration::from_secs(120)).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_modern_client_gets_no_injected_handshake() {
     let spawner = TestSpawner::new(Behaviour::default());
     let mut c = Client::start(config(), spawner.clone());

@@ -145,18 +145,21 @@ mod exit_wire {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::ExitKind;
+    use crate::report::HttpEnd;
 
     #[derive(Serialize, Deserialize)]
     #[serde(rename_all = "lowercase")]
     enum Wire {
         Code(i32),
         Signal(i32),
+        Http(HttpEnd),
     }
 
     pub fn serialize<S: Serializer>(exit: &Option<ExitKind>, s: S) -> Result<S::Ok, S::Error> {
         let wire = match exit {
             Some(ExitKind::Code(code)) => Some(Wire::Code(*code)),
             Some(ExitKind::Signal(signal, _)) => Some(Wire::Signal(*signal)),
+            Some(ExitKind::Http(end)) => Some(Wire::Http(end.clone())),
             Some(ExitKind::Unknown) | None => None,
         };
         wire.serialize(s)
@@ -166,6 +169,7 @@ mod exit_wire {
         Ok(Some(match Option::<Wire>::deserialize(d)? {
             Some(Wire::Code(code)) => ExitKind::Code(code),
             Some(Wire::Signal(signal)) => ExitKind::signal(signal),
+            Some(Wire::Http(end)) => ExitKind::Http(end),
             None => ExitKind::Unknown,
         }))
     }

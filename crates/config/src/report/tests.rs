@@ -74,6 +74,39 @@ fn report(exit: Option<ExitKind>, uptime: Duration, tail: &str, reason: &str) ->
 }
 
 #[test]
+fn a_remote_servers_report_names_the_http_status_and_what_it_said() {
+    let end = |status, detail: &str| {
+        Some(ExitKind::Http(HttpEnd {
+            status,
+            stage: HttpStage::Post,
+            detail: detail.to_owned(),
+        }))
+    };
+    let crash = report(
+        end(Some(401), "not authorized"),
+        Duration::from_millis(10),
+        r#"POST: HTTP 401: {"error":"a valid bearer token is required"}"#,
+        "the remote server answered HTTP 401 to a POST: not authorized",
+    );
+    assert_eq!(
+        crash.to_string(),
+        "server answered HTTP 401 to a POST: not authorized during initialize after 10ms\n  \
+         HTTP errors (last 1 line):\n    \
+         POST: HTTP 401: {\"error\":\"a valid bearer token is required\"}"
+    );
+    let crash = report(
+        end(None, "cannot connect: Connection refused"),
+        Duration::ZERO,
+        "",
+        "",
+    );
+    assert_eq!(
+        crash.to_string(),
+        "server gave no answer to a POST: cannot connect: Connection refused during initialize after 0ms"
+    );
+}
+
+#[test]
 fn display_is_a_summary_then_the_indented_tail() {
     let crash = report(
         Some(ExitKind::Code(3)),
@@ -235,6 +268,31 @@ fn error_data_keeps_its_wire_shape_both_ways() -> Result<(), serde_json::Error> 
     assert_eq!(
         serde_json::from_value::<ErrorData>(serde_json::to_value(&unknown)?)?,
         unknown
+    );
+    // A remote server's end: its HTTP status (null when nothing answered)
+    // and what was being done.
+    let gone = ErrorData {
+        exit: Some(ExitKind::Http(HttpEnd {
+            status: Some(404),
+            stage: HttpStage::Post,
+            detail: "the session ended".into(),
+        })),
+        ..ErrorData::reason("r")
+    };
+    let wire = json!({"http": {"status": 404, "stage": "post", "detail": "the session ended"}});
+    assert_eq!(serde_json::to_value(&gone)?["exit"], wire);
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(serde_json::to_value(&gone)?)?,
+        gone
+    );
+    let unreachable = json!({"reason": "r", "exit": {"http": {"status": null, "stage": "listen"}}});
+    assert_eq!(
+        serde_json::from_value::<ErrorData>(unreachable)?.exit,
+        Some(ExitKind::Http(HttpEnd {
+            status: None,
+            stage: HttpStage::Listen,
+            detail: String::new(),
+        }))
     );
     // Spawn failures and plain refusals carry no exit at all.
     assert_eq!(

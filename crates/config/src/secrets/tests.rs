@@ -269,3 +269,49 @@ fn no_error_or_debug_output_contains_a_value() {
         assert!(!output.contains(SENTINEL), "{arg:?} gave {output}");
     }
 }
+
+#[test]
+fn header_placeholders_come_from_the_env_file_at_every_call()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = Scratch::new("headers")?;
+    let file = dir.0.join("remote.env");
+    std::fs::write(&file, format!("TOKEN={SENTINEL}\n"))?;
+    let mut def = ServerDef::remote("r", "http://127.0.0.1:1/mcp");
+    def.env_file = Some(file.clone());
+    def.headers
+        .insert("Authorization".into(), "Bearer ${TOKEN}".into());
+    def.headers
+        .insert("X-Team".into(), "${env:MCPVISOR_TEST_TEAM}-$plain".into());
+    def.env.insert("MCPVISOR_TEST_TEAM".into(), "blue".into());
+    let headers = expand_headers(&def)?;
+    assert_eq!(
+        pairs(&headers),
+        [
+            ("Authorization", format!("Bearer {SENTINEL}").as_str()),
+            ("X-Team", "blue-$plain")
+        ]
+    );
+    // The file is read again: a rotated token is used by the next call.
+    std::fs::write(&file, "TOKEN=rotated\n")?;
+    assert_eq!(expand_headers(&def)?[0].1.expose(), "Bearer rotated");
+
+    def.headers
+        .insert("X-Missing".into(), "${MCPVISOR_TEST_UNSET_VAR}".into());
+    let err = expand_headers(&def).map(drop).map_err(|e| e.to_string());
+    assert_eq!(
+        err,
+        Err(
+            "header \"X-Missing\" needs ${MCPVISOR_TEST_UNSET_VAR}, which is set neither in \
+             env_file, env, nor the environment"
+                .to_owned()
+        )
+    );
+    def.headers.remove("X-Missing");
+    def.headers.insert("X-Open".into(), "${TOKEN".into());
+    let err = expand_headers(&def).map(drop).map_err(|e| e.to_string());
+    assert!(
+        err.as_ref().is_err_and(|e| !e.contains("rotated")),
+        "{err:?}"
+    );
+    Ok(())
+}

@@ -37,7 +37,12 @@ const KNOWN: &[&str] = &[
     "auth_timeout",
     "disabled",
     "tools",
+    "url",
+    "headers",
     // Codex's names.
+    "http_headers",
+    "env_http_headers",
+    "bearer_token_env_var",
     "startup_timeout_sec",
     "startup_timeout_ms",
     "enabled",
@@ -57,24 +62,41 @@ pub(super) fn parse(
     let fields = Fields { map, format };
 
     let kind = fields.string("type")?;
-    let remote = kind.is_none() && !map.contains_key("command") && map.contains_key("url");
-    if let Some(transport) = kind
-        .filter(|kind| *kind != "stdio")
-        .or(remote.then_some("http"))
-    {
-        return Ok(Entry::Unsupported(UnsupportedServer {
-            name: name.to_owned(),
-            transport: transport.to_owned(),
-            fields: map.clone(),
-        }));
-    }
-
-    let command = fields
-        .string("command")?
-        .ok_or_else(|| "\"command\" is missing".to_owned())?;
-    if command.trim().is_empty() {
-        return Err("\"command\" must not be empty".to_owned());
-    }
+    let remote = match kind {
+        None => !map.contains_key("command") && map.contains_key("url"),
+        Some("http" | "streamable-http" | "streamableHttp") => true,
+        Some("stdio") => false,
+        Some(other) => {
+            return Ok(Entry::Unsupported(UnsupportedServer {
+                name: name.to_owned(),
+                transport: other.to_owned(),
+                fields: map.clone(),
+            }));
+        }
+    };
+    let (command, url) = if remote {
+        let url = fields
+            .string("url")?
+            .ok_or_else(|| "\"url\" is missing".to_owned())?;
+        check_url(url)?;
+        if map.contains_key("command") {
+            return Err("a remote server (\"url\") has no \"command\"".to_owned());
+        }
+        (String::new(), Some(url.to_owned()))
+    } else {
+        let command = fields
+            .string("command")?
+            .ok_or_else(|| "\"command\" is missing".to_owned())?;
+        if command.trim().is_empty() {
+            return Err("\"command\" must not be empty".to_owned());
+        }
+        (command.to_owned(), None)
+    };
+    let headers = if remote {
+        fields.headers()?
+    } else {
+        BTreeMap::new()
+    };
 
     let env_file = match (
         fields.path("env_file", base_dir)?,
@@ -101,7 +123,7 @@ pub(super) fn parse(
 
     Ok(Entry::Stdio(ServerDef {
         name: name.to_owned(),
-        command: command.to_owned(),
+        command,
         args: fields.string_list("args")?.unwrap_or_default(),
         env: fields.string_map("env")?.unwrap_or_default(),
         cwd: fields.path("cwd", base_dir)?,
@@ -112,6 +134,8 @@ pub(super) fn parse(
         disabled,
         tools: fields.tools()?,
         supervision: supervision::parse(&fields)?,
+        url,
+        headers,
         extra: map
             .iter()
             .filter(|(key, _)| {
@@ -121,6 +145,34 @@ pub(super) fn parse(
             .collect(),
         source: None,
     }))
+}
+
+/// A remote server's URL must be `http://` or `https://` with a host. The
+/// message never quotes the URL (its query may carry a key).
+fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| "\"url\" must start with http:// or https://".to_owned())?;
+    if rest.is_empty() || rest.starts_with('/') {
+        return Err("\"url\" has no host".to_owned());
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("\"url\" must not contain spaces or control characters".to_owned());
+    }
+    Ok(())
+}
+
+/// Whether `name` is a valid HTTP header name (RFC 9110 token).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn is_var_name(var: &str) -> bool {
+    !var.is_empty() && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// Typed access to an entry's fields, with errors that name the field.
@@ -223,6 +275,57 @@ impl<'a> Fields<'a> {
                 non_zero(key, Duration::from_millis(millis))
             }
         }
+    }
+
+    /// `headers` (or Codex's `http_headers`), plus Codex's
+    /// `bearer_token_env_var` as `Authorization: Bearer ${VAR}`.
+    fn headers(&self) -> Result<BTreeMap<String, String>, String> {
+        let mut headers = match (
+            self.string_map("headers")?,
+            self.string_map("http_headers")?,
+        ) {
+            (Some(_), Some(_)) => {
+                return Err("both \"headers\" and \"http_headers\" are set".to_owned());
+            }
+            (one, other) => one.or(other).unwrap_or_default(),
+        };
+        for (header, var) in self.string_map("env_http_headers")?.unwrap_or_default() {
+            if !is_var_name(&var) {
+                return Err(format!(
+                    "\"env_http_headers.{header}\" must be a variable name"
+                ));
+            }
+            headers.insert(header, format!("${{{var}}}"));
+        }
+        if let Some(var) = self.string("bearer_token_env_var")? {
+            if !is_var_name(var) {
+                return Err("\"bearer_token_env_var\" must be a variable name".to_owned());
+            }
+            if headers
+                .keys()
+                .any(|k| k.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(
+                    "both \"bearer_token_env_var\" and an Authorization header are set".to_owned(),
+                );
+            }
+            headers.insert("Authorization".to_owned(), format!("Bearer ${{{var}}}"));
+        }
+        if let Some(bad) = headers.keys().find(|name| !is_header_name(name)) {
+            return Err(format!(
+                "header name {bad:?} is not a valid HTTP header name"
+            ));
+        }
+        if let Some(bad) = headers
+            .iter()
+            .find(|(_, value)| value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0))
+        {
+            return Err(format!(
+                "the value of header {:?} contains a line break or NUL",
+                bad.0
+            ));
+        }
+        Ok(headers)
     }
 
     /// `tools = {allow, deny}`, else Codex's `enabled_tools`/`disabled_tools`.

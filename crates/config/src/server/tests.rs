@@ -128,12 +128,15 @@ fn vscode_file_with_comments_and_remote_entries() -> Result<(), ConfigError> {
         .unsupported()
         .map(|s| (s.name.as_str(), s.transport.as_str()))
         .collect();
-    assert_eq!(unsupported, [("legacy", "sse"), ("remote", "http")]);
+    assert_eq!(unsupported, [("legacy", "sse")]);
+    let remote = file.get("remote")?;
+    assert_eq!(remote.url.as_deref(), Some("https://api.example.com/mcp"));
+    assert!(remote.command.is_empty() && remote.is_remote());
     assert_eq!(
-        file.get("remote").map(drop).map_err(|e| e.to_string()),
+        file.get("legacy").map(drop).map_err(|e| e.to_string()),
         Err(
-            "/srv/proj/.vscode/mcp.json: server \"remote\" uses the \"http\" transport; \
-             mcpvisor runs stdio servers only"
+            "/srv/proj/.vscode/mcp.json: server \"legacy\" uses the \"sse\" transport; \
+             mcpvisor runs stdio and Streamable HTTP servers only"
                 .to_owned()
         )
     );
@@ -152,18 +155,73 @@ fn vscode_user_settings_nest_servers_under_mcp() -> Result<(), ConfigError> {
 }
 
 #[test]
-fn cursor_url_entry_is_unsupported_not_an_error() -> Result<(), ConfigError> {
+fn url_entries_are_remote_servers_with_headers() -> Result<(), ConfigError> {
     let file = parse_at(
-        "mcp.json",
-        r#"{"mcpServers": {"linear": {"url": "https://mcp.linear.app/sse"}}}"#,
+        "/cfg/mcp.json",
+        r#"{"mcpServers": {
+            "linear": {"url": "https://mcp.linear.app/mcp",
+                       "headers": {"Authorization": "Bearer ${LINEAR_TOKEN}"},
+                       "env_file": "linear.env", "request_timeout": "30s"},
+            "typed": {"type": "streamable-http", "url": "http://127.0.0.1:8808/mcp"}}}"#,
     )?;
-    assert_eq!(file.servers().count(), 0);
+    assert_eq!(file.unsupported().count(), 0);
+    let linear = file.get("linear")?;
+    assert_eq!(linear.url.as_deref(), Some("https://mcp.linear.app/mcp"));
     assert_eq!(
-        file.unsupported()
-            .map(|s| s.transport.as_str())
-            .collect::<Vec<_>>(),
-        ["http"]
+        linear.headers.get("Authorization").map(String::as_str),
+        Some("Bearer ${LINEAR_TOKEN}")
     );
+    assert_eq!(
+        linear.env_file.as_deref(),
+        Some(Path::new("/cfg/linear.env"))
+    );
+    assert!(file.get("typed")?.is_remote());
+
+    let codex = parse_at(
+        "config.toml",
+        r#"
+[mcp_servers.gh]
+url = "https://api.example.com/mcp"
+bearer_token_env_var = "GH_TOKEN"
+env_http_headers = { "X-Team" = "TEAM" }
+"#,
+    )?;
+    let gh = codex.get("gh")?;
+    assert_eq!(
+        gh.headers.get("Authorization").map(String::as_str),
+        Some("Bearer ${GH_TOKEN}")
+    );
+    assert_eq!(
+        gh.headers.get("X-Team").map(String::as_str),
+        Some("${TEAM}")
+    );
+
+    for (entry, message) in [
+        (
+            r#"{"url": "ftp://x"}"#,
+            "\"url\" must start with http:// or https://",
+        ),
+        (r#"{"url": "https:///mcp"}"#, "\"url\" has no host"),
+        (r#"{"type": "http"}"#, "\"url\" is missing"),
+        (
+            r#"{"type": "http", "url": "http://x", "command": "y"}"#,
+            "a remote server (\"url\") has no \"command\"",
+        ),
+        (
+            r#"{"url": "http://x", "headers": {"Bad Name": "v"}}"#,
+            "header name \"Bad Name\" is not a valid HTTP header name",
+        ),
+    ] {
+        let text = format!(r#"{{"mcpServers": {{"r": {entry}}}}}"#);
+        let err = parse_at("m.json", &text)
+            .map(drop)
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            err,
+            Err(format!("m.json: server \"r\": {message}")),
+            "{entry}"
+        );
+    }
     Ok(())
 }
 
@@ -517,7 +575,7 @@ fn entries_keep_the_file_order() -> Result<(), ConfigError> {
         r#"{"mcpServers": {"zeta": {"command": "z"}, "web": {"url": "https://x"},
             "alpha": {"command": "a"}}}"#,
     )?;
-    assert_eq!(names(&json), ["zeta", "web(http)", "alpha"]);
+    assert_eq!(names(&json), ["zeta", "web", "alpha"]);
     let vscode = parse_at(
         "settings.json",
         r#"{"mcp": {"servers": {"b": {"command": "b"}, "a": {"command": "a"}}}}"#,

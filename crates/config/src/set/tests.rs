@@ -133,10 +133,10 @@ fn only_selects_in_config_order_and_refuses_unknown_names() -> Result {
             a.display()
         )
     );
-    // A remote entry exists; asking for it skips it with a reason instead.
+    // A remote entry is served like the others.
     let set = ServerSet::load(std::slice::from_ref(&a), Some(&strings(&["web"])))?;
-    assert!(set.servers().is_empty());
-    assert_eq!(set.skipped().len(), 1);
+    assert_eq!(names(&set), ["web"]);
+    assert!(set.skipped().is_empty());
 
     let empty = write(dir.path(), "empty.json", r#"{"mcpServers": {}}"#)?;
     assert_eq!(
@@ -183,11 +183,11 @@ fn the_gateway_name_is_reserved() -> Result {
     // Left out, it is no one's business.
     let set = ServerSet::load(std::slice::from_ref(&a), Some(&strings(&["ok"])))?;
     assert_eq!(names(&set), ["ok"]);
-    // A remote entry of that name is skipped, not served.
+    // An entry of a transport we do not serve, of that name, is skipped.
     let b = write(
         dir.path(),
         "b.json",
-        r#"{"mcpServers": {"mcpvisor": {"url": "https://x/mcp"}}}"#,
+        r#"{"mcpServers": {"mcpvisor": {"type": "sse", "url": "https://x/sse"}}}"#,
     )?;
     let set = ServerSet::load(&[b], None)?;
     assert_eq!(set.skipped().len(), 1);
@@ -254,30 +254,24 @@ fn remote_entries_are_skipped_with_a_reason() -> Result {
             "local": {"command": "l"}, "api": {"url": "https://api.example.com/mcp"}}}"#,
     )?;
     let set = ServerSet::load(std::slice::from_ref(&a), None)?;
-    assert_eq!(names(&set), ["local"]);
+    assert_eq!(names(&set), ["local", "api"]);
     let messages: Vec<String> = set.skipped().iter().map(ToString::to_string).collect();
     assert_eq!(
         messages,
-        [
-            format!(
-                "{}: server \"linear\" skipped: it uses the \"sse\" transport; mcpvisor serves stdio servers only",
-                a.display()
-            ),
-            format!(
-                "{}: server \"api\" skipped: it uses the \"http\" transport; mcpvisor serves stdio servers only",
-                a.display()
-            ),
-        ]
+        [format!(
+            "{}: server \"linear\" skipped: it uses the \"sse\" transport; mcpvisor serves stdio and Streamable HTTP servers only",
+            a.display()
+        )]
     );
-    // A remote entry and a stdio one of the same name do not conflict:
-    // only the stdio one can be served.
+    // An entry of a transport we do not serve and a stdio one of the same
+    // name do not conflict: only the stdio one can be served.
     let b = write(
         dir.path(),
         "b.json",
         r#"{"mcpServers": {"linear": {"command": "linear-mcp"}}}"#,
     )?;
     let set = ServerSet::load(&[a, b.clone()], None)?;
-    assert_eq!(names(&set), ["local", "linear"]);
+    assert_eq!(names(&set), ["local", "api", "linear"]);
     assert_eq!(set.get("linear").map(|m| m.source.clone()), Some(b));
     Ok(())
 }

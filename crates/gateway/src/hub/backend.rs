@@ -229,7 +229,7 @@ impl Hub {
             def: b.plan.def.clone(),
             env_overrides: b.plan.env_overrides.clone(),
         };
-        let spawner = mcpvisor_runner::spawner(&spec, b.plan.session.stop, b.plan.stderr);
+        let spawner = mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
         let (link, output) = Link::start(spawner, b.plan.session.clone(), sink);
         b.epoch += 1;

@@ -663,6 +663,9 @@ pub(crate) fn watch_files(
     def: &mcpvisor_config::ServerDef,
     events: mpsc::Sender<(BackendId, Incoming)>,
 ) -> Option<tokio::task::JoinHandle<()>> {
+    if def.is_remote() {
+        return None;
+    }
     let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
         .chain(def.args.iter().cloned())
         .map(Into::into)

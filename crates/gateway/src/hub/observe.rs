@@ -650,10 +650,18 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         _ => None,
     };
     let def = &b.plan.def;
-    let command = std::iter::once(def.command.as_str())
-        .chain(def.args.iter().map(String::as_str))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let command = match &def.url {
+        // Scheme and host only: a path or query may carry a key.
+        Some(url) => {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+            let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            format!("{scheme}://{host}")
+        }
+        None => std::iter::once(def.command.as_str())
+            .chain(def.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
     let next_try_at_ms = (state == ServerState::Restarting)
         .then_some(next_try_at_ms)
         .flatten();
@@ -664,7 +672,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         next_try_at_ms,
         auth_url,
         lazy: b.plan.lazy,
-        transport: "stdio",
+        transport: if def.is_remote() { "http" } else { "stdio" },
         command,
         generation: b.obs.generation,
         pid: b.obs.pid,

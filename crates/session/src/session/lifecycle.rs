@@ -359,6 +359,21 @@ impl<S: Spawner> Session<S> {
         }
     }
 
+    /// Generation `id`'s worker says request `wid` never reached its server:
+    /// [`Session::take_back`] will treat it as unsent when the generation
+    /// is retired.
+    pub(crate) fn on_undelivered(&mut self, id: u64, wid: u64) {
+        let Some(req) = self.reqs.get_mut(&wid) else {
+            return;
+        };
+        if req.generation != Some(id) {
+            return;
+        }
+        if let Some(c) = req.client_mut() {
+            c.seq = u64::MAX;
+        }
+    }
+
     /// Fails each request generation `id` held exactly once: -32010 to the
     /// client's, nothing for cancelled or private ones.
     async fn fail_held(&mut self, id: u64, loss: &ErrorData) {
@@ -479,7 +494,10 @@ impl<S: Spawner> Session<S> {
             let exit = g.exit.clone();
             let cause = exit
                 .as_ref()
-                .map(|e| format!("it exited with {}", display_status(e)))
+                .map(|e| match &e.status {
+                    ExitKind::Http(end) => format!("the remote server {end}"),
+                    _ => format!("it exited with {}", display_status(e)),
+                })
                 .unwrap_or_else(|| "it exited".into());
             self.retire(id, cause, exit, Why::Crash).await;
             self.gens.remove(&id);

@@ -73,6 +73,9 @@ pub(crate) enum WorkerEvent {
     },
     /// The worker printed an authorization link (seen by its stderr pump).
     AuthPrompt(String),
+    /// The worker knows that the request with this worker-side id never
+    /// reached its server, and is ending.
+    Undelivered(u64),
 }
 
 #[derive(Debug)]
@@ -555,5 +558,6 @@ fn display_status(exit: &Exit) -> String {
         ExitKind::Signal(number, name) if name.is_empty() => format!("signal {number}"),
         ExitKind::Signal(number, name) => format!("signal {number} ({name})"),
         ExitKind::Unknown => "an unknown status".into(),
+        ExitKind::Http(end) => end.to_string(),
     }
 }

@@ -109,6 +109,7 @@ impl Spawner for TestSpawner {
             stdin_theirs,
             stdout_theirs,
             log,
+            reporter,
         ));
         let abort = task.abort_handle();
         let ended = Arc::clone(&self.ended);
@@ -151,6 +152,7 @@ async fn worker(
     stdin: DuplexStream,
     stdout: DuplexStream,
     log: Log,
+    reporter: WorkerReporter,
 ) -> i32 {
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
     let writer = tokio::spawn(async move {
@@ -275,6 +277,13 @@ async fn worker(
         let token = msg["params"]["_meta"]["progressToken"].clone();
         match (method.as_str(), name.as_str()) {
             ("tools/call", "crash") => {
+                drop(writer);
+                return 3;
+            }
+            // The first generation never ran it, says so, and ends (a
+            // remote server that forgot its session).
+            ("tools/call", "bounce") if generation == 1 => {
+                reporter.undelivered(id.as_u64().expect("a worker-side id"));
                 drop(writer);
                 return 3;
             }

@@ -1,0 +1,306 @@
+//! One worker generation: one remote session, from `initialize` to DELETE.
+//!
+//! The task reads the lines the supervisor session writes to the worker's
+//! stdin and POSTs each one; what the server sends back (a JSON body, or the
+//! events of an SSE stream) is written to the worker's stdout as lines. The
+//! standalone GET stream carries the server's own requests and
+//! notifications. The task owns the generation; per request, a small task
+//! waits for its answer (and resumes its stream when it drops), so one slow
+//! request never holds up another.
+//!
+//! How it ends: the session closes stdin or asks it to stop (DELETE, then a
+//! requested exit), or the remote session is over — a 404 for our session,
+//! a 401/403, an `initialize` that fails, a server that cannot be reached
+//! any more. Then the exit carries an [`HttpEnd`] (status and stage), and
+//! the session fails what was in flight once and starts the next
+//! generation, which sends `initialize` again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{FutureExt as _, StreamExt as _};
+use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail};
+use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, LineCodec, WORKER_LOST, build};
+use mcpvisor_process::Exit;
+use mcpvisor_session::WorkerReporter;
+use tokio::io::DuplexStream;
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::Http;
+
+use crate::exchange::{Exchange, exchange, listen, post_quiet};
+/// What every task of a generation shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub http: Http,
+    pub generation: u64,
+    pub max: usize,
+    /// The longest a request's POST may wait for its answer.
+    pub ceiling: Duration,
+    /// To the worker's stdout.
+    pub out: mpsc::Sender<Bytes>,
+    /// A task found the session over.
+    pub fatal: mpsc::Sender<HttpEnd>,
+    pub tail: Arc<Mutex<StderrTail>>,
+    /// Tells the session of requests that never reached the server.
+    pub reporter: WorkerReporter,
+}
+/// The generation's owning task.
+pub(crate) struct Generation {
+    shared: Arc<Shared>,
+    tasks: JoinSet<Option<String>>,
+    /// Requests whose answers are awaited, by raw id.
+    waiting: HashMap<String, AbortHandle>,
+    listening: bool,
+    started: Instant,
+}
+
+impl Generation {
+    pub(crate) fn new(shared: Shared) -> Self {
+        Self {
+            shared: Arc::new(shared),
+            tasks: JoinSet::new(),
+            waiting: HashMap::new(),
+            listening: false,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs the generation until it ends; how it ended.
+    pub(crate) async fn run(
+        mut self,
+        mut input: FramedRead<DuplexStream, LineCodec>,
+        stop: CancellationToken,
+        mut fatal: mpsc::Receiver<HttpEnd>,
+    ) -> Exit {
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return self.close().await,
+                Some(end) = fatal.recv() => return self.end(end, &mut input),
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Ok(Some(id)) = done {
+                        self.waiting.remove(&id);
+                    }
+                }
+                frame = input.next() => match frame {
+                    Some(Ok(Frame::Line(line))) => {
+                        let sent = tokio::select! {
+                            () = stop.cancelled() => return self.close().await,
+                            sent = self.send(line) => sent,
+                        };
+                        if let Err(end) = sent {
+                            return self.end(end, &mut input);
+                        }
+                    }
+                    Some(Ok(Frame::Oversize { len, .. })) => {
+                        tracing::warn!(len, "a message over the size bound was not sent");
+                    }
+                    None | Some(Err(_)) => return self.close().await,
+                },
+            }
+        }
+    }
+
+    /// Sends one line from the session.
+    async fn send(&mut self, line: Bytes) -> Result<(), HttpEnd> {
+        let (kind, method, id, cancelled) = match Envelope::peek(&line) {
+            Ok(env) => (
+                env.kind,
+                env.method.as_deref().map(str::to_owned),
+                env.id.map(|id| id.get().to_owned()),
+                env.request_id.map(|id| id.get().to_owned()),
+            ),
+            Err(_) => (Kind::Notification, None, None, None),
+        };
+        match (kind, method.as_deref(), id) {
+            (Kind::Request, Some("initialize"), Some(id)) => self.initialize(line, &id).await,
+            (Kind::Request, _, Some(id)) => {
+                let shared = Arc::clone(&self.shared);
+                let key = id.clone();
+                let handle = self
+                    .tasks
+                    .spawn(async move { request(&shared, line, &id).await.then_some(id) });
+                self.waiting.insert(key, handle);
+                Ok(())
+            }
+            (_, method, _) => {
+                post_quiet(&self.shared, line).await?;
+                if method == Some("notifications/cancelled") {
+                    // The server was told; nobody waits for this answer.
+                    if let Some(handle) = cancelled.and_then(|id| self.waiting.remove(&id)) {
+                        handle.abort();
+                    }
+                }
+                if method == Some("notifications/initialized") && !self.listening {
+                    self.listening = true;
+                    if self.shared.http.has_session() {
+                        let shared = Arc::clone(&self.shared);
+                        self.tasks.spawn(async move {
+                            if let Some(end) = listen(&shared).await {
+                                let _ = shared.fatal.send(end).await;
+                            }
+                            None
+                        });
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `initialize` is sent on its own: nothing else goes before its answer
+    /// has given us the session and the protocol version.
+    async fn initialize(&mut self, line: Bytes, id: &str) -> Result<(), HttpEnd> {
+        self.shared.http.set_session(None);
+        match exchange(&self.shared, line, id, true).await {
+            Exchange::Answered(Some(answer)) => {
+                if let Some(version) = protocol_version(&answer) {
+                    self.shared.http.set_protocol(&version);
+                }
+                Ok(())
+            }
+            Exchange::Answered(None) => Err(end(
+                None,
+                HttpStage::Post,
+                "initialize got no answer".into(),
+            )),
+            Exchange::Lost(end)
+            | Exchange::Refused(end)
+            | Exchange::Fatal(end)
+            | Exchange::Undelivered(end) => Err(end),
+        }
+    }
+
+    /// Asked to stop, or stdin closed: the session is ended politely.
+    async fn close(self) -> Exit {
+        let status = self.shared.http.delete().await;
+        Exit {
+            status: ExitKind::Http(HttpEnd {
+                status,
+                stage: HttpStage::Close,
+                detail: String::new(),
+            }),
+            uptime: self.started.elapsed(),
+            requested: true,
+        }
+    }
+
+    /// The remote session is over. The requests still in our pipe were
+    /// never sent: the session is told so before it learns of the end.
+    fn end(self, end: HttpEnd, input: &mut FramedRead<DuplexStream, LineCodec>) -> Exit {
+        tracing::debug!(generation = self.shared.generation, %end, "remote session over");
+        while let Some(Some(Ok(Frame::Line(line)))) = input.next().now_or_never() {
+            let Ok(env) = Envelope::peek(&line) else {
+                continue;
+            };
+            if env.kind == Kind::Request {
+                if let Some(wid) = env.id.and_then(|id| id.get().parse::<u64>().ok()) {
+                    self.shared.reporter.undelivered(wid);
+                }
+            }
+        }
+        Exit {
+            status: ExitKind::Http(end),
+            uptime: self.started.elapsed(),
+            requested: false,
+        }
+    }
+}
+
+/// One request: POST it, write its answer out, and answer it ourselves
+/// when its answer cannot come. `true` when done (not when the session is
+/// over, which the generation's end reports).
+async fn request(shared: &Shared, line: Bytes, id: &str) -> bool {
+    let exchange = tokio::time::timeout(shared.ceiling, exchange(shared, line, id, false)).await;
+    let exchange = exchange.unwrap_or_else(|_| {
+        Exchange::Lost(end(
+            None,
+            HttpStage::Post,
+            format!("no answer within {:?}", shared.ceiling),
+        ))
+    });
+    match exchange {
+        Exchange::Answered(_) => {}
+        Exchange::Lost(end) => {
+            note(shared, &format!("request {id}: {end}"));
+            let message = "the connection to the remote server broke before it answered, and its \
+                           answer could not be resumed; the outcome is uncertain: check state \
+                           before retrying a mutation";
+            reply(shared, id, WORKER_LOST, message, end).await;
+        }
+        Exchange::Refused(end) => {
+            let message = format!("the remote server refused the request: {end}");
+            reply(shared, id, INTERNAL_ERROR, &message, end).await;
+        }
+        Exchange::Fatal(end) => {
+            let _ = shared.fatal.send(end).await;
+            return false;
+        }
+        Exchange::Undelivered(end) => {
+            // Reported before the end, so that the session knows it when
+            // the generation is retired.
+            match id.parse::<u64>() {
+                Ok(wid) => shared.reporter.undelivered(wid),
+                Err(_) => tracing::debug!("an undelivered request with a foreign id"),
+            }
+            let _ = shared.fatal.send(end).await;
+            return false;
+        }
+    }
+    true
+}
+
+/// Answers request `id` with an error of ours, its `error.data` a report
+/// with the HTTP status and stage.
+async fn reply(shared: &Shared, id: &str, code: i64, message: &str, end: HttpEnd) {
+    let data = ErrorData {
+        generation: Some(shared.generation),
+        reason: end.to_string(),
+        phase: Some(CrashPhase::Serving),
+        exit: Some(ExitKind::Http(end)),
+        ..ErrorData::default()
+    };
+    let data = serde_json::to_value(&data).ok();
+    let _ = shared
+        .out
+        .send(build::error(id, code, message, data.as_ref()))
+        .await;
+}
+/// `result.protocolVersion` of an `initialize` answer.
+fn protocol_version(answer: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        result: Option<InitResult>,
+    }
+    #[derive(serde::Deserialize)]
+    struct InitResult {
+        #[serde(rename = "protocolVersion")]
+        protocol_version: Option<String>,
+    }
+    serde_json::from_slice::<Answer>(answer)
+        .ok()?
+        .result?
+        .protocol_version
+}
+
+pub(crate) fn end(status: Option<u16>, stage: HttpStage, detail: String) -> HttpEnd {
+    HttpEnd {
+        status,
+        stage,
+        detail,
+    }
+}
+
+/// Keeps a line for the crash report (shown only where stderr would be).
+pub(crate) fn note(shared: &Shared, line: &str) {
+    if let Ok(mut tail) = shared.tail.lock() {
+        tail.push_line(line);
+    }
+}

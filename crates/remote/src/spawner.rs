@@ -1,0 +1,158 @@
+//! From a remote server's definition to worker generations.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mcpvisor_config::ServerDef;
+use mcpvisor_config::report::StderrTail;
+use mcpvisor_config::secrets::expand_headers;
+use mcpvisor_jsonrpc::LineCodec;
+use mcpvisor_process::Exit;
+use mcpvisor_session::writer::write_lines;
+use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
+use reqwest::Url;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+use crate::generation::{Generation, Shared};
+use crate::http::Http;
+
+/// Room in each in-memory pipe between the session and a generation.
+const PIPE_BYTES: usize = 1 << 20;
+/// Bound on making a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Makes a generation per remote session: each spawn connects afresh, with
+/// the headers read again from the entry's env file.
+#[derive(Clone)]
+pub struct RemoteSpawner {
+    def: Arc<ServerDef>,
+    url: Url,
+    client: reqwest::Client,
+    max_message_bytes: usize,
+    ceiling: Duration,
+}
+
+impl std::fmt::Debug for RemoteSpawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteSpawner")
+            .field("server", &self.def.name)
+            .field("host", &self.url.host_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A remote server's definition that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// The definition has no `url`.
+    #[error("server {0:?} has no url")]
+    NoUrl(String),
+    /// The `url` is not a URL.
+    #[error("server {0:?}: the url is not a valid http:// or https:// URL")]
+    BadUrl(String),
+    /// The HTTP client could not be made.
+    #[error("cannot make an HTTP client: {0}")]
+    Client(String),
+}
+
+impl RemoteSpawner {
+    /// A spawner for the remote server `def`; messages longer than
+    /// `max_message_bytes` are not passed on, and no request waits longer
+    /// than `ceiling` for its answer.
+    pub fn new(
+        def: &ServerDef,
+        max_message_bytes: usize,
+        ceiling: Duration,
+    ) -> Result<Self, RemoteError> {
+        let url = def
+            .url
+            .as_deref()
+            .ok_or_else(|| RemoteError::NoUrl(def.name.clone()))?;
+        let url = Url::parse(url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+            .ok_or_else(|| RemoteError::BadUrl(def.name.clone()))?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("mcpvisor/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RemoteError::Client(e.to_string()))?;
+        Ok(Self {
+            def: Arc::new(def.clone()),
+            url,
+            client,
+            max_message_bytes,
+            ceiling,
+        })
+    }
+
+    /// The headers, filled in now; errors name the header, never a value.
+    fn headers(&self) -> Result<HeaderMap, SpawnFailure> {
+        let values = expand_headers(&self.def).map_err(|e| SpawnFailure(e.to_string()))?;
+        let mut headers = HeaderMap::new();
+        for (name, value) in values {
+            let key = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| SpawnFailure(format!("{name:?} is not a valid header name")))?;
+            let mut value = HeaderValue::from_str(value.expose()).map_err(|_| {
+                SpawnFailure(format!(
+                    "header {name:?} has a value that HTTP does not allow"
+                ))
+            })?;
+            value.set_sensitive(true);
+            headers.insert(key, value);
+        }
+        Ok(headers)
+    }
+}
+
+impl Spawner for RemoteSpawner {
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
+        let headers = self.headers()?;
+        let http = Http::new(self.client.clone(), self.url.clone(), headers);
+        let (session_in, ours_in) = tokio::io::duplex(PIPE_BYTES);
+        let (ours_out, session_out) = tokio::io::duplex(PIPE_BYTES);
+        let (out, out_rx) = mpsc::channel(1024);
+        tokio::spawn(write_lines(ours_out, out_rx, None));
+        let (fatal, fatal_rx) = mpsc::channel(4);
+        let tail = Arc::new(Mutex::new(StderrTail::new()));
+        let shared = Shared {
+            http,
+            generation,
+            max: self.max_message_bytes,
+            ceiling: self.ceiling,
+            out,
+            fatal,
+            tail: Arc::clone(&tail),
+            reporter,
+        };
+        let stop = CancellationToken::new();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let input = FramedRead::new(ours_in, LineCodec::new(self.max_message_bytes));
+        let token = stop.clone();
+        tokio::spawn(async move {
+            let exit = Generation::new(shared).run(input, token, fatal_rx).await;
+            let _ = exit_tx.send(exit);
+        });
+        Ok(WorkerIo {
+            stdin: Box::pin(session_in),
+            stdout: Box::pin(session_out),
+            pid: None,
+            stop: Box::new(move || stop.cancel()),
+            exited: Box::pin(async move {
+                exit_rx.await.unwrap_or(Exit {
+                    status: mcpvisor_config::ExitKind::Unknown,
+                    uptime: Duration::ZERO,
+                    requested: false,
+                })
+            }),
+            stderr_tail: tail,
+        })
+    }
+}
