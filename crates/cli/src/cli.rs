@@ -27,6 +27,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Call one tool of a server from the shell.
     Call(CallArgs),
+    /// Show the servers of a running gateway (one started with `serve --ui`).
+    Status(crate::ui::StatusArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.

@@ -18,6 +18,7 @@ mod serve;
 mod server;
 mod signals;
 mod stdio;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -51,6 +52,7 @@ fn main() -> ExitCode {
         cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),
         cli::Command::Call(args) => call::main(args),
+        cli::Command::Status(args) => ui::status(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,
