@@ -94,15 +94,17 @@ impl UiPlan {
 /// Says where the UI is, on stderr and in the runtime file.
 pub fn announce(local: SocketAddr, token: &Token) -> Option<RuntimeFile> {
     let url = format!("http://{local}/");
-    eprintln!("mcpvisor: UI at {url}?token={}", token.expose());
-    tracing::info!("web UI at {url}");
-    match RuntimeFile::write(&url, token) {
+    // The file first: once the line is out, `status` finds the gateway.
+    let file = match RuntimeFile::write(&url, token) {
         Ok(file) => Some(file),
         Err(e) => {
             tracing::warn!("no runtime file for `mcpvisor status`: {e}");
             None
         }
-    }
+    };
+    eprintln!("mcpvisor: UI at {url}?token={}", token.expose());
+    tracing::info!("web UI at {url}");
+    file
 }
 
 // === the runtime file ===

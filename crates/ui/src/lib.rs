@@ -9,14 +9,14 @@
 //! * `/` is the page (`assets/`, embedded in the binary at build time), its
 //!   HTML carrying a per-process CSRF token in a `<meta>`; `/assets/*` are
 //!   its script, style and icon.
-//! * `/api/*` is the JSON API ([`api`]): the servers and their pages, the
+//! * `/api/*` is the JSON API (`api.rs`): the servers and their pages, the
 //!   actions (restart, reload, stop, start through the hub; enable and
 //!   disable by editing the config file), secrets written to env files,
-//!   and the add-server wizard ([`inspect`]).
-//! * `/api/events` is one server-sent event stream per page ([`events`]):
+//!   and the add-server wizard (`inspect.rs`).
+//! * `/api/events` is one server-sent event stream per page (`events.rs`):
 //!   a snapshot, then every change; a reader that fell behind is sent a
 //!   fresh snapshot instead of what it missed.
-//! * `/metrics` is the Prometheus text of the same figures ([`metrics`]).
+//! * `/metrics` is the Prometheus text of the same figures (`metrics.rs`).
 //!
 //! Every answer but the static assets needs the token ([`auth`]): as a
 //! bearer header, or as the HttpOnly cookie that `/?token=` sets. A change
