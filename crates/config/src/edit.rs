@@ -24,6 +24,9 @@ use serde_json::{Map, Value};
 
 use crate::server::{self, Dialect, Format};
 
+mod ordered;
+use ordered::Ordered;
+
 /// An edit that was not made; the file is as it was.
 #[derive(Debug, thiserror::Error)]
 pub enum EditError {
@@ -296,7 +299,7 @@ fn closing_quote(text: &str, quote: char) -> Option<usize> {
 /// A config file open for editing, in its own syntax.
 enum Doc {
     Json {
-        root: Value,
+        root: Ordered,
         at: &'static [&'static str],
         indent: String,
     },
@@ -347,7 +350,7 @@ fn open_json(text: &str, path: &Path, dialect: Dialect) -> Result<Doc, EditError
     }
     let mut bytes = stripped;
     server::document::blank_trailing_commas(&mut bytes);
-    let root: Value = serde_json::from_slice(&bytes).map_err(|e| EditError::Layout {
+    let root: Ordered = serde_json::from_slice(&bytes).map_err(|e| EditError::Layout {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
@@ -387,13 +390,10 @@ impl Editing<'_> {
 
     fn has_field(&mut self, name: &str, key: &str) -> Result<bool, EditError> {
         match &mut self.doc {
-            Doc::Json { root, at, .. } => {
-                let table = json_table(root, at);
-                match table.and_then(|t| t.get(name)).and_then(Value::as_object) {
-                    Some(entry) => Ok(entry.contains_key(key)),
-                    None => Err(self.no_such(name)),
-                }
-            }
+            Doc::Json { root, at, .. } => match json_table(root, at).and_then(|t| t.get(name)) {
+                Some(entry @ Ordered::Object(_)) => Ok(entry.contains_key(key)),
+                _ => Err(self.no_such(name)),
+            },
             Doc::Toml(doc) => {
                 let entry = doc
                     .get("mcp_servers")
@@ -414,10 +414,15 @@ impl Editing<'_> {
             Doc::Json { root, at, .. } => {
                 let entry = json_table(root, at)
                     .and_then(|t| t.get_mut(name))
-                    .and_then(Value::as_object_mut)
                     .ok_or(no_such)?;
-                entry.insert(key.to_owned(), value.clone());
-                Ok(())
+                if entry.insert(key, Ordered::from(value)) {
+                    Ok(())
+                } else {
+                    Err(EditError::Layout {
+                        path: self.path.to_owned(),
+                        message: format!("server {name:?} is not an object"),
+                    })
+                }
             }
             Doc::Toml(doc) => {
                 let entry = doc
@@ -455,17 +460,17 @@ impl Editing<'_> {
         };
         match &mut self.doc {
             Doc::Json { root, at, .. } => {
-                let Some(table) = json_table(root, at) else {
-                    return Err(EditError::Layout {
+                let table = json_table(root, at)
+                    .filter(|t| matches!(t, Ordered::Object(_)))
+                    .ok_or_else(|| EditError::Layout {
                         path: self.path.to_owned(),
                         message: "the servers table is not an object".to_owned(),
-                    });
-                };
+                    })?;
                 if table.contains_key(name) {
                     return Err(exists);
                 }
                 let entry = json_shape(table, entry);
-                table.insert(name.to_owned(), Value::Object(entry));
+                table.insert(name, entry);
                 Ok(())
             }
             Doc::Toml(doc) => {
@@ -484,7 +489,7 @@ impl Editing<'_> {
                     return Err(exists);
                 }
                 let mut table = toml_edit::Table::new();
-                for (key, value) in entry {
+                for (key, value) in in_order(entry) {
                     let value = toml_value(value)
                         .ok_or_else(|| layout("a field cannot be written in TOML"))?;
                     table.insert(key, toml_edit::Item::Value(value));
@@ -518,34 +523,47 @@ fn self_layout(path: &Path) -> impl Fn(&str) -> EditError + '_ {
     }
 }
 
-fn json_table<'a>(root: &'a mut Value, at: &[&str]) -> Option<&'a mut Map<String, Value>> {
-    at.iter()
-        .try_fold(root, |node, key| node.get_mut(*key))?
-        .as_object_mut()
+fn json_table<'a>(root: &'a mut Ordered, at: &[&str]) -> Option<&'a mut Ordered> {
+    at.iter().try_fold(root, |node, key| node.get_mut(key))
+}
+
+/// The fields of a new entry in the order people write them: what runs
+/// first, mcpvisor's own fields after, anything else last.
+fn in_order(entry: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    const ORDER: [&str; 9] = [
+        "type", "command", "args", "env", "cwd", "env_file", "envFile", "env_keys", "tools",
+    ];
+    let rank = |key: &str| ORDER.iter().position(|k| *k == key).unwrap_or(ORDER.len());
+    let mut fields: Vec<(&String, &Value)> = entry.iter().collect();
+    fields.sort_by_key(|(key, _)| rank(key));
+    fields
 }
 
 /// `entry` in the shape of the table's stdio entries: VS Code's
 /// `"type": "stdio"` first when they carry it, and `envFile` when they
 /// spell it so.
-fn json_shape(table: &Map<String, Value>, entry: &Map<String, Value>) -> Map<String, Value> {
-    let stdio: Vec<&Map<String, Value>> = table
-        .values()
-        .filter_map(Value::as_object)
+fn json_shape(table: &Ordered, entry: &Map<String, Value>) -> Ordered {
+    let stdio: Vec<&Ordered> = table
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, e)| e)
         .filter(|e| e.contains_key("command"))
         .collect();
-    let typed = !stdio.is_empty() && stdio.iter().all(|e| e.get("type") == Some(&"stdio".into()));
+    let stdio_type = Ordered::String("stdio".to_owned());
+    let typed = !stdio.is_empty() && stdio.iter().all(|e| e.get("type") == Some(&stdio_type));
     let camel = stdio.iter().any(|e| e.contains_key("envFile"));
-    let mut out = Map::new();
+    let mut out = Ordered::Object(Vec::new());
     if typed && !entry.contains_key("type") {
-        out.insert("type".to_owned(), "stdio".into());
+        out.insert("type", stdio_type);
     }
-    for (key, value) in entry {
+    for (key, value) in in_order(entry) {
         let key = if camel && key == "env_file" {
             "envFile"
         } else {
             key
         };
-        out.insert(key.to_owned(), value.clone());
+        out.insert(key, Ordered::from(value));
     }
     out
 }

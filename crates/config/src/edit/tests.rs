@@ -68,6 +68,10 @@ fn json_mcp_servers_add_keeps_other_entries_and_unknown_fields() {
     assert!(theme < servers && servers < last, "{after}");
     assert!(after.contains("\n    \"theme\""), "{after}");
     assert!(after.ends_with("}\n"));
+    let new = after.find("\"new\"").expect("the new entry");
+    let command = after[new..].find("\"command\"").expect("command");
+    let args = after[new..].find("\"args\"").expect("args");
+    assert!(command < args, "command first: {after}");
     assert_eq!(mode(&path), 0o640, "the file keeps its mode");
 
     let err = add_server(&path, "alpha", &entry(json!({"command": "x"}))).expect_err("taken");
