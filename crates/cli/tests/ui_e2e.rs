@@ -567,8 +567,11 @@ async fn servers_page_metrics_and_the_event_stream() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let (status, body) = g.get("/api/servers/echo/stderr").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["warning"], "may contain secrets");
-    assert!(body["lines"].is_array());
+    assert_eq!(
+        body,
+        json!({"lines": [], "warning": "may contain secrets"}),
+        "it has not crashed"
+    );
 
     let metrics = g
         .http
@@ -642,15 +645,67 @@ async fn servers_page_metrics_and_the_event_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actions_and_enable_disable_edit_the_config() {
+    let bad = json!({"command": "sh", "args": ["-c", "echo oops-$((40+2)) >&2; exit 3"]});
     let g = start(
         "actions",
-        json!({"echo": fake(&[]), "keep": fake(&[])}),
+        json!({"echo": fake(&[]), "keep": fake(&[]), "bad": bad}),
         &[],
     );
-    g.wait_row("echo", "became ready", |r| r["state"] == "ready")
+    let first = g
+        .wait_row("echo", "became ready", |r| r["state"] == "ready")
+        .await;
+    let generation = first["generation"].as_u64().expect("a generation");
+
+    // Restart: a new generation; stop and start.
+    let (status, body) = g.post("/api/servers/echo/restart", json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let row = g
+        .wait_row("echo", "restarted", |r| {
+            r["state"] == "ready" && r["generation"].as_u64() > Some(generation)
+        })
+        .await;
+    assert!(row["restarts"].as_u64() >= Some(1), "{row}");
+    let (status, body) = g.post("/api/servers/echo/stop", json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    g.wait_row("echo", "stopped", |r| r["state"] == "stopped")
+        .await;
+    let (status, body) = g.post("/api/servers/echo/start", json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    g.wait_row("echo", "started again", |r| r["state"] == "ready")
         .await;
     let (status, body) = g.post("/api/servers/echo/reload", json!({})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (_, detail) = g.get("/api/servers/echo").await;
+    let kinds: Vec<&str> = detail["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"stopped") && kinds.contains(&"ready"),
+        "{detail}"
+    );
+
+    // A crash's stderr is shown only when asked for.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = g.get("/api/servers/bad/stderr").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if body["lines"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l == "oops-42"))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no stderr tail: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, detail) = g.get("/api/servers/bad").await;
+    assert!(detail["last_crash"].is_object(), "{detail}");
+    assert!(!detail.to_string().contains("oops-42"), "{detail}");
+    let (status, _) = g.get("/api/servers/nope/stderr").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = g.post("/api/servers/nope/reload", json!({})).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let (status, body) = g.post("/api/servers/echo/explode", json!({})).await;

@@ -339,24 +339,9 @@ fn env_key_states(def: &mcpvisor_config::ServerDef) -> Vec<EnvKey> {
 }
 
 async fn stderr(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> ApiResult {
-    let Some(detail) = shared.cfg.monitor.server(&name).await? else {
+    let Some(lines) = shared.cfg.monitor.stderr(&name).await? else {
         return Err(no_server(&name));
     };
-    // The crash report's tail, when the hub kept one with it.
-    let lines: Vec<String> = detail
-        .last_crash
-        .as_ref()
-        .and_then(|crash| crash.get("stderr").or_else(|| crash.get("stderr_tail")))
-        .map(|tail| match tail {
-            Value::Array(lines) => lines
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect(),
-            Value::String(text) => text.lines().map(str::to_owned).collect(),
-            _ => Vec::new(),
-        })
-        .unwrap_or_default();
     Ok(axum::Json(json!({"lines": lines, "warning": "may contain secrets"})).into_response())
 }
 
