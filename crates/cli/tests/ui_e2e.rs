@@ -439,6 +439,11 @@ async fn changes_need_the_csrf_token_and_the_own_origin() {
     // curl's way: the bearer alone.
     let (status, body) = g.post("/api/servers/echo/reload", json!({})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Bodies are bounded.
+    let (status, body) = g
+        .post("/api/inspect", json!({ "source": "x".repeat(100 * 1024) }))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,6 +636,15 @@ async fn servers_page_metrics_and_the_event_stream() {
         name == "sessions"
     })
     .await;
+    // A restart is a change of the server's row.
+    let before = seen.len();
+    let (status, body) = g.post("/api/servers/other/restart", json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    events_until(&mut stream, &mut seen, "other's row", |name, data| {
+        name == "server" && data["name"] == "other"
+    })
+    .await;
+    assert!(seen.len() > before);
     // An inspection reports its progress on the stream too.
     let source = fake_worker().display().to_string();
     let (status, job) = g.post("/api/inspect", json!({ "source": source })).await;
