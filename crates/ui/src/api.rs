@@ -23,8 +23,10 @@ use crate::{UiConfig, assets, events, inspect, metrics};
 /// What every handler shares.
 pub(crate) struct Shared {
     pub cfg: UiConfig,
-    /// The page's CSRF token, fresh for each process.
-    pub csrf: Token,
+    /// The page's CSRF token, fresh for each process; `None` when no
+    /// randomness was to be had, and then every change made with the
+    /// cookie is refused.
+    pub csrf: Option<Token>,
     /// Places for event streams.
     pub streams: Arc<Semaphore>,
     pub jobs: inspect::Jobs,
@@ -35,9 +37,10 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(cfg: UiConfig) -> Self {
-        // Without randomness no token is safe: the CSRF check then fails
-        // closed (an empty digest no header matches by chance).
-        let csrf = Token::random().unwrap_or_else(|_| Token::new(String::new()));
+        let csrf = Token::random().ok();
+        if csrf.is_none() {
+            tracing::warn!("no randomness for the page's CSRF token: the page can only read");
+        }
         let streams = Arc::new(Semaphore::new(cfg.limits.max_streams));
         let jobs = inspect::Jobs::new(cfg.limits.clone());
         Self {
@@ -158,7 +161,7 @@ async fn guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) 
         return unauthorized();
     }
     if auth::is_change(request.method()) {
-        if let Some(why) = auth::refuse_change(headers, proof, &shared.csrf) {
+        if let Some(why) = auth::refuse_change(headers, proof, shared.csrf.as_ref()) {
             return ApiError::new(StatusCode::FORBIDDEN, why).into_response();
         }
     }
@@ -250,7 +253,7 @@ async fn index(
     }
     (
         [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        assets::index(shared.csrf.expose()),
+        assets::index(shared.csrf.as_ref().map_or("", Token::expose)),
     )
         .into_response()
 }

@@ -115,7 +115,13 @@ pub fn is_change(method: &Method) -> bool {
 }
 
 /// Why a change is refused, or `None` when it may go on.
-pub fn refuse_change(headers: &HeaderMap, proof: Proof, csrf: &Token) -> Option<&'static str> {
+/// `csrf` is the page's token (`None`: there is none, and a change made
+/// with the cookie is always refused).
+pub fn refuse_change(
+    headers: &HeaderMap,
+    proof: Proof,
+    csrf: Option<&Token>,
+) -> Option<&'static str> {
     let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
     let own = own_origin(headers);
     if let Some(origin) = origin {
@@ -128,7 +134,11 @@ pub fn refuse_change(headers: &HeaderMap, proof: Proof, csrf: &Token) -> Option<
             return Some("a change made with the cookie must carry an Origin header");
         }
         let sent = headers.get(CSRF_HEADER).and_then(|h| h.to_str().ok());
-        if !sent.is_some_and(|sent| csrf.matches(sent)) {
+        let matches = match (sent, csrf) {
+            (Some(sent), Some(csrf)) => csrf.matches(sent),
+            _ => false,
+        };
+        if !matches {
             return Some("a change made with the cookie must carry the page's X-CSRF-Token");
         }
     }
@@ -212,13 +222,16 @@ mod tests {
         let own = [("host", "127.0.0.1:9"), ("origin", "http://127.0.0.1:9")];
         let mut ok = own.to_vec();
         ok.push(("x-csrf-token", "c"));
-        assert_eq!(refuse_change(&headers(&ok), Proof::Cookie, &csrf), None);
-        assert!(refuse_change(&headers(&own), Proof::Cookie, &csrf).is_some());
+        assert_eq!(
+            refuse_change(&headers(&ok), Proof::Cookie, Some(&csrf)),
+            None
+        );
+        assert!(refuse_change(&headers(&own), Proof::Cookie, Some(&csrf)).is_some());
         assert!(
             refuse_change(
                 &headers(&[("host", "127.0.0.1:9"), ("x-csrf-token", "c")]),
                 Proof::Cookie,
-                &csrf
+                Some(&csrf)
             )
             .is_some()
         );
@@ -227,13 +240,21 @@ mod tests {
             ("origin", "http://evil.example"),
             ("x-csrf-token", "c"),
         ];
-        assert!(refuse_change(&headers(&foreign), Proof::Cookie, &csrf).is_some());
+        assert!(refuse_change(&headers(&foreign), Proof::Cookie, Some(&csrf)).is_some());
         // A bearer needs no CSRF token, but a foreign Origin is still refused.
         assert_eq!(
-            refuse_change(&headers(&[("host", "h:1")]), Proof::Bearer, &csrf),
+            refuse_change(&headers(&[("host", "h:1")]), Proof::Bearer, Some(&csrf)),
             None
         );
-        assert!(refuse_change(&headers(&foreign), Proof::Bearer, &csrf).is_some());
+        assert!(refuse_change(&headers(&foreign), Proof::Bearer, Some(&csrf)).is_some());
+        // Without a CSRF token of its own the page cannot change anything.
+        assert!(refuse_change(&headers(&ok), Proof::Cookie, None).is_some());
+        let empty = [
+            ("host", "127.0.0.1:9"),
+            ("origin", "http://127.0.0.1:9"),
+            ("x-csrf-token", ""),
+        ];
+        assert!(refuse_change(&headers(&empty), Proof::Cookie, None).is_some());
     }
 
     #[test]
