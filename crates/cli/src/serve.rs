@@ -4,7 +4,9 @@
 //! server into a [`ServerPlan`] (the supervision flags as defaults, the
 //! entry's own fields over them), and runs the gateway's owning task with
 //! signals, config-file watching and each server's own file watching as
-//! controls.
+//! controls. With `--ui` it also serves the web UI (`crate::ui`), whose
+//! monitor the hub publishes to and whose config edits come back as the
+//! same reconfiguration SIGHUP asks for.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -120,9 +120,3 @@ impl std::fmt::Debug for UiConfig {
 pub fn router(cfg: UiConfig) -> Router {
     api::router(Arc::new(api::Shared::new(cfg)))
 }
-
-/// Serves the UI alone on `listener` until the task is dropped or the
-/// listener fails.
-pub async fn serve(listener: tokio::net::TcpListener, cfg: UiConfig) -> std::io::Result<()> {
-    axum::serve(listener, router(cfg)).await
-}
