@@ -1181,3 +1181,50 @@ fn a_busy_address_is_one_line_and_exit_2() {
     assert_eq!(p.wait_exit(WAIT).code(), Some(2));
     assert!(p.stderr_to_end(WAIT).contains("--auth-token-file"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_codex_toml_config_keeps_its_comments_through_the_ui() {
+    let dir = temp_dir("ui-toml");
+    let config = dir.join("config.toml");
+    let worker = fake_worker().display().to_string();
+    let text = format!(
+        "# my Codex settings\nmodel = \"o3\"  # keep me\n\n[mcp_servers.echo]\n# the fake one\ncommand = \"{worker}\"\nargs = []\n"
+    );
+    std::fs::write(&config, &text).expect("config");
+    let g = start_on(dir, config.clone(), &[]);
+    g.wait_row("echo", "became ready", |r| r["state"] == "ready")
+        .await;
+    let (status, body) = g.post("/api/servers/echo/disable", json!({})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let after = std::fs::read_to_string(&config).expect("config");
+    assert!(
+        after.starts_with("# my Codex settings\nmodel = \"o3\"  # keep me\n"),
+        "{after}"
+    );
+    assert!(after.contains("# the fake one\n"), "{after}");
+    assert!(after.contains("disabled = true"), "{after}");
+    g.wait_row("echo", "was disabled", |r| r["state"] == "disabled")
+        .await;
+
+    // A server added through the wizard lands in the same file, as TOML.
+    let (status, job) = g
+        .post(
+            "/api/inspect",
+            json!({ "source": format!("[mcp_servers.x]\ncommand = \"{worker}\"\n") }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    let id = job["job"].as_str().expect("id").to_owned();
+    let done = wait_job(&g, &id).await;
+    assert_eq!(done["state"], "done", "{done}");
+    assert_eq!(done["suggested_name"], "x");
+    let (status, body) = g
+        .post("/api/servers", json!({"job": id, "name": "second"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let after = std::fs::read_to_string(&config).expect("config");
+    assert!(after.contains("[mcp_servers.second]"), "{after}");
+    assert!(after.contains("# the fake one\n"), "{after}");
+    g.wait_row("second", "started", |r| r["state"] == "ready")
+        .await;
+}
