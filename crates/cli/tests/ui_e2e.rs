@@ -828,6 +828,17 @@ async fn secrets_are_written_and_never_read_back() {
         "{detail}"
     );
     assert_eq!(detail["env_file"], env_file.display().to_string());
+    let recorded: Vec<&str> = detail["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["kind"] == "secret_set")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(
+        recorded.iter().any(|m| m.starts_with("API_TOKEN set in ")),
+        "{detail}"
+    );
     let link = g
         .http
         .get(g.url(&format!("/?token={}", g.token)))

@@ -12,7 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use mcpvisor_config::{ServerSet, edit};
-use mcpvisor_gateway::monitor::{Action, ActionError, EnvKey};
+use mcpvisor_gateway::monitor::{Action, ActionError, EnvKey, EventKind};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
@@ -423,6 +423,16 @@ async fn set_secret(
         let field = edit::env_file_field(&source)?;
         edit::set_server_field(&source, &name, field, &json!(format!("{name}.env")))?;
         shared.reconfigure().await?;
+    }
+    // On the server's page: the key and the file, never the value.
+    let message = format!("{key} set in {}", env_file.display());
+    if let Err(e) = shared
+        .cfg
+        .monitor
+        .record(&name, EventKind::SecretSet, &message)
+        .await
+    {
+        tracing::debug!(server = %name, "the secret's event was not recorded: {e}");
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
