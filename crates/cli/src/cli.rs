@@ -29,6 +29,8 @@ pub enum Command {
     Call(CallArgs),
     /// A stdio server that is a remote one (a `serve --http` gateway): `mcpvisor connect URL`
     Connect(Box<crate::connect::ConnectArgs>),
+    /// Show the servers of a running gateway (one started with `serve --ui`).
+    Status(crate::ui::StatusArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.

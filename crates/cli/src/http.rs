@@ -34,8 +34,8 @@ pub struct HttpArgs {
     /// Also answer to this Host (name or name:port, or *); repeatable. Loopback names are allowed on a loopback bind.
     #[arg(long, value_name = "HOST", requires = "http")]
     pub allow_host: Vec<String>,
-    /// Require `Authorization: Bearer TOKEN`, with TOKEN read from this file. Needed for an address that is not loopback.
-    #[arg(long, value_name = "FILE", requires = "http")]
+    /// Require `Authorization: Bearer TOKEN`, with TOKEN read from this file (for --http and --ui). Needed for an address that is not loopback.
+    #[arg(long, value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
     /// Most HTTP sessions at once; past it, initialize gets 503.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), requires = "http")]
@@ -53,12 +53,17 @@ pub struct HttpArgs {
 
 impl HttpArgs {
     /// The front's settings, checked: a non-loopback address needs a token.
+    /// `ui` says whether a web UI uses `--auth-token-file` too.
     pub fn config(
         &self,
         max_message_bytes: usize,
         max_in_flight: usize,
+        ui: bool,
     ) -> Result<Option<(SocketAddr, HttpConfig)>, String> {
         let Some(addr) = self.http else {
+            if self.auth_token_file.is_some() && !ui {
+                return Err("--auth-token-file is for --http (or serve's --ui)".to_owned());
+            }
             return Ok(None);
         };
         let token = match &self.auth_token_file {
@@ -90,6 +95,11 @@ impl HttpArgs {
 /// The bearer token in `path`: its content without surrounding whitespace.
 /// The error never quotes the file's content.
 fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
+    read_token_text(path).map(|token| BearerToken::new(&token))
+}
+
+/// The token in `path`, trimmed; the error never quotes the content.
+pub fn read_token_text(path: &std::path::Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--auth-token-file {}: {e}", path.display()))?;
     let token = text.trim();
@@ -99,8 +109,13 @@ fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
             path.display()
         ));
     }
-    Ok(BearerToken::new(token))
+    Ok(token.to_owned())
 }
+
+/// The web UI on the HTTP front's listener: given the bound address, its
+/// routes and the runtime file that lives as long as they are served.
+pub type SharedUi =
+    Box<dyn FnOnce(SocketAddr) -> (axum::Router, Option<crate::ui::RuntimeFile>) + Send>;
 
 /// Serves `plans` over HTTP until SIGTERM/SIGINT, then drains and stops.
 /// `reload` says what SIGHUP does (fresh plans, a reload, or nothing).
@@ -111,6 +126,7 @@ pub async fn serve(
     plans: Vec<ServerPlan>,
     control: (mpsc::Sender<Control>, mpsc::Receiver<Control>),
     reload: impl Fn() -> Option<Control> + Send + 'static,
+    ui: Option<SharedUi>,
 ) -> Result<Outcome, String> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -130,9 +146,19 @@ pub async fn serve(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signals = tokio::spawn(watch_signals(stop_tx, control_tx.clone(), reload));
     let path = cfg.path.clone();
-    let front = tokio::spawn(mcpvisor_http::serve(listener, cfg, fronts_tx, async {
-        let _ = stop_rx.await;
-    }));
+    let (extra, runtime_file) = match ui {
+        Some(ui) => ui(local),
+        None => (axum::Router::new(), None),
+    };
+    let front = tokio::spawn(mcpvisor_http::serve_with(
+        listener,
+        cfg,
+        fronts_tx,
+        async {
+            let _ = stop_rx.await;
+        },
+        extra,
+    ));
     eprintln!("mcpvisor: listening on http://{local}{path}");
     tracing::info!("listening on http://{local}{path}");
     let served = front.await;
@@ -141,6 +167,7 @@ pub async fn serve(
     // The front has drained: now the servers stop.
     let _ = control_tx.send(Control::Shutdown).await;
     let outcome = hub.await.unwrap_or(Outcome::Shutdown);
+    drop(runtime_file);
     match served {
         Ok(Ok(())) => Ok(outcome),
         Ok(Err(e)) => Err(e.to_string()),

@@ -19,6 +19,7 @@ mod serve;
 mod server;
 mod signals;
 mod stdio;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -53,6 +54,7 @@ fn main() -> ExitCode {
         cli::Command::Inspect(args) => inspect::main(args),
         cli::Command::Call(args) => call::main(args),
         cli::Command::Connect(args) => connect::main(*args),
+        cli::Command::Status(args) => ui::status(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

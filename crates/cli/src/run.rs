@@ -28,10 +28,11 @@ pub fn main(args: RunArgs) -> ExitCode {
         .map(Into::into)
         .collect();
     let reload_plan = crate::reload::plan(&args, &command, def.cwd.as_deref());
-    let http = match args
-        .http
-        .config(args.sup.max_message_bytes, args.sup.max_in_flight as usize)
-    {
+    let http = match args.http.config(
+        args.sup.max_message_bytes,
+        args.sup.max_in_flight as usize,
+        false,
+    ) {
         Ok(http) => http,
         Err(e) => {
             eprintln!("mcpvisor: {e}");
@@ -151,6 +152,7 @@ fn http_main(
             vec![plan],
             (control_tx, control_rx),
             move || Some(mcpvisor_gateway::Control::Reload(reload_name.clone())),
+            None,
         )
         .await;
         relay.abort();

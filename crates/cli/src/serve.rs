@@ -4,7 +4,9 @@
 //! server into a [`ServerPlan`] (the supervision flags as defaults, the
 //! entry's own fields over them), and runs the gateway's owning task with
 //! signals, config-file watching and each server's own file watching as
-//! controls.
+//! controls. With `--ui` it also serves the web UI (`crate::ui`), whose
+//! monitor the hub publishes to and whose config edits come back as the
+//! same reconfiguration SIGHUP asks for.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,12 +15,14 @@ use std::time::Duration;
 use clap::Args;
 use mcpvisor_config::{RestartMode, ServerSet, SessionMode, StartMode, Timer};
 use mcpvisor_gateway::cache::{Cache, Key};
+use mcpvisor_gateway::monitor::Monitor;
 use mcpvisor_gateway::naming::Separator;
 use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_session::RestartPolicy;
 use tokio::sync::mpsc;
 
 use crate::cli::{Logging, Supervision, parse_duration};
+use crate::ui::UiPlan;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -52,6 +56,9 @@ pub struct ServeArgs {
     /// Do not watch the config files or the servers' files (SIGHUP still reloads the config).
     #[arg(long)]
     pub no_watch: bool,
+    /// Serve the web UI and its JSON API at this address (default 127.0.0.1:8809; port 0 picks a free one). The same address as --http shares its listener.
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::ui::DEFAULT_ADDR)]
+    pub ui: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
     #[command(flatten)]
@@ -76,19 +83,68 @@ pub fn main(args: ServeArgs) -> ExitCode {
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
-    let http = match args
-        .http
-        .config(args.sup.max_message_bytes, args.sup.max_in_flight as usize)
-    {
+    let http = match args.http.config(
+        args.sup.max_message_bytes,
+        args.sup.max_in_flight as usize,
+        args.ui.is_some(),
+    ) {
         Ok(http) => http,
         Err(e) => {
             eprintln!("mcpvisor: {e}");
             return ExitCode::from(2);
         }
     };
+    let ui = match args.ui {
+        Some(addr) => {
+            match UiPlan::new(addr, args.http.auth_token_file.as_deref(), &args.configs) {
+                Ok(plan) => Some(plan),
+                Err(e) => {
+                    eprintln!("mcpvisor: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        None => None,
+    };
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(16);
+        let mut settings = settings;
         let mut tasks = Vec::new();
+        // The UI: on the HTTP front's listener when it has the same
+        // address, else on its own, bound before anything starts.
+        let mut shared_ui: Option<crate::http::SharedUi> = None;
+        let mut _runtime_file = None;
+        if let Some(plan) = ui {
+            let (monitor, tap) = Monitor::new(control_tx.clone());
+            settings.monitor = Some(tap);
+            let source = ReloadSource::from(&args);
+            let control = control_tx.clone();
+            let ui_addr = plan.addr;
+            let start = move |local: std::net::SocketAddr| {
+                let cfg = plan.config(monitor, control, move || source.try_plans(), local);
+                let file = crate::ui::announce(local, &plan.token);
+                (mcpvisor_ui::router(cfg), file)
+            };
+            match &http {
+                Some((addr, _)) if *addr == ui_addr => shared_ui = Some(Box::new(start)),
+                _ => {
+                    let listener = match tokio::net::TcpListener::bind(ui_addr).await {
+                        Ok(listener) => listener,
+                        Err(e) => return Err(format!("--ui: cannot listen on {ui_addr}: {e}")),
+                    };
+                    let local = listener
+                        .local_addr()
+                        .map_err(|e| format!("--ui: cannot listen on {ui_addr}: {e}"))?;
+                    let (router, file) = start(local);
+                    _runtime_file = file;
+                    tasks.push(tokio::spawn(async move {
+                        if let Err(e) = axum::serve(listener, router).await {
+                            tracing::error!("the web UI stopped: {e}");
+                        }
+                    }));
+                }
+            }
+        }
         if !args.no_watch {
             tasks.extend(watch_configs(&args, control_tx.clone()));
         }
@@ -102,6 +158,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     plans,
                     (control_tx, control_rx),
                     move || source.plans().map(Control::Reconfigure),
+                    shared_ui,
                 )
                 .await
             }
@@ -161,13 +218,20 @@ impl From<&ServeArgs> for ReloadSource {
 impl ReloadSource {
     /// Reads the config files again; an error keeps the running servers.
     fn plans(&self) -> Option<Vec<ServerPlan>> {
-        match ServerSet::load(&self.configs, self.only.as_deref()) {
-            Ok(set) => Some(self.defaults.plans(&set)),
+        match self.try_plans() {
+            Ok(plans) => Some(plans),
             Err(e) => {
                 tracing::error!("config not reloaded, the servers keep running: {e}");
                 None
             }
         }
+    }
+
+    /// Reads the config files again, or says why they cannot be served.
+    fn try_plans(&self) -> Result<Vec<ServerPlan>, String> {
+        let set =
+            ServerSet::load(&self.configs, self.only.as_deref()).map_err(|e| e.to_string())?;
+        Ok(self.defaults.plans(&set))
     }
 }
 

@@ -26,6 +26,8 @@
 //!   `error.data` of mcpvisor's own errors, written by the session and read
 //!   back by the runner) and turns it into a [`CrashReport`] that says what
 //!   the server was doing, how it ended and what it said last.
+//! * [`edit`] changes a config file's entry or an env file's variable in
+//!   place, keeping everything else (TOML comments included), atomically.
 //! * [`duration`] is the one grammar of durations, `"1500ms"`, `"1.5h"`,
 //!   `"1m 30s"`, for config files and command-line flags alike.
 //! * [`program`] finds the file a server's command runs (a path, or a name
@@ -38,6 +40,7 @@
 
 pub mod auth;
 pub mod duration;
+pub mod edit;
 pub mod program;
 pub mod report;
 pub mod secrets;

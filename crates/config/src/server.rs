@@ -34,7 +34,7 @@
 //! Every [`ConfigError`] is one line that names the file, the entry when
 //! there is one, and for syntax errors the line and column.
 
-mod document;
+pub(crate) mod document;
 mod entry;
 mod supervision;
 #[cfg(test)]

@@ -71,6 +71,22 @@ pub async fn serve<S>(
 where
     S: Future<Output = ()> + Send + 'static,
 {
+    serve_with(listener, cfg, hub, shutdown, axum::Router::new()).await
+}
+
+/// [`serve`], with `extra`'s routes (which must not overlap the endpoint,
+/// `/healthz` or `/readyz`) answered on the same listener, such as the web
+/// UI's.
+pub async fn serve_with<S>(
+    listener: TcpListener,
+    cfg: HttpConfig,
+    hub: mpsc::Sender<FrontCommand>,
+    shutdown: S,
+    extra: axum::Router,
+) -> Result<(), ServeError>
+where
+    S: Future<Output = ()> + Send + 'static,
+{
     let local = listener.local_addr()?;
     let cfg = cfg.validate(local)?;
     let drain = cfg.cfg.drain;
@@ -95,7 +111,7 @@ where
             shared.stop.cancel();
         }
     };
-    let server = axum::serve(listener, server::router(shared.clone()))
+    let server = axum::serve(listener, server::router(shared.clone()).merge(extra))
         .with_graceful_shutdown(drained)
         .into_future();
     let stop = shared.stop.clone();

@@ -19,7 +19,7 @@ use super::{ConfigError, Format};
 
 /// Chooses the syntax: by extension when it says, otherwise by content (a
 /// JSON config starts with `{`; a TOML one never does).
-pub(super) fn detect(path: &Path, text: &str) -> Format {
+pub(crate) fn detect(path: &Path, text: &str) -> Format {
     match path.extension().and_then(|ext| ext.to_str()) {
         Some(ext) if ext.eq_ignore_ascii_case("toml") => Format::Toml,
         Some(ext) if ext.eq_ignore_ascii_case("json") || ext.eq_ignore_ascii_case("jsonc") => {
@@ -230,7 +230,7 @@ impl<'de> Visitor<'de> for KeyOrderVisitor {
 
 /// Replaces `//` and `/* */` comments outside strings with spaces, keeping
 /// newlines so that positions do not move.
-fn strip_comments(input: &[u8]) -> Vec<u8> {
+pub(crate) fn strip_comments(input: &[u8]) -> Vec<u8> {
     #[derive(Clone, Copy, PartialEq)]
     enum State {
         Code,
@@ -292,7 +292,7 @@ fn strip_comments(input: &[u8]) -> Vec<u8> {
 }
 
 /// Blanks a `,` that is followed (after whitespace) by `}` or `]`.
-fn blank_trailing_commas(bytes: &mut [u8]) {
+pub(crate) fn blank_trailing_commas(bytes: &mut [u8]) {
     let mut in_string = false;
     let mut escaped = false;
     for i in 0..bytes.len() {

@@ -1,0 +1,263 @@
+//! `/metrics`: the gateway's figures in Prometheus' text format.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use mcpvisor_gateway::monitor::{LATENCY_BUCKETS, ServerState, ServerStatus, Snapshot};
+
+use crate::api::{ApiError, Shared};
+
+/// Every state a server may be in, as `/metrics` names them.
+const STATES: [(ServerState, &str); 9] = [
+    (ServerState::Starting, "starting"),
+    (ServerState::Ready, "ready"),
+    (ServerState::Reloading, "reloading"),
+    (ServerState::Restarting, "restarting"),
+    (ServerState::Failed, "failed"),
+    (ServerState::WaitingAuth, "waiting_auth"),
+    (ServerState::Idle, "idle"),
+    (ServerState::Stopped, "stopped"),
+    (ServerState::Disabled, "disabled"),
+];
+
+pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let snapshot = shared.cfg.monitor.snapshot().await?;
+    let mut errors = Vec::with_capacity(snapshot.servers.len());
+    for server in &snapshot.servers {
+        let by_code = shared
+            .cfg
+            .monitor
+            .server(&server.name)
+            .await?
+            .map(|d| d.errors_by_code.into_iter().collect::<Vec<_>>())
+            .unwrap_or_default();
+        errors.push(by_code);
+    }
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        render(&snapshot, &errors),
+    )
+        .into_response())
+}
+
+/// The text of `/metrics`; `errors[i]` are the errors by code of
+/// `snapshot.servers[i]`.
+fn render(snapshot: &Snapshot, errors: &[Vec<(i64, u64)>]) -> String {
+    let mut out = String::new();
+    let servers = &snapshot.servers;
+    family(
+        &mut out,
+        "mcpvisor_server_calls_total",
+        "counter",
+        "Front requests routed to the server.",
+    );
+    for s in servers {
+        let _ = writeln!(
+            out,
+            "mcpvisor_server_calls_total{{server=\"{}\"}} {}",
+            label(&s.name),
+            s.calls
+        );
+    }
+    family(
+        &mut out,
+        "mcpvisor_server_errors_total",
+        "counter",
+        "Requests answered with an error, by JSON-RPC code.",
+    );
+    for (s, by_code) in servers.iter().zip(errors) {
+        for (code, n) in by_code {
+            let _ = writeln!(
+                out,
+                "mcpvisor_server_errors_total{{server=\"{}\",code=\"{code}\"}} {n}",
+                label(&s.name)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "mcpvisor_server_latency_seconds",
+        "histogram",
+        "Time from a request to its answer.",
+    );
+    for s in servers {
+        latency(&mut out, s);
+    }
+    family(
+        &mut out,
+        "mcpvisor_server_restarts_total",
+        "counter",
+        "Times the server was started again.",
+    );
+    for s in servers {
+        let _ = writeln!(
+            out,
+            "mcpvisor_server_restarts_total{{server=\"{}\"}} {}",
+            label(&s.name),
+            s.restarts
+        );
+    }
+    family(
+        &mut out,
+        "mcpvisor_server_state",
+        "gauge",
+        "1 for the server's current state, 0 for the others.",
+    );
+    for s in servers {
+        for (state, name) in STATES {
+            let _ = writeln!(
+                out,
+                "mcpvisor_server_state{{server=\"{}\",state=\"{name}\"}} {}",
+                label(&s.name),
+                u8::from(s.state == state)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "mcpvisor_server_in_flight",
+        "gauge",
+        "Requests the server is working on.",
+    );
+    for s in servers {
+        let _ = writeln!(
+            out,
+            "mcpvisor_server_in_flight{{server=\"{}\"}} {}",
+            label(&s.name),
+            s.in_flight
+        );
+    }
+    family(
+        &mut out,
+        "mcpvisor_front_sessions",
+        "gauge",
+        "Client sessions open on the gateway's fronts.",
+    );
+    let _ = writeln!(out, "mcpvisor_front_sessions {}", snapshot.sessions);
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// One server's histogram: cumulative buckets, `+Inf`, sum and count.
+fn latency(out: &mut String, s: &ServerStatus) {
+    let name = label(&s.name);
+    let mut cumulative = 0;
+    for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += s.latency.buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "mcpvisor_server_latency_seconds_bucket{{server=\"{name}\",le=\"{le}\"}} {cumulative}"
+        );
+    }
+    // The `+Inf` bucket is every observation, whatever the buckets held.
+    let total = s.latency.count.max(
+        cumulative
+            + s.latency
+                .buckets
+                .get(LATENCY_BUCKETS.len())
+                .copied()
+                .unwrap_or(0),
+    );
+    let _ = writeln!(
+        out,
+        "mcpvisor_server_latency_seconds_bucket{{server=\"{name}\",le=\"+Inf\"}} {total}"
+    );
+    let _ = writeln!(
+        out,
+        "mcpvisor_server_latency_seconds_sum{{server=\"{name}\"}} {}",
+        s.latency.sum_seconds
+    );
+    let _ = writeln!(
+        out,
+        "mcpvisor_server_latency_seconds_count{{server=\"{name}\"}} {total}"
+    );
+}
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use mcpvisor_gateway::monitor::Latency;
+
+    use super::*;
+
+    fn status(name: &str, state: ServerState) -> ServerStatus {
+        ServerStatus {
+            name: name.to_owned(),
+            state,
+            detail: None,
+            next_try_at_ms: None,
+            auth_url: None,
+            lazy: false,
+            transport: "stdio",
+            command: "x".to_owned(),
+            generation: Some(1),
+            pid: Some(2),
+            started_at_ms: Some(3),
+            restarts: 4,
+            calls: 10,
+            errors: 2,
+            in_flight: 1,
+            latency: Latency {
+                p50_ms: Some(1.0),
+                p99_ms: Some(9.0),
+                buckets: {
+                    let mut b = vec![0; LATENCY_BUCKETS.len() + 1];
+                    b[0] = 3;
+                    b[2] = 5;
+                    b[LATENCY_BUCKETS.len()] = 2;
+                    b
+                },
+                sum_seconds: 0.5,
+                count: 10,
+            },
+        }
+    }
+
+    #[test]
+    fn the_series_and_their_values() {
+        let snapshot = Snapshot {
+            servers: vec![status("a\"b", ServerState::Ready)],
+            sessions: 2,
+        };
+        let text = render(&snapshot, &[vec![(-32010, 2)]]);
+        for line in [
+            "mcpvisor_server_calls_total{server=\"a\\\"b\"} 10",
+            "mcpvisor_server_errors_total{server=\"a\\\"b\",code=\"-32010\"} 2",
+            "mcpvisor_server_latency_seconds_bucket{server=\"a\\\"b\",le=\"0.001\"} 3",
+            "mcpvisor_server_latency_seconds_bucket{server=\"a\\\"b\",le=\"0.0025\"} 3",
+            "mcpvisor_server_latency_seconds_bucket{server=\"a\\\"b\",le=\"0.005\"} 8",
+            "mcpvisor_server_latency_seconds_bucket{server=\"a\\\"b\",le=\"30\"} 8",
+            "mcpvisor_server_latency_seconds_bucket{server=\"a\\\"b\",le=\"+Inf\"} 10",
+            "mcpvisor_server_latency_seconds_sum{server=\"a\\\"b\"} 0.5",
+            "mcpvisor_server_latency_seconds_count{server=\"a\\\"b\"} 10",
+            "mcpvisor_server_restarts_total{server=\"a\\\"b\"} 4",
+            "mcpvisor_server_state{server=\"a\\\"b\",state=\"ready\"} 1",
+            "mcpvisor_server_state{server=\"a\\\"b\",state=\"failed\"} 0",
+            "mcpvisor_server_in_flight{server=\"a\\\"b\"} 1",
+            "mcpvisor_front_sessions 2",
+            "# TYPE mcpvisor_server_latency_seconds histogram",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+    }
+}
