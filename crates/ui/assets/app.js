@@ -327,7 +327,13 @@
     }
   }
 
+  // The heading of a view takes the focus when the route changes, so a
+  // screen reader announces it; not on the first load, where the focus
+  // starts at the top (the skip link).
+  let routed = false;
+
   function focusHeading(main) {
+    if (!routed) return;
     const h1 = main.querySelector('h1');
     if (h1) {
       h1.tabIndex = -1;
@@ -981,7 +987,7 @@
       h('div', { class: 'page-head' }, h('h1', { text: 'Add a server' })),
       form, progressCard, result);
     focusHeading(main);
-    source.focus();
+    if (routed) source.focus();
 
     async function startInspect() {
       const text = source.value.trim();
@@ -1181,7 +1187,7 @@
 
   // ---- start ---------------------------------------------------------------
 
-  window.addEventListener('hashchange', route);
+  window.addEventListener('hashchange', () => { routed = true; route(); });
   setInterval(() => { if (view && view.tick) view.tick(); }, 1000);
   route();
   connect();

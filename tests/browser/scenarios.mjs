@@ -1,0 +1,598 @@
+// The browser tier: `mcpvisor serve --ui` driven by headless Chromium.
+//
+//   node scenarios.mjs [--only NAME,...] [--readme-shot FILE]
+//
+// Each scenario starts from the page of one gateway (started here, with a
+// config of fake workers and small Python servers in a temp dir) and is
+// bounded by its own timeout. The gateway's stdio front is this script's MCP
+// client: tools added through the wizard are called through it, and a
+// server's secret is checked by asking the server for the value's digest.
+// Screenshots go to $BROWSER_SHOTS (target/browser-screenshots/). The last
+// line is `browser: N passed, M failed`.
+//
+// Environment (run.sh sets it): MCPVISOR_BIN, FAKE_WORKER_BIN, BROWSER_PYTHON,
+// BROWSER_NPM_PREFIX, BROWSER_CHROMIUM, BROWSER_SHOTS.
+
+import { spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`browser: ${k} is not set (run tests/browser/run.sh)`);
+  return v;
+};
+const BIN = env('MCPVISOR_BIN');
+const FAKE = env('FAKE_WORKER_BIN');
+const PYTHON = env('BROWSER_PYTHON');
+const CHROMIUM = process.env.BROWSER_CHROMIUM || '/usr/bin/chromium';
+const SHOTS = env('BROWSER_SHOTS');
+const MINI = path.join(HERE, 'fixtures', 'mini_server.py');
+const { chromium } = createRequire(path.join(env('BROWSER_NPM_PREFIX'), 'node_modules') + '/')('playwright-core');
+
+const AUTH_URL = 'https://auth.example.com/authorize?client_id=mcpvisor-browser-tier&state=s1';
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+// ---- small helpers ---------------------------------------------------------
+
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+function withTimeout(promise, ms, what) {
+  let timer;
+  return Promise.race([
+    promise.finally(() => clearTimeout(timer)),
+    new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms); }),
+  ]);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sha256 = (s) => createHash('sha256').update(s).digest('hex');
+
+async function until(what, fn, ms = 15000, every = 100) {
+  const deadline = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? ` (last error: ${last.message})` : ''}`);
+    await sleep(every);
+  }
+}
+
+// ---- the gateway -------------------------------------------------------------
+
+class Gateway {
+  constructor(dir, servers) {
+    this.dir = dir;
+    this.config = path.join(dir, 'servers.json');
+    fs.writeFileSync(this.config, JSON.stringify({ mcpServers: servers }, null, 2));
+    this.stderr = '';
+    this.pending = new Map();
+    this.nextId = 1;
+    this.notifications = [];
+  }
+
+  async start() {
+    this.proc = spawn(BIN, ['serve', '--config', this.config, '--ui', '127.0.0.1:0', '--no-watch'], {
+      cwd: this.dir,
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, XDG_RUNTIME_DIR: this.dir, RUST_LOG: process.env.RUST_LOG || '' },
+    });
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    this.proc.stderr.setEncoding('utf8');
+    this.proc.stderr.on('data', (d) => { this.stderr += d; });
+    let buf = '';
+    this.proc.stdout.setEncoding('utf8');
+    this.proc.stdout.on('data', (d) => {
+      buf += d;
+      let nl;
+      while ((nl = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim()) this.onLine(line);
+      }
+    });
+    const m = await until('the gateway to print its UI address', async () => {
+      if (this.proc.exitCode !== null) throw new Error(`mcpvisor serve exited: ${this.stderr}`);
+      return /mcpvisor: UI at (http:\/\/[^\s/]+)\/\?token=(\S+)/.exec(this.stderr);
+    }, 20000, 50);
+    this.origin = m[1];
+    this.token = m[2];
+    this.loginUrl = `${this.origin}/?token=${this.token}`;
+    const init = await this.request('initialize', {
+      protocolVersion: '2025-06-18',
+      capabilities: {},
+      clientInfo: { name: 'browser-tier', version: '1' },
+    }, 30000);
+    assert(init.result, `initialize failed: ${JSON.stringify(init)}`);
+    this.notify('notifications/initialized', {});
+  }
+
+  onLine(line) {
+    let msg;
+    try { msg = JSON.parse(line); } catch (_) { return; }
+    if (msg.id !== undefined && !msg.method && this.pending.has(msg.id)) {
+      this.pending.get(msg.id)(msg);
+      this.pending.delete(msg.id);
+    } else if (msg.method && msg.id !== undefined) {
+      // A server's request to the client: this client offers nothing.
+      this.send({ jsonrpc: '2.0', id: msg.id, error: { code: -32601, message: 'not offered' } });
+    } else if (msg.method) {
+      this.notifications.push(msg);
+    }
+  }
+
+  send(msg) {
+    this.proc.stdin.write(JSON.stringify(msg) + '\n');
+  }
+
+  notify(method, params) {
+    this.send({ jsonrpc: '2.0', method, params });
+  }
+
+  request(method, params, ms = 20000) {
+    const id = this.nextId++;
+    const answer = new Promise((resolve) => this.pending.set(id, resolve));
+    this.send({ jsonrpc: '2.0', id, method, params });
+    return withTimeout(answer, ms, `${method} through the stdio front`);
+  }
+
+  async callTool(name, args, ms) {
+    const r = await this.request('tools/call', { name, arguments: args || {} }, ms);
+    assert(r.result, `tools/call ${name} failed: ${JSON.stringify(r.error)}`);
+    return r.result.content.map((c) => c.text).join('');
+  }
+
+  // A request to the UI's HTTP API as curl would send it.
+  async http(method, p, { bearer = true, headers = {}, body } = {}) {
+    const h = { ...headers };
+    if (bearer) h.Authorization = `Bearer ${this.token}`;
+    if (body !== undefined) h['Content-Type'] = 'application/json';
+    const res = await withTimeout(fetch(this.origin + p, {
+      method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), redirect: 'manual',
+    }), 10000, `${method} ${p}`);
+    const text = await res.text();
+    return { status: res.status, headers: res.headers, text };
+  }
+
+  // The first `ms` of the event stream, as text.
+  async eventStream(ms) {
+    const ctl = new AbortController();
+    const res = await fetch(this.origin + '/api/events', { headers: { Authorization: `Bearer ${this.token}` }, signal: ctl.signal });
+    assert(res.status === 200, `/api/events answered ${res.status}`);
+    let text = '';
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    const stop = setTimeout(() => ctl.abort(), ms);
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += dec.decode(value, { stream: true });
+      }
+    } catch (_) {
+      // aborted: the window is over
+    } finally {
+      clearTimeout(stop);
+    }
+    return text;
+  }
+
+  async stop() {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    this.proc.stdin.end();
+    this.proc.kill('SIGTERM');
+    const done = await Promise.race([this.exited, sleep(5000).then(() => null)]);
+    if (!done) {
+      this.proc.kill('SIGKILL');
+      await this.exited;
+    }
+  }
+}
+
+// ---- the page ----------------------------------------------------------------
+
+// Problems the page itself reports: script errors, CSP violations, failed
+// requests for its own files.
+function watchPage(page) {
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`console error: ${m.text()}`);
+  });
+  return problems;
+}
+
+async function openUi(browser, gw, opts = {}) {
+  const context = await browser.newContext({ viewport: opts.viewport || { width: 1280, height: 800 }, colorScheme: opts.colorScheme || 'light' });
+  const page = await context.newPage();
+  page.setDefaultTimeout(15000);
+  const problems = watchPage(page);
+  // Samples every row's state, so a short state between two samples of this
+  // script is still seen.
+  await page.addInitScript(() => {
+    window.__seen = {};
+    setInterval(() => {
+      for (const tr of document.querySelectorAll('tr[data-server]')) {
+        const list = (window.__seen[tr.dataset.server] ||= []);
+        if (list[list.length - 1] !== tr.dataset.state) list.push(tr.dataset.state);
+      }
+    }, 20);
+  });
+  const res = await page.goto(gw.loginUrl);
+  assert(res, 'no answer to the login link');
+  assert(!page.url().includes('token='), `the token stays in the address bar: ${page.url()}`);
+  await page.waitForSelector('#conn[data-conn="live"]');
+  return { context, page, problems };
+}
+
+async function rowState(page, name) {
+  return page.$eval(`tr[data-server="${name}"]`, (tr) => tr.dataset.state).catch(() => null);
+}
+
+async function waitRow(page, name, states, ms = 20000) {
+  const want = [].concat(states);
+  await until(`server ${name} to be ${want.join(' or ')} on the page`, async () => want.includes(await rowState(page, name)), ms, 50);
+}
+
+async function shot(page, name) {
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+// ---- the config ------------------------------------------------------------
+
+const INITIAL_SECRET = `first-${randomBytes(6).toString('hex')}`;
+
+function servers(dir) {
+  fs.writeFileSync(path.join(dir, 'vault.env'), `# the vault's token\nOTHER=kept\nVAULT_TOKEN=${INITIAL_SECRET}\n`, { mode: 0o600 });
+  return {
+    echo: { command: FAKE, args: ['--initialize-delay', '2500'] },
+    crashy: { command: FAKE, args: ['--exit-on-initialize', '3'], crash_loop_exits: 3 },
+    remote: { command: PYTHON, args: [MINI, '--auth-url', AUTH_URL, '--wait-file', path.join(dir, 'authorized')] },
+    vault: { command: PYTHON, args: [MINI, '--env-digest', 'VAULT_TOKEN'], env_file: 'vault.env', env_keys: ['VAULT_TOKEN'] },
+  };
+}
+
+// ---- scenarios -------------------------------------------------------------
+
+const scenarios = [];
+const scenario = (name, ms, fn) => scenarios.push({ name, ms, fn });
+
+scenario('a server goes from starting to ready, live', 60000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw);
+  await waitRow(page, 'echo', 'ready', 30000);
+  const row = page.locator('tr[data-server="echo"]');
+  assert((await row.locator('.col-state').innerText()).includes('Ready'), 'the state is written as text');
+  assert(await row.locator('.col-state svg.icon').count() === 1, 'the state has an icon');
+  const up1 = await row.locator('.col-uptime').innerText();
+  await sleep(2200);
+  const up2 = await row.locator('.col-uptime').innerText();
+  assert(up1 !== up2 && up2 !== '—', `the uptime ticks (${up1} then ${up2})`);
+  const gen = Number(await row.locator('.col-generation').innerText());
+
+  // A restart from its page: starting (initialize is held 2.5 s), then ready.
+  await page.evaluate(() => { window.__seen = {}; });
+  await row.locator('th a').click();
+  await page.waitForSelector('.server-head[data-state]');
+  await page.getByRole('button', { name: 'Restart' }).click();
+  await until('the restart to show as starting', async () => (await page.$eval('.server-head', (el) => el.dataset.state)) === 'starting', 10000, 20);
+  await shot(page, 'echo-starting');
+  await until('the restarted server to be ready', async () => (await page.$eval('.server-head', (el) => el.dataset.state)) === 'ready', 20000, 50);
+  await page.goto(gw.origin + '/#/');
+  await waitRow(page, 'echo', 'ready');
+  const gen2 = Number(await row.locator('.col-generation').innerText());
+  assert(gen2 > gen, `the generation went up (${gen} then ${gen2})`);
+  await shot(page, 'servers');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('a crash shows with its reason', 60000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw);
+  await waitRow(page, 'crashy', 'failed', 45000);
+  const seen = await page.evaluate(() => window.__seen.crashy || []);
+  const detail = await page.locator('tr[data-server="crashy"] .col-detail').innerText();
+  assert(detail.trim().length > 0, 'a failed server says why in its row');
+  assert((await page.locator('tr[data-server="crashy"] .col-state').innerText()).includes('Failed'), 'Failed as text');
+  await page.locator('tr[data-server="crashy"] th a').click();
+  await page.waitForSelector('[data-crash]');
+  const crash = await page.$$eval('[data-crash] dt', (dts) => Object.fromEntries(dts.map((dt) => [dt.textContent, dt.nextElementSibling.textContent])));
+  assert(crash.Reason && crash.Reason.length > 0, `the crash report has a reason: ${JSON.stringify(crash)}`);
+  assert(crash.Exit === 'code 3', `the crash report has the exit status: ${JSON.stringify(crash)}`);
+  const events = await page.$$eval('.events .event', (lis) => lis.map((li) => li.dataset.kind));
+  assert(events.includes('exited') || events.includes('failed'), `its events show the exits: ${events.join(',')}`);
+  // The stderr tail only on request, with its warning.
+  assert(await page.locator('.stderr').isHidden(), 'stderr is hidden until asked for');
+  await page.getByRole('button', { name: 'Show stderr (may contain secrets)' }).click();
+  await page.waitForSelector('.stderr .warning');
+  await shot(page, 'crashy');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+  return `states seen: ${seen.join(' → ')}`;
+});
+
+scenario('an authorization prompt shows an Authorize button until the handshake', 60000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw);
+  await waitRow(page, 'remote', 'waiting_auth', 20000);
+  const link = page.locator('tr[data-server="remote"] a[data-authorize]');
+  assert(await link.getAttribute('href') === AUTH_URL, 'the button opens the printed link');
+  assert(await link.getAttribute('target') === '_blank', 'in a new tab');
+  assert((await link.getAttribute('rel')).includes('noopener'), 'without an opener');
+  await page.locator('tr[data-server="remote"] th a').click();
+  const big = page.locator('.auth-slot a[data-authorize]');
+  await big.waitFor();
+  assert(await big.isVisible(), 'the server page shows the Authorize button');
+  await shot(page, 'remote-waiting-auth');
+  fs.writeFileSync(path.join(gw.dir, 'authorized'), '');
+  await until('the server to be ready after the handshake', async () => (await page.$eval('.server-head', (el) => el.dataset.state)) === 'ready', 20000, 50);
+  await until('the Authorize button to go away', async () => (await page.locator('a[data-authorize]').count()) === 0, 5000);
+  await page.goto(gw.origin + '/#/');
+  await waitRow(page, 'remote', 'ready');
+  assert(await page.locator('tr[data-server="remote"] a[data-authorize]').count() === 0, 'no Authorize button on the ready row');
+  assert((await gw.callTool('remote__hello', { who: 'ui' })) === 'hello, ui', 'the authorized server answers');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('a server added through the wizard is called through the gateway', 90000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw);
+  await page.getByRole('link', { name: 'Add server', exact: true }).first().click();
+  await page.getByLabel('Command line, or a JSON or TOML server entry').fill(`${FAKE} --all-capabilities`);
+  await page.getByRole('button', { name: 'Inspect' }).click();
+  await page.waitForSelector('#add-name', { timeout: 30000 });
+  const progress = await page.$$eval('.progress li', (lis) => lis.map((li) => li.textContent));
+  assert(progress.length > 0, 'the inspection showed its progress');
+  assert(await page.locator('[data-tool-filter="echo"]').count() === 1, 'the tools are listed for the filter');
+  await page.getByLabel('Name').fill('added');
+  await page.locator('[data-tool-filter="hang"]').uncheck();
+  await shot(page, 'wizard-done');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await until('the page of the new server', async () => page.url().endsWith('#/server/added'), 15000);
+  await until('the new server to be ready', async () => (await page.$eval('.server-head', (el) => el.dataset.state).catch(() => null)) === 'ready', 30000, 50);
+  const saved = JSON.parse(fs.readFileSync(gw.config, 'utf8'));
+  assert(saved.mcpServers.added, 'the entry is in the config file');
+  assert(saved.mcpServers.echo && saved.mcpServers.vault.env_file === 'vault.env', 'the other entries are kept');
+  const listed = await until('added__echo in the gateway\'s list', async () => {
+    const r = await gw.request('tools/list', {});
+    const names = r.result.tools.map((t) => t.name);
+    return names.includes('added__echo') ? names : null;
+  }, 15000, 250);
+  assert(!listed.includes('added__hang'), 'an unchecked tool is filtered out');
+  const text = await gw.callTool('added__echo', { via: 'wizard' });
+  assert(text.includes('"via":"wizard"'), `the tool answered: ${text}`);
+
+  // A command that fails: its report, and a save only after a confirmation.
+  await page.goto(gw.origin + '/#/add');
+  await page.getByLabel('Command line, or a JSON or TOML server entry').fill(`${FAKE} --exit-on-initialize 7`);
+  await page.getByRole('button', { name: 'Inspect' }).click();
+  await page.waitForSelector('[data-report]', { timeout: 30000 });
+  await shot(page, 'wizard-failed');
+  await page.getByLabel('Name').fill('broken');
+  await page.getByRole('button', { name: 'Save anyway…' }).click();
+  assert(!JSON.parse(fs.readFileSync(gw.config, 'utf8')).mcpServers.broken, 'nothing is saved before the confirmation');
+  await page.getByRole('button', { name: 'Yes, save anyway' }).click();
+  await until('the page of the saved server', async () => page.url().endsWith('#/server/broken'), 15000);
+  assert(JSON.parse(fs.readFileSync(gw.config, 'utf8')).mcpServers.broken, 'the failed server is saved on confirmation');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('a secret set on the page is used at the next start and never shown', 90000, async ({ browser, gw }) => {
+  const secret = `s3cret-${randomBytes(12).toString('hex')}`;
+  const bodies = [];
+  const { page, problems, context } = await openUi(browser, gw);
+  page.on('response', async (res) => {
+    if ((res.headers()['content-type'] || '').includes('text/event-stream')) return;
+    try { bodies.push(`${res.url()}\n${await res.text()}`); } catch (_) { /* a redirect has no body */ }
+  });
+  // The page's own view of the event stream, kept for the check below.
+  await page.evaluate(() => {
+    window.__stream = '';
+    const es = new EventSource('/api/events');
+    for (const k of ['snapshot', 'server', 'event', 'removed', 'sessions', 'inspect']) es.addEventListener(k, (e) => { window.__stream += e.data + '\n'; });
+  });
+  await waitRow(page, 'vault', 'ready', 20000);
+  assert(await gw.callTool('vault__env_digest') === sha256(INITIAL_SECRET), 'the first start saw the first value');
+  await page.locator('tr[data-server="vault"] th a').click();
+  const form = page.locator('form[data-secret="VAULT_TOKEN"]');
+  await form.waitFor();
+  assert((await form.locator('[data-secret-status]').innerText()).includes('set'), 'the key shows as set');
+  await form.getByLabel('New value for VAULT_TOKEN').fill(secret);
+  await form.getByRole('button', { name: 'Save' }).click();
+  const restart = page.getByRole('button', { name: 'Restart now' });
+  await restart.waitFor();
+  assert(await form.getByLabel('New value for VAULT_TOKEN').inputValue() === '', 'the field is cleared after saving');
+  const file = path.join(gw.dir, 'vault.env');
+  const text = fs.readFileSync(file, 'utf8');
+  assert(text.includes(`VAULT_TOKEN=${secret}`) && text.includes('OTHER=kept'), 'the env file has the new value and keeps its other lines');
+  assert((fs.statSync(file).mode & 0o777) === 0o600, `the env file is 0600 (${(fs.statSync(file).mode & 0o777).toString(8)})`);
+  await restart.click();
+  await until('the vault to run the new value', async () => (await gw.callTool('vault__env_digest', {}, 10000)) === sha256(secret), 30000, 300);
+  await shot(page, 'vault-secret-set');
+
+  // Nowhere: not in the page, not in any answer the page got, not in any API
+  // answer, nor in the event stream, nor in mcpvisor's own stderr.
+  const leaks = [];
+  const check = (where, s) => {
+    for (const v of [secret, INITIAL_SECRET]) if (s.includes(v)) leaks.push(where);
+  };
+  check('the page', await page.content());
+  const stream = await gw.eventStream(1500);
+  check('the event stream', stream);
+  check('the page\'s event stream', await page.evaluate(() => window.__stream));
+  for (const b of bodies) check(`an answer to the page: ${b.split('\n')[0]}`, b);
+  const list = JSON.parse((await gw.http('GET', '/api/servers')).text);
+  for (const p of ['/', '/api/servers', '/metrics']) check(p, (await gw.http('GET', p)).text);
+  for (const s of list.servers) {
+    for (const p of [`/api/servers/${s.name}`, `/api/servers/${s.name}/stderr`]) check(p, (await gw.http('GET', p)).text);
+  }
+  check('mcpvisor\'s stderr', gw.stderr);
+  assert(leaks.length === 0, `a secret value leaked into: ${leaks.join('; ')}`);
+  assert(bodies.length > 3, 'the page\'s answers were seen');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('requests without the token or from another origin are refused', 30000, async ({ browser, gw }) => {
+  let r = await gw.http('GET', '/api/servers', { bearer: false });
+  assert(r.status === 401, `/api/servers without the token: ${r.status}`);
+  assert(JSON.parse(r.text).error, 'a 401 says why, as JSON');
+  r = await gw.http('GET', '/', { bearer: false });
+  assert(r.status === 401, `the page without the token: ${r.status}`);
+  r = await gw.http('GET', '/?token=wrong', { bearer: false });
+  assert(r.status === 401, `the page with a wrong token: ${r.status}`);
+  r = await gw.http('GET', '/metrics', { bearer: false });
+  assert(r.status === 401, `/metrics without the token: ${r.status}`);
+  r = await gw.http('GET', '/api/servers');
+  assert(r.status === 200, `/api/servers with the token: ${r.status}`);
+  r = await gw.http('POST', '/api/servers/echo/restart', { headers: { Origin: 'http://evil.example' } });
+  assert(r.status === 403, `a POST from another origin with the token: ${r.status}`);
+  r = await gw.http('OPTIONS', '/api/servers');
+  assert(r.status === 405, `OPTIONS: ${r.status}`);
+  assert(!r.headers.get('access-control-allow-origin'), 'no CORS headers');
+
+  const { page, problems, context } = await openUi(browser, gw);
+  const cookies = await context.cookies();
+  const cookie = cookies.find((c) => c.name === 'mcpvisor_ui');
+  assert(cookie && cookie.httpOnly && cookie.sameSite === 'Strict', `the session cookie is HttpOnly and SameSite=Strict: ${JSON.stringify(cookie)}`);
+  // The page's cookie alone, without the CSRF token, changes nothing.
+  const noCsrf = await page.evaluate(async () => (await fetch('/api/servers/echo/restart', { method: 'POST', credentials: 'same-origin' })).status);
+  assert(noCsrf === 403, `a cookie POST without the CSRF token: ${noCsrf}`);
+  const withCsrf = await page.evaluate(async () => (await fetch('/api/servers/echo/restart', {
+    method: 'POST', credentials: 'same-origin',
+    headers: { 'X-CSRF-Token': document.querySelector('meta[name="csrf-token"]').content },
+  })).status);
+  assert(withCsrf === 202, `a cookie POST with the CSRF token: ${withCsrf}`);
+  // The cookie and the CSRF token from another origin's page are refused.
+  const csrf = await page.$eval('meta[name="csrf-token"]', (m) => m.content);
+  r = await gw.http('POST', '/api/servers/echo/restart', {
+    bearer: false,
+    headers: { Cookie: `mcpvisor_ui=${cookie.value}`, 'X-CSRF-Token': csrf, Origin: 'http://evil.example' },
+  });
+  assert(r.status === 403, `a cookie POST from another origin: ${r.status}`);
+  const main = await page.goto(gw.origin + '/');
+  const headers = main.headers();
+  assert(headers['content-security-policy'] === CSP, `the page's CSP: ${headers['content-security-policy']}`);
+  assert(headers['x-content-type-options'] === 'nosniff', 'nosniff');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('the page works from 360 px wide and by keyboard', 30000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw, { viewport: { width: 360, height: 740 }, colorScheme: 'dark' });
+  await page.waitForSelector('tr[data-server="echo"]');
+  assert(await page.$eval('table.servers thead', (el) => getComputedStyle(el).display) === 'none', 'the table turns into cards');
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert(overflow <= 0, `nothing sticks out sideways (${overflow} px)`);
+  await shot(page, 'servers-360-dark');
+  // The first stops of Tab: the skip link, then the navigation.
+  await page.keyboard.press('Tab');
+  assert(await page.evaluate(() => document.activeElement.className) === 'skip', 'Tab reaches the skip link first');
+  const outline = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+  assert(outline !== 'none', 'the focused element has a visible outline');
+  // Every field on the server page and the wizard has a label.
+  for (const hash of ['#/server/vault', '#/add']) {
+    await page.goto(gw.origin + '/' + hash);
+    await page.waitForSelector('input, textarea');
+    const unlabelled = await page.$$eval('input, textarea, select', (els) => els.filter((el) => el.type !== 'hidden' && el.labels.length === 0).map((el) => el.id || el.name));
+    assert(unlabelled.length === 0, `unlabelled fields on ${hash}: ${unlabelled.join(', ')}`);
+  }
+  assert(await page.locator('[aria-live]').count() >= 1, 'an aria-live region announces state changes');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+// ---- the README's screenshot -------------------------------------------------
+
+async function readmeShot(browser, file) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-shot-'));
+  const gw = new Gateway(dir, {
+    github: { command: PYTHON, args: [MINI, '--auth-url', 'https://github.com/login/oauth/authorize?client_id=mcp', '--wait-file', path.join(dir, 'never')] },
+    filesystem: { command: FAKE },
+    fetch: { command: FAKE },
+    memory: { command: FAKE, start: 'lazy' },
+    postgres: { command: FAKE, args: ['--exit-on-initialize', '1'], crash_loop_exits: 3 },
+    search: { command: FAKE, disabled: true },
+  });
+  try {
+    await gw.start();
+    for (let i = 0; i < 40; i++) await gw.callTool(i % 3 ? 'filesystem__echo' : 'fetch__echo', { i });
+    await gw.callTool('fetch__sleep', { ms: 30 });
+    const context = await browser.newContext({ viewport: { width: 1200, height: 700 }, colorScheme: 'light' });
+    const page = await context.newPage();
+    await page.goto(gw.loginUrl);
+    await waitRow(page, 'postgres', 'failed', 45000);
+    await waitRow(page, 'github', 'waiting_auth');
+    await sleep(1200);
+    await page.screenshot({ path: file });
+    await context.close();
+  } finally {
+    await gw.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+// ---- main ------------------------------------------------------------------
+
+async function main() {
+  const args = process.argv.slice(2);
+  const only = args.includes('--only') ? args[args.indexOf('--only') + 1].split(',') : null;
+  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  try {
+    if (args.includes('--readme-shot')) {
+      await readmeShot(browser, args[args.indexOf('--readme-shot') + 1]);
+      return 0;
+    }
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-browser-'));
+    const gw = new Gateway(dir, servers(dir));
+    let passed = 0;
+    let failed = 0;
+    try {
+      await gw.start();
+      for (const [i, s] of scenarios.entries()) {
+        if (only && !only.some((o) => s.name.includes(o))) continue;
+        const t0 = Date.now();
+        try {
+          const note = await withTimeout(s.fn({ browser, gw }), s.ms, s.name);
+          passed++;
+          console.log(`ok ${i + 1} - ${s.name} (${Date.now() - t0} ms)${note ? ` — ${note}` : ''}`);
+        } catch (e) {
+          failed++;
+          console.log(`not ok ${i + 1} - ${s.name} (${Date.now() - t0} ms)\n  ${String(e && e.stack || e).split('\n').join('\n  ')}`);
+        }
+      }
+    } catch (e) {
+      failed++;
+      console.log(`not ok - the gateway did not start: ${e.message}`);
+    } finally {
+      await gw.stop();
+      if (failed) {
+        console.log(`mcpvisor's stderr (last 4000 bytes):\n${gw.stderr.slice(-4000)}`);
+        console.log(`kept for a look: ${dir}`);
+      } else {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    }
+    console.log(`browser: ${passed} passed, ${failed} failed`);
+    return failed ? 1 : 0;
+  } finally {
+    await browser.close();
+  }
+}
+
+main().then((code) => process.exit(code), (e) => {
+  console.error(`browser: ${e.stack || e}`);
+  process.exit(1);
+});
