@@ -853,9 +853,18 @@
       }
     }
 
-    function scheduleRefresh() {
+    // Coalesces the refetches a burst of events asks for; `withEvents` also
+    // replaces the events list (after a fresh snapshot, events may have
+    // been missed).
+    let refreshEvents = false;
+    function scheduleRefresh(withEvents) {
+      refreshEvents = refreshEvents || !!withEvents;
       clearTimeout(refreshTimer);
-      refreshTimer = setTimeout(() => load(false), 250);
+      refreshTimer = setTimeout(() => {
+        const all = refreshEvents;
+        refreshEvents = false;
+        load(all);
+      }, 250);
     }
 
     const live = store.servers.get(name);
@@ -866,7 +875,7 @@
       kind: 'server',
       onSnapshot() {
         const s = store.servers.get(name);
-        if (s) { renderHead(s); scheduleRefresh(); }
+        if (s) { renderHead(s); scheduleRefresh(true); }
       },
       onServer(s, old) {
         if (s.name !== name) return;
