@@ -568,7 +568,7 @@
         ['Errors', fmtNum(s.errors)],
         ['In flight', fmtNum(s.in_flight)],
         ['Latency p50 / p99', `${fmtLatency(p.p50_ms)} / ${fmtLatency(p.p99_ms)}`],
-        ['Started', s.lazy ? 'on first use (lazy)' : 'with the gateway'],
+        ['Start', s.lazy ? 'lazy' : 'eager'],
       ];
       if (detail) {
         const codes = Object.entries(detail.errors_by_code || {});
