@@ -526,21 +526,24 @@ async function readmeShot(browser, file) {
     github: { command: PYTHON, args: [MINI, '--auth-url', 'https://github.com/login/oauth/authorize?client_id=mcp', '--wait-file', path.join(dir, 'never')] },
     filesystem: { command: FAKE },
     fetch: { command: FAKE },
-    memory: { command: FAKE, start: 'lazy' },
+    memory: { command: FAKE, start: 'lazy', idle_timeout: '1s' },
     postgres: { command: FAKE, args: ['--exit-on-initialize', '1'], crash_loop_exits: 3 },
     search: { command: FAKE, disabled: true },
   });
   try {
     await gw.start();
     for (let i = 0; i < 40; i++) await gw.callTool(i % 3 ? 'filesystem__echo' : 'fetch__echo', { i });
-    await gw.callTool('fetch__sleep', { ms: 30 });
+    for (const ms of [12, 25, 40, 90]) await gw.callTool('fetch__sleep', { ms });
     const context = await browser.newContext({ viewport: { width: 1200, height: 700 }, colorScheme: 'light' });
     const page = await context.newPage();
     await page.goto(gw.loginUrl);
     await waitRow(page, 'postgres', 'failed', 45000);
     await waitRow(page, 'github', 'waiting_auth');
+    await waitRow(page, 'memory', 'idle', 15000);
     await sleep(1200);
-    await page.screenshot({ path: file });
+    // The page down to the table, not the empty space below it.
+    const table = await page.locator('.table-wrap').boundingBox();
+    await page.screenshot({ path: file, clip: { x: 0, y: 0, width: 1200, height: Math.min(700, Math.ceil(table.y + table.height + 24)) } });
     await context.close();
   } finally {
     await gw.stop();

@@ -145,7 +145,7 @@
   }
 
   function uptimeOf(s) {
-    if (!s.started_at_ms || !['ready', 'reloading', 'waiting_auth', 'starting'].includes(s.state)) return null;
+    if (!s.started_at_ms || !['ready', 'reloading'].includes(s.state)) return null;
     return Date.now() - s.started_at_ms;
   }
 
