@@ -424,6 +424,7 @@ scenario('a secret set on the page is used at the next start and never shown', 9
   assert((fs.statSync(file).mode & 0o777) === 0o600, `the env file is 0600 (${(fs.statSync(file).mode & 0o777).toString(8)})`);
   await restart.click();
   await until('the vault to run the new value', async () => (await gw.callTool('vault__env_digest', {}, 10000)) === sha256(secret), 30000, 300);
+  await until('the page to say the restart is done', async () => (await page.locator('[data-restart-note]').innerText()).startsWith('Restarted: generation'), 10000);
   await shot(page, 'vault-secret-set');
 
   // Nowhere: not in the page, not in any answer the page got, not in any API

@@ -770,15 +770,28 @@
       if (offerRestart) {
         box.appendChild(h('button', { type: 'button', class: 'primary', 'data-restart-now': '', text: 'Restart now', onclick: async (e) => {
           e.target.disabled = true;
+          const live = store.servers.get(name);
           try {
             await api('POST', `/api/servers/${enc(name)}/restart`);
-            clear(box).appendChild(h('p', { text: 'Restarting with the new value…' }));
+            restartFrom = live && live.generation !== null && live.generation !== undefined ? live.generation : 0;
+            clear(box).appendChild(h('p', { 'data-restart-note': '', text: 'Restarting with the new value…' }));
           } catch (err) {
             clear(box).appendChild(h('p', { text: `Restart refused: ${err.message}` }));
             box.className = 'secret-after error';
           }
         } }));
       }
+    }
+
+    // After "Restart now": the generation it restarted from, until a newer
+    // one is ready (then the note says so).
+    let restartFrom = null;
+
+    function followRestart(s) {
+      if (restartFrom === null || s.state !== 'ready' || !(s.generation > restartFrom)) return;
+      restartFrom = null;
+      const note = secretsSec.body.querySelector('[data-restart-note]');
+      if (note) note.textContent = `Restarted: generation ${s.generation} runs with the new value.`;
     }
 
     // ---- actions
@@ -880,6 +893,7 @@
       onServer(s, old) {
         if (s.name !== name) return;
         renderHead(s);
+        followRestart(s);
         if (!old || old.state !== s.state || old.generation !== s.generation) scheduleRefresh();
       },
       onEvent(server, ev) {
