@@ -771,11 +771,16 @@
         box.appendChild(h('button', { type: 'button', class: 'primary', 'data-restart-now': '', text: 'Restart now', onclick: async (e) => {
           e.target.disabled = true;
           const live = store.servers.get(name);
+          // Set before the request: the new generation may be ready before
+          // its answer arrives.
+          restartFrom = live && live.generation !== null && live.generation !== undefined ? live.generation : 0;
           try {
             await api('POST', `/api/servers/${enc(name)}/restart`);
-            restartFrom = live && live.generation !== null && live.generation !== undefined ? live.generation : 0;
             clear(box).appendChild(h('p', { 'data-restart-note': '', text: 'Restarting with the new value…' }));
+            const now = store.servers.get(name);
+            if (now) followRestart(now);
           } catch (err) {
+            restartFrom = null;
             clear(box).appendChild(h('p', { text: `Restart refused: ${err.message}` }));
             box.className = 'secret-after error';
           }
