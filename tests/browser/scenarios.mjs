@@ -72,6 +72,17 @@ async function until(what, fn, ms = 15000, every = 100) {
 
 // ---- the gateway -------------------------------------------------------------
 
+// Every gateway started, so that a run cut short (run.sh's timeout) leaves
+// none behind: mcpvisor stops its servers when it gets SIGTERM.
+const running = new Set();
+for (const sig of ['SIGTERM', 'SIGINT']) {
+  process.on(sig, () => {
+    for (const proc of running) proc.kill('SIGTERM');
+    console.log(`browser: stopped by ${sig}`);
+    process.exit(1);
+  });
+}
+
 class Gateway {
   constructor(dir, servers) {
     this.dir = dir;
@@ -89,7 +100,11 @@ class Gateway {
       stdio: ['pipe', 'pipe', 'pipe'],
       env: { ...process.env, XDG_RUNTIME_DIR: this.dir, RUST_LOG: process.env.RUST_LOG || '' },
     });
-    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    running.add(this.proc);
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => {
+      running.delete(this.proc);
+      resolve({ code, signal });
+    }));
     this.proc.stderr.setEncoding('utf8');
     this.proc.stderr.on('data', (d) => { this.stderr += d; });
     let buf = '';
