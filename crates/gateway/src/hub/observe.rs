@@ -476,6 +476,8 @@ impl Hub {
                 (EventKind::Restarting, message)
             }
             SessionEvent::Failed { data } => {
+                // A failed session runs no worker until it recovers.
+                obs.down();
                 if let Worker::Down { restarting, .. } = &mut obs.worker {
                     *restarting = false;
                 }
