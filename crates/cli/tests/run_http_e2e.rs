@@ -215,3 +215,229 @@ fn readiness_waits_for_the_server_and_the_drain_turns_it_off() {
     drop(p);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A server that logs at the level it was last set to (`warning` until
+/// then): a call to `work` sends one message at each of debug, info,
+/// warning and error that its level admits, each saying the level the
+/// server was at.
+const LEVELLED: &str = r#"
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
+rank() { case "$1" in debug) echo 0 ;; info) echo 1 ;; notice) echo 2 ;; warning) echo 3 ;; error) echo 4 ;; *) echo 5 ;; esac; }
+level=warning
+while IFS= read -r line; do
+  case "$line" in
+    *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"levelled","version":"0"}}}\n' "$(id_of "$line")" ;;
+    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"work","inputSchema":{"type":"object"}}]}}\n' "$(id_of "$line")" ;;
+    *'"logging/setLevel"'*)
+      level=$(printf '%s\n' "$line" | sed -n 's/.*"level": *"\([a-z]*\)".*/\1/p')
+      printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+    *'"method":"notifications/'*) ;;
+    *'"tools/call"'*)
+      for l in debug info warning error; do
+        if [ "$(rank "$l")" -ge "$(rank "$level")" ]; then
+          printf '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"%s","data":"%s at %s"}}\n' "$l" "$l" "$level"
+        fi
+      done
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$(id_of "$line")" ;;
+    *'"id"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+  esac
+done
+"#;
+
+/// One HTTP session's open standalone stream, read as it comes.
+struct Listener {
+    sock: TcpStream,
+    got: String,
+}
+
+impl Listener {
+    fn open(addr: &str, session: &str) -> Self {
+        let mut sock = TcpStream::connect(addr).expect("connect");
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        let get = format!(
+            "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+        );
+        sock.write_all(get.as_bytes()).expect("send");
+        let mut l = Listener {
+            sock,
+            got: String::new(),
+        };
+        l.until(|t| t.contains("\r\n\r\n"));
+        assert!(l.got.starts_with("HTTP/1.1 200"), "{}", l.got);
+        l
+    }
+
+    /// Reads until `done` holds for all that came, or the wait runs out.
+    fn until(&mut self, done: impl Fn(&str) -> bool) -> bool {
+        let deadline = Instant::now() + WAIT;
+        let mut buf = [0u8; 8192];
+        while !done(&self.got) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            match self.sock.read(&mut buf) {
+                Ok(0) => return done(&self.got),
+                Ok(n) => self.got.push_str(&String::from_utf8_lossy(&buf[..n])),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        true
+    }
+
+    /// The log messages' data seen so far, in order.
+    fn logged(&self) -> Vec<String> {
+        self.got
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter(|m| m["method"] == "notifications/message")
+            .filter_map(|m| m["params"]["data"].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+fn listening_addr(p: &mut Proc) -> String {
+    let line = p.wait_stderr("mcpvisor: listening on http://");
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an address")
+        .trim()
+        .to_owned()
+}
+
+fn open_session(addr: &str) -> String {
+    let (head, _) = post(
+        addr,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"));
+    post(
+        addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    session
+}
+
+fn set_level(addr: &str, session: &str, level: &str) {
+    let (head, body) = post(
+        addr,
+        Some(session),
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"logging/setLevel","params":{{"level":"{level}"}}}}"#
+        ),
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(r#""result":{}"#), "{body}");
+}
+
+fn work(addr: &str, session: &str, id: u32) {
+    let (head, body) = post(
+        addr,
+        Some(session),
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"work","arguments":{{}}}}}}"#
+        ),
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+}
+
+#[test]
+fn each_session_gets_the_log_messages_its_own_level_admits() {
+    let args: Vec<String> = ["run", "--http", "127.0.0.1:0", "--", "sh", "-c", LEVELLED]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::spawn(&args);
+    let addr = listening_addr(&mut p);
+    let severe = open_session(&addr);
+    let verbose = open_session(&addr);
+    let unset = open_session(&addr);
+    let mut severe_l = Listener::open(&addr, &severe);
+    let mut verbose_l = Listener::open(&addr, &verbose);
+    let mut unset_l = Listener::open(&addr, &unset);
+
+    set_level(&addr, &severe, "error");
+    set_level(&addr, &verbose, "debug");
+    // The server logs at the most verbose level asked for: debug.
+    work(&addr, &severe, 2);
+    let all = [
+        "debug at debug",
+        "info at debug",
+        "warning at debug",
+        "error at debug",
+    ];
+    assert!(
+        verbose_l.until(|t| t.contains("error at debug")),
+        "{}",
+        verbose_l.got
+    );
+    assert_eq!(verbose_l.logged(), all);
+    assert!(
+        severe_l.until(|t| t.contains("error at debug")),
+        "{}",
+        severe_l.got
+    );
+    assert_eq!(
+        severe_l.logged(),
+        ["error at debug"],
+        "only what error admits"
+    );
+    // A session that never set a level gets whatever the servers send.
+    assert!(
+        unset_l.until(|t| t.contains("error at debug")),
+        "{}",
+        unset_l.got
+    );
+    assert_eq!(unset_l.logged(), all);
+
+    // The verbose session leaves: the server is told the level still wanted.
+    let del = format!(
+        "DELETE /mcp HTTP/1.1\r\nHost: {addr}\r\nMcp-Session-Id: {verbose}\r\nMCP-Protocol-Version: 2025-11-25\r\nConnection: close\r\n\r\n"
+    );
+    let (head, _) = exchange(&addr, &del, |_| false);
+    assert!(head.starts_with("HTTP/1.1 204"), "{head}");
+    // The hub hears of the end a moment after the 204: until then a call
+    // may still find the server at debug.
+    let deadline = Instant::now() + WAIT;
+    for n in 10.. {
+        work(&addr, &unset, n);
+        // Each call ends with one error line, whatever the level.
+        let calls = (n - 8) as usize;
+        assert!(
+            unset_l.until(|t| t.matches("error at").count() >= calls),
+            "{}",
+            unset_l.got
+        );
+        if unset_l.got.contains("error at error") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server stayed at debug");
+    }
+    assert!(
+        severe_l.until(|t| t.contains("error at error")),
+        "{}",
+        severe_l.got
+    );
+    assert!(
+        severe_l.logged().iter().all(|d| d.starts_with("error at")),
+        "{:?}",
+        severe_l.logged()
+    );
+    drop(p);
+}

@@ -918,6 +918,7 @@ impl Hub {
                 }
                 let took = b.started.map(|s| s.elapsed().as_millis()).unwrap_or(0);
                 tracing::info!(server = %name, "ready in {took} ms");
+                self.sync_log_level(id);
                 self.flush_queue(id).await;
                 self.read_lists(id);
                 self.arm_health(id);
@@ -1157,23 +1158,22 @@ impl Hub {
                 self.read_list(id, ListKind::Templates);
             }
             // Served as itself, the server's log lines keep their own logger.
-            "notifications/message" if self.settings.transparent => {
-                self.broadcast_from(id, line.clone()).await;
-            }
             "notifications/message" => {
-                let name = self.backend_name(id);
                 let Some(params) = mcpvisor_jsonrpc::envelope::raw_params(line) else {
                     return;
                 };
                 let Some(obj) = RawObject::parse(params.get()) else {
                     return;
                 };
-                let params = obj.with("logger", &raw::quote(&name));
-                self.broadcast_from(
-                    id,
-                    build::notification("notifications/message", Some(&params)),
-                )
-                .await;
+                let level = super::front::LogLevel::of_message(Some(&obj));
+                let out = if self.settings.transparent {
+                    line.clone()
+                } else {
+                    let name = self.backend_name(id);
+                    let params = obj.with("logger", &raw::quote(&name));
+                    build::notification("notifications/message", Some(&params))
+                };
+                self.broadcast_log(id, out, level).await;
             }
             "notifications/resources/updated" => {
                 let uri = mcpvisor_jsonrpc::envelope::raw_params(line)

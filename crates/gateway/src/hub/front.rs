@@ -238,11 +238,24 @@ impl Hub {
                 }
             }
             "logging/setLevel" => {
-                let params = params
-                    .map(|p| p.get().to_owned())
-                    .unwrap_or_else(|| "{}".into());
-                self.fan_out(front, id, "logging/setLevel", &params, "logging")
-                    .await;
+                let level = obj
+                    .as_ref()
+                    .and_then(|o| o.str("level"))
+                    .and_then(|l| LogLevel::parse(&l));
+                let Some(level) = level else {
+                    let msg = format!(
+                        "logging/setLevel needs params.level, one of {}",
+                        LogLevel::NAMES.join(", ")
+                    );
+                    return self.invalid_params(front, raw_id.get(), &msg).await;
+                };
+                if let Some(f) = self.fronts.get_mut(&front) {
+                    f.log_level = Some(level);
+                }
+                // The shared servers log at the most verbose level any
+                // client asked for; each client gets only what its own level
+                // admits.
+                self.fan_out(front, id, "logging/setLevel").await;
             }
             m if m.starts_with("tasks/") => {
                 let msg = format!(
@@ -607,37 +620,28 @@ impl Hub {
         self.route(front, backend, gid, line, front_id).await;
     }
 
-    /// Sends one request to every ready backend that declares
-    /// `capability`; the front gets one answer when all have answered.
-    async fn fan_out(
-        &mut self,
-        front: FrontId,
-        front_id: Bytes,
-        method: &str,
-        params: &str,
-        capability: &str,
-    ) {
-        // A per-client server is reached through the front's own process.
+    /// Sends `logging/setLevel` to every ready backend that serves `front`
+    /// and declares `logging` (a per-client server through the front's own
+    /// process): each gets the level it should log at (see
+    /// [`Hub::level_for`]); the front gets one answer when all have
+    /// answered.
+    async fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
         let targets: Vec<BackendId> = self
             .order
             .iter()
             .map(|id| *self.instances.get(&(*id, front)).unwrap_or(id))
-            .filter(|id| {
-                let b = &self.backends[id];
-                b.state == State::Ready
-                    && b.init
-                        .as_ref()
-                        .and_then(|i| i.get("capabilities"))
-                        .and_then(|c| c.get(capability))
-                        .is_some()
-            })
+            .filter(|id| self.logs(*id))
             .collect();
         let fid = self.next_fanout;
         self.next_fanout += 1;
         let mut sent = 0;
         for b in targets {
+            let Some(level) = self.level_for(b) else {
+                continue;
+            };
+            let params = format!(r#"{{"level":"{}"}}"#, level.as_str());
             if self
-                .send_private(b, Private::SetLevel(fid), method, Some(params))
+                .send_private(b, Private::SetLevel(fid), method, Some(&params))
                 .is_some()
             {
                 sent += 1;
@@ -654,6 +658,77 @@ impl Hub {
         if sent == 0 {
             self.fanout_done_now(fid).await;
         }
+    }
+
+    /// The most verbose level any open front asked for.
+    pub(crate) fn wanted_log_level(&self) -> Option<LogLevel> {
+        self.fronts
+            .values()
+            .filter(|f| f.closing.is_none())
+            .filter_map(|f| f.log_level)
+            .min()
+    }
+
+    /// Whether a backend is ready and declares `logging`.
+    fn logs(&self, id: BackendId) -> bool {
+        self.backends.get(&id).is_some_and(|b| {
+            b.state == State::Ready
+                && b.init
+                    .as_ref()
+                    .and_then(|i| i.get("capabilities"))
+                    .and_then(|c| c.get("logging"))
+                    .is_some()
+        })
+    }
+
+    /// The level a backend should log at: a per-client process its own
+    /// client's, a shared one the most verbose any client asked for.
+    pub(crate) fn level_for(&self, id: BackendId) -> Option<LogLevel> {
+        match self.backends.get(&id)?.owner {
+            Some(owner) => self.fronts.get(&owner)?.log_level,
+            None => self.wanted_log_level(),
+        }
+    }
+
+    /// A front with a log level left (it held `was`): when no remaining
+    /// front wants messages that verbose, the shared servers are told the
+    /// level that is still wanted. With no level wanted at all they keep
+    /// theirs.
+    pub(crate) fn relax_log_level(&mut self, was: Option<LogLevel>) {
+        let Some(now) = self.wanted_log_level() else {
+            return;
+        };
+        if was.is_some_and(|was| was >= now) {
+            return;
+        }
+        let params = format!(r#"{{"level":"{}"}}"#, now.as_str());
+        let shared: Vec<BackendId> = self
+            .backends
+            .iter()
+            .filter(|(id, b)| b.owner.is_none() && self.logs(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        for b in shared {
+            self.send_private(b, Private::Quiet, "logging/setLevel", Some(&params));
+        }
+    }
+
+    /// A backend that has just been initialized logs at the level its
+    /// clients want, if they asked.
+    pub(crate) fn sync_log_level(&mut self, backend: BackendId) {
+        let Some(level) = self.level_for(backend) else {
+            return;
+        };
+        if !self.logs(backend) {
+            return;
+        }
+        let params = format!(r#"{{"level":"{}"}}"#, level.as_str());
+        self.send_private(
+            backend,
+            Private::Quiet,
+            "logging/setLevel",
+            Some(&params),
+        );
     }
 
     pub(crate) async fn fanout_done(&mut self, fid: u64) {
@@ -884,6 +959,57 @@ fn search_tools_list() -> String {
 /// MCP's "resource not found".
 const RESOURCE_NOT_FOUND: i64 = -32002;
 
+/// A level of `logging/setLevel` and `notifications/message` (syslog's,
+/// RFC 5424), ordered from the most verbose to the most severe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
+}
+
+impl LogLevel {
+    const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+    const NAMES: [&'static str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        let at = Self::NAMES.iter().position(|n| *n == name)?;
+        Some(Self::ALL[at])
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The level of a `notifications/message`'s params, if it names one.
+    pub(crate) fn of_message(params: Option<&RawObject<'_>>) -> Option<Self> {
+        Self::parse(&params?.str("level")?)
+    }
+}
+
 /// Whether a request is in the 2026-07-28 style (protocol version in `_meta`).
 fn is_modern(params: Option<&RawObject<'_>>) -> bool {
     params
@@ -979,6 +1105,18 @@ mod tests {
         );
         let p = r#"{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#;
         assert_eq!(without_envelope(p), r#"{"name":"x"}"#);
+    }
+
+    #[test]
+    fn log_levels_order_from_verbose_to_severe() {
+        assert!(LogLevel::Debug < LogLevel::Info);
+        assert!(LogLevel::Error < LogLevel::Emergency);
+        for name in LogLevel::NAMES {
+            assert_eq!(LogLevel::parse(name).map(LogLevel::as_str), Some(name));
+        }
+        assert_eq!(LogLevel::parse("verbose"), None);
+        let p = RawObject::parse(r#"{"level":"warning","data":"x"}"#);
+        assert_eq!(LogLevel::of_message(p.as_ref()), Some(LogLevel::Warning));
     }
 
     #[test]

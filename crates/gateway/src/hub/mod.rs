@@ -225,6 +225,9 @@ pub(crate) struct Front {
     /// Its requests in `pending` (counted as they come and go, so that the
     /// in-flight limit is not a walk over every pending request).
     pub awaiting: usize,
+    /// The least severe log level it asked for with `logging/setLevel`;
+    /// `None` (never asked): every log message the servers send.
+    pub log_level: Option<front::LogLevel>,
 }
 
 /// What a front client said about itself in `initialize`.
@@ -413,6 +416,7 @@ impl Hub {
                         subscriptions: Default::default(),
                         closing: None,
                         awaiting: 0,
+                        log_level: None,
                     },
                 );
                 self.publish_sessions();
@@ -505,6 +509,9 @@ impl Hub {
             self.release_subscription(&uri);
         }
         self.drop_instances_of(front).await;
+        if f.log_level.is_some() {
+            self.relax_log_level(f.log_level);
+        }
     }
 
     /// Queues a message for one front. A front that leaves its whole queue
@@ -547,6 +554,36 @@ impl Hub {
         match self.backends.get(&backend).and_then(|b| b.owner) {
             Some(owner) => self.emit_to(owner, line, None).await,
             None => self.broadcast(line).await,
+        }
+    }
+
+    /// Queues a server's log message (`notifications/message` at `level`)
+    /// for every initialized front whose `logging/setLevel` admits it (a
+    /// per-client instance's for its own front only); a front that never
+    /// set a level gets it whatever its level.
+    pub(crate) async fn broadcast_log(
+        &mut self,
+        backend: BackendId,
+        line: Bytes,
+        level: Option<front::LogLevel>,
+    ) {
+        let owner = self.backends.get(&backend).and_then(|b| b.owner);
+        let to: Vec<FrontId> = self
+            .fronts
+            .iter()
+            .filter(|(id, f)| match owner {
+                Some(owner) => **id == owner,
+                None => f.closing.is_none() && f.info.initialized && !f.info.modern,
+            })
+            .filter(|(_, f)| match (f.log_level, level) {
+                (Some(wanted), Some(level)) => level >= wanted,
+                // A level this gateway does not know is passed on.
+                _ => true,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for front in to {
+            self.emit_to(front, line.clone(), None).await;
         }
     }
 
