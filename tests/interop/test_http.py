@@ -850,3 +850,31 @@ async def test_sdk_resumes_a_dropped_stream(tmp_path: Path, errlog) -> None:
     assert seen == [float(i) for i in range(1, 7)]
     resumed = [h for m, h in rec.requests if m == "GET" and "last-event-id" in h]
     assert len(resumed) == 1, rec.requests
+
+
+async def test_sdk_polls_a_stream_the_server_closes(tmp_path: Path, errlog) -> None:
+    """2025-11-25 SSE polling: with `--http-sse-poll`, a call that sends
+    nothing for longer than that gets a stream of only its priming event
+    (an event id, empty data, `retry`), which the server then closes; the
+    Python SDK client comes back with GET and Last-Event-ID after `retry`,
+    as often as the server closes it, until the result. A call with
+    progress is polled the same way and loses no event."""
+    seen: list[float] = []
+
+    async def on_progress(progress: float, _total: float | None, _message: str | None) -> None:
+        seen.append(progress)
+
+    rec = Recorder()
+    args = ["run", "--http", "127.0.0.1:0", "--http-sse-poll", "300ms", "--http-sse-retry", "100ms"]
+    async with http_front([*args, *mcpvisor_flags(), "--", *PY_CMD], errlog) as front:
+        async with client(front.url, LEGACY, rec) as c:
+            assert c.protocol_version == HANDSHAKE_VERSION
+            assert _text(await c.call_tool("sleep", {"seconds": 1.2})) == "slept 1.2"
+            resumed = [h["last-event-id"] for m, h in rec.requests if m == "GET" and "last-event-id" in h]
+            # Primed, then held 300 ms per connection: at least three visits.
+            assert len(resumed) >= 2, rec.requests
+            assert resumed[0].endswith("-0"), resumed
+            result = await c.call_tool("progress", {"steps": 40}, progress_callback=on_progress)
+            assert _text(result) == "done 40"
+            assert _text(await c.call_tool("echo", {"text": "after"})) == "after"
+    assert seen == [float(i) for i in range(1, 41)]

@@ -49,6 +49,12 @@ pub struct HttpArgs {
     /// On SIGTERM, keep answering (/readyz and new sessions with 503) at least this long, even with nothing in flight: set it above a load balancer's readiness check interval, so that it stops sending here before the connections close.
     #[arg(long, default_value = "0s", value_parser = parse_duration, requires = "http")]
     pub http_drain_min: Duration,
+    /// Close a 2025-11-25 client's request stream after it has been open this long (the client resumes it with Last-Event-ID): SSE polling. Off by default.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, requires = "http")]
+    pub http_sse_poll: Option<Duration>,
+    /// How long a 2025-11-25 client waits before reconnecting to a stream the server closed (the priming event's `retry`).
+    #[arg(long, default_value = "1s", value_name = "DUR", value_parser = parse_duration, requires = "http")]
+    pub http_sse_retry: Duration,
 }
 
 impl HttpArgs {
@@ -86,6 +92,8 @@ impl HttpArgs {
             max_in_flight,
             drain: self.http_drain,
             drain_min: self.http_drain_min,
+            sse_poll: self.http_sse_poll,
+            sse_retry: self.http_sse_retry,
             ..HttpConfig::default()
         };
         Ok(Some((addr, cfg)))

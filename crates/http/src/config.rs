@@ -59,6 +59,16 @@ pub struct HttpConfig {
     /// Whether the gateway can take sessions yet, for `/readyz`: it answers
     /// 503 while this holds `false`. `None`: ready as soon as it serves.
     pub ready: Option<tokio::sync::watch::Receiver<bool>>,
+    /// How long a client of 2025-11-25 waits before it reconnects to a
+    /// stream the server closed (the `retry` field of priming events).
+    pub sse_retry: Duration,
+    /// 2025-11-25 polling: a request's event stream (for a client of
+    /// 2025-11-25) is held open at most this long, then closed with a
+    /// `retry` field; the client resumes it with `Last-Event-ID`. A request
+    /// with nothing to send by then is answered with a stream that holds
+    /// only its priming event. `None`: streams stay open until their
+    /// response.
+    pub sse_poll: Option<Duration>,
 }
 
 impl Default for HttpConfig {
@@ -81,6 +91,8 @@ impl Default for HttpConfig {
             keep_alive: Duration::from_secs(15),
             hub_send_timeout: Duration::from_secs(10),
             ready: None,
+            sse_retry: Duration::from_secs(1),
+            sse_poll: None,
         }
     }
 }

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Valid;
-use crate::session::{Command, Event, Handle, Refusal, Session};
+use crate::session::{Attached, Command, Event, Handle, Refusal, Session};
 use crate::sse;
 
 const SESSION_ID: &str = "mcp-session-id";
@@ -40,6 +40,8 @@ const VERSIONS: [&str; 5] = [
 ];
 /// The first revision without sessions.
 const STATELESS_SINCE: &str = "2026-07-28";
+/// The first revision whose clients take priming events and poll.
+const POLLING_SINCE: &str = "2025-11-25";
 
 /// Transport-level refusals (the TypeScript SDK's code for them).
 const TRANSPORT_ERROR: i64 = -32000;
@@ -379,7 +381,13 @@ async fn post_inner(
         }
         let (key, handle) = shared.open().await?;
         let id = id.unwrap_or_default();
-        let answer = exchange(shared, &handle, id, line, json_ok, sse_ok).await;
+        // Whether the client polls is known from its next request on.
+        let accepts = Accepts {
+            json: json_ok,
+            sse: sse_ok,
+            polls: false,
+        };
+        let answer = exchange(shared, &handle, id, line, accepts).await;
         let failed = match &answer {
             Answer::Json(ev) => is_error(&ev.line),
             Answer::Stream(_) => false,
@@ -401,9 +409,16 @@ async fn post_inner(
         let handle = session(shared, headers, id.as_deref())?;
         check_version(headers, id.as_deref())?;
         return Ok(match (kind, id) {
-            (Kind::Request, Some(id)) => exchange(shared, &handle, id, line, json_ok, sse_ok)
-                .await
-                .into_response(),
+            (Kind::Request, Some(id)) => {
+                let accepts = Accepts {
+                    json: json_ok,
+                    sse: sse_ok,
+                    polls: polls(headers),
+                };
+                exchange(shared, &handle, id, line, accepts)
+                    .await
+                    .into_response()
+            }
             _ => {
                 let _ = handle.commands.send(Command::Touch).await;
                 // A cancelled request gets no answer: its stream ends here
@@ -443,7 +458,12 @@ async fn post_inner(
         key,
         handle: handle.clone(),
     };
-    Ok(exchange(shared, &handle, id, line, json_ok, sse_ok)
+    let accepts = Accepts {
+        json: json_ok,
+        sse: sse_ok,
+        polls: false,
+    };
+    Ok(exchange(shared, &handle, id, line, accepts)
         .await
         .into_response())
 }
@@ -533,29 +553,47 @@ fn stateless(headers: &HeaderMap, line: &[u8]) -> bool {
         .is_some_and(|v| modern(&v))
 }
 
+/// Whether the client negotiated a revision with SSE polling (2025-11-25):
+/// it can read a priming event and resumes a stream the server closes.
+fn polls(headers: &HeaderMap) -> bool {
+    header_str(headers, PROTOCOL_VERSION)
+        .is_some_and(|v| (POLLING_SINCE..STATELESS_SINCE).contains(&v))
+}
+
+/// How a request is answered: what the client accepts, and whether it
+/// polls.
+#[derive(Debug, Clone, Copy)]
+struct Accepts {
+    json: bool,
+    sse: bool,
+    polls: bool,
+}
+
 /// Sends one request through its session and answers with its response:
 /// JSON when the response comes first, else a stream that ends with it.
+/// A polling client's stream starts with a priming event; with
+/// `sse_poll` set, it is closed after that long (and a request with
+/// nothing to send by then gets a stream of only its priming event).
 async fn exchange(
     shared: &Arc<Shared>,
     handle: &Handle,
     id: String,
     line: Bytes,
-    json_ok: bool,
-    sse_ok: bool,
+    accepts: Accepts,
 ) -> Answer {
     let guard = InFlightGuard::new(shared);
     let rid = Bytes::from(id.clone());
     let (reply, registered) = oneshot::channel();
     let cmd = Command::Request {
         id: rid.clone(),
-        sse: sse_ok,
+        sse: accepts.sse,
         reply,
     };
     if handle.commands.send(cmd).await.is_err() {
         return Answer::Failed(gone(&id));
     }
-    let mut rx = match registered.await {
-        Ok(Ok(rx)) => rx,
+    let mut attached = match registered.await {
+        Ok(Ok(attached)) => attached,
         Ok(Err(refusal)) => return Answer::Failed(refused(refusal, &id)),
         Err(_) => return Answer::Failed(gone(&id)),
     };
@@ -567,14 +605,55 @@ async fn exchange(
         let _ = handle.commands.send(Command::Abandon { id: rid }).await;
         return Answer::Failed(hub_unavailable());
     }
-    let Some(first) = rx.recv().await else {
+    let cfg = &shared.cfg.cfg;
+    let hold = cfg
+        .sse_poll
+        .filter(|_| accepts.polls && accepts.sse)
+        .map(|after| sse::Hold {
+            after,
+            retry: cfg.sse_retry,
+        });
+    let first = match hold {
+        Some(h) => match tokio::time::timeout(h.after, attached.rx.recv()).await {
+            Ok(first) => first,
+            Err(_) => {
+                // Nothing yet: the stream is primed and closed at once; the
+                // client comes back for the rest.
+                let head = sse::priming(&attached.priming_id(), h.retry);
+                let now = sse::Hold {
+                    after: std::time::Duration::ZERO,
+                    ..h
+                };
+                let resp = sse::response(
+                    Some(head),
+                    None,
+                    attached.rx,
+                    cfg.keep_alive,
+                    Some(now),
+                    None,
+                );
+                return Answer::Stream(resp);
+            }
+        },
+        None => attached.rx.recv().await,
+    };
+    let Some(first) = first else {
         return Answer::Failed(gone(&id));
     };
-    if first.response && json_ok {
+    if first.response && accepts.json {
         return Answer::Json(first);
     }
-    let keep_alive = shared.cfg.cfg.keep_alive;
-    Answer::Stream(sse::response(Some(first), rx, keep_alive, Some(guard)))
+    let head = accepts
+        .polls
+        .then(|| sse::priming(&attached.priming_id(), cfg.sse_retry));
+    Answer::Stream(sse::response(
+        head,
+        Some(first),
+        attached.rx,
+        cfg.keep_alive,
+        hold,
+        Some(guard),
+    ))
 }
 
 // === GET and DELETE ===
@@ -616,8 +695,20 @@ async fn listen_inner(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Respo
     if handle.commands.send(cmd).await.is_err() {
         return Err(gone("null"));
     }
+    let cfg = &shared.cfg.cfg;
     match attached.await {
-        Ok(Ok(rx)) => Ok(sse::response(None, rx, shared.cfg.cfg.keep_alive, None)),
+        Ok(Ok(Attached { request, rx, .. })) => {
+            // A polling client's request stream is held no longer on
+            // resumption than at first.
+            let hold = cfg
+                .sse_poll
+                .filter(|_| request && polls(headers))
+                .map(|after| sse::Hold {
+                    after,
+                    retry: cfg.sse_retry,
+                });
+            Ok(sse::response(None, None, rx, cfg.keep_alive, hold, None))
+        }
         Ok(Err(refusal)) => Err(refused(refusal, "null")),
         Err(_) => Err(gone("null")),
     }

@@ -42,7 +42,7 @@ pub(crate) enum Command {
     Request {
         id: Bytes,
         sse: bool,
-        reply: oneshot::Sender<Result<mpsc::Receiver<Event>, Refusal>>,
+        reply: oneshot::Sender<Result<Attached, Refusal>>,
     },
     /// The hub refused the request's hand-over; forget it.
     Abandon { id: Bytes },
@@ -50,7 +50,7 @@ pub(crate) enum Command {
     /// sent `last_event_id`.
     Listen {
         last_event_id: Option<String>,
-        reply: oneshot::Sender<Result<mpsc::Receiver<Event>, Refusal>>,
+        reply: oneshot::Sender<Result<Attached, Refusal>>,
     },
     /// A notification or response went to the hub: the client is alive.
     Touch,
@@ -58,6 +58,25 @@ pub(crate) enum Command {
     End,
     /// A throwaway front: end once no request is in flight.
     Finish,
+}
+
+/// A connection's place on a stream: the stream's number (the first part
+/// of its event ids) and the queue of its events.
+#[derive(Debug)]
+pub(crate) struct Attached {
+    pub stream: u64,
+    /// Whether it is a request's stream (which ends with the response),
+    /// not the standalone one.
+    pub request: bool,
+    pub rx: mpsc::Receiver<Event>,
+}
+
+impl Attached {
+    /// The event id of a stream's priming event: resuming after it replays
+    /// every event the stream still keeps.
+    pub fn priming_id(&self) -> String {
+        format!("{}-0", self.stream)
+    }
 }
 
 /// Why a session refused a command.
@@ -311,7 +330,7 @@ impl Session {
         }
     }
 
-    fn request(&mut self, id: Bytes, sse: bool) -> Result<mpsc::Receiver<Event>, Refusal> {
+    fn request(&mut self, id: Bytes, sse: bool) -> Result<Attached, Refusal> {
         let cfg = &self.shared.cfg.cfg;
         if self.draining {
             return Err(Refusal::Draining);
@@ -329,7 +348,11 @@ impl Session {
         self.streams.insert(n, stream);
         self.requests.insert(id, n);
         self.prune();
-        Ok(rx)
+        Ok(Attached {
+            stream: n,
+            request: true,
+            rx,
+        })
     }
 
     /// Forgets the oldest finished request streams past the bound.
@@ -346,27 +369,35 @@ impl Session {
         }
     }
 
-    fn listen(&mut self, last_event_id: Option<&str>) -> Result<mpsc::Receiver<Event>, Refusal> {
+    fn listen(&mut self, last_event_id: Option<&str>) -> Result<Attached, Refusal> {
         if self.draining {
             return Err(Refusal::Draining);
         }
         let queue = self.shared.cfg.cfg.stream_queue;
         let Some(last) = last_event_id else {
-            let stream = self
-                .streams
-                .get_mut(&self.standalone)
-                .ok_or(Refusal::UnknownEvent)?;
+            let n = self.standalone;
+            let stream = self.streams.get_mut(&n).ok_or(Refusal::UnknownEvent)?;
             if stream.attached() {
                 return Err(Refusal::Busy);
             }
             let after = stream.delivered;
-            return Ok(stream.attach(after, queue));
+            let rx = stream.attach(after, queue);
+            return Ok(Attached {
+                stream: n,
+                request: false,
+                rx,
+            });
         };
         let (n, seq) = parse_event_id(last).ok_or(Refusal::UnknownEvent)?;
         let stream = self.streams.get_mut(&n).ok_or(Refusal::UnknownEvent)?;
         // The client resumes because it lost the old connection, even if
         // this end has not noticed yet: the new one replaces it.
-        Ok(stream.attach(seq, queue))
+        let rx = stream.attach(seq, queue);
+        Ok(Attached {
+            stream: n,
+            request: n != self.standalone,
+            rx,
+        })
     }
 
     fn drain(&mut self) {

@@ -12,28 +12,70 @@ use tokio::sync::mpsc;
 use crate::server::InFlightGuard;
 use crate::session::Event;
 
-/// An event-stream response of `first` and then the queue's events. It ends
-/// when the session drops the queue's sender: after a response, or when the
-/// reader fell behind. A comment every `keep_alive` makes a vanished client
-/// show up as a failed write. `guard` is held until the stream ends.
+/// How long a connection may hold a stream before the server closes it
+/// (2025-11-25 polling): the stream goes on, and the client resumes it with
+/// `Last-Event-ID` after `retry`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold {
+    pub after: Duration,
+    pub retry: Duration,
+}
+
+/// What the body does next.
+enum Step {
+    /// `head` (a priming event), then `first`, then the queue.
+    Open(Option<Bytes>, Option<Event>),
+    Queue,
+    Done,
+}
+
+/// An event-stream response of `head` (an already framed priming event),
+/// `first`, and then the queue's events. It ends when the session drops
+/// the queue's sender: after a response, or when the reader fell behind;
+/// or, with a `hold`, once that has passed (after a `retry` field). A
+/// comment every `keep_alive` makes a vanished client show up as a failed
+/// write. `guard` is held until the stream ends.
 pub(crate) fn response(
+    head: Option<Bytes>,
     first: Option<Event>,
     rx: mpsc::Receiver<Event>,
     keep_alive: Duration,
+    hold: Option<Hold>,
     guard: Option<InFlightGuard>,
 ) -> Response {
-    let tick = tokio::time::interval_at(tokio::time::Instant::now() + keep_alive, keep_alive);
-    let state = (first, rx, tick, guard);
+    let now = tokio::time::Instant::now();
+    let tick = tokio::time::interval_at(now + keep_alive, keep_alive);
+    let until = hold.map(|h| (now + h.after, h.retry));
+    let state = (Step::Open(head, first), rx, tick, guard);
     let events =
-        futures_util::stream::unfold(state, |(first, mut rx, mut tick, guard)| async move {
-            if let Some(ev) = first {
-                return Some((Ok::<_, Infallible>(frame(&ev)), (None, rx, tick, guard)));
-            }
-            let chunk = tokio::select! {
-                ev = rx.recv() => frame(&ev?),
-                _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
+        futures_util::stream::unfold(state, move |(step, mut rx, mut tick, guard)| async move {
+            let chunk = match step {
+                Step::Done => return None,
+                Step::Open(Some(head), first) => {
+                    return Some((
+                        Ok::<_, Infallible>(head),
+                        (Step::Open(None, first), rx, tick, guard),
+                    ));
+                }
+                Step::Open(None, Some(ev)) => frame(&ev),
+                Step::Open(None, None) | Step::Queue => {
+                    let closing = async {
+                        match until {
+                            Some((at, _)) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        ev = rx.recv() => frame(&ev?),
+                        _ = tick.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                        () = closing => {
+                            let retry = until.map(|(_, r)| r).unwrap_or_default();
+                            return Some((Ok(retry_field(retry)), (Step::Done, rx, tick, guard)));
+                        }
+                    }
+                }
             };
-            Some((Ok(chunk), (None, rx, tick, guard)))
+            Some((Ok(chunk), (Step::Queue, rx, tick, guard)))
         });
     (
         StatusCode::OK,
@@ -44,6 +86,21 @@ pub(crate) fn response(
         Body::from_stream(events),
     )
         .into_response()
+}
+
+/// A priming event (2025-11-25): an event id with empty data, so that the
+/// client can resume from the stream's start, and how long to wait before
+/// reconnecting.
+pub(crate) fn priming(id: &str, retry: Duration) -> Bytes {
+    Bytes::from(format!(
+        "id: {id}\nretry: {}\ndata: \n\n",
+        retry.as_millis()
+    ))
+}
+
+/// The event sent before the server closes a stream it will go on with.
+fn retry_field(retry: Duration) -> Bytes {
+    Bytes::from(format!("retry: {}\n\n", retry.as_millis()))
 }
 
 /// `id:` and one `data:` line per line of the message (a compact message
@@ -74,5 +131,9 @@ mod tests {
             response: false,
         };
         assert_eq!(&frame(&ev)[..], b"id: 3-7\ndata: {\"a\":1}\n\n");
+        assert_eq!(
+            &priming("3-0", Duration::from_millis(500))[..],
+            b"id: 3-0\nretry: 500\ndata: \n\n"
+        );
     }
 }

@@ -278,23 +278,44 @@ impl Events {
     }
 
     /// The next event's id and data; `None` when the stream ended.
+    /// Comments, priming events and `retry` fields are skipped.
     async fn next(&mut self) -> Option<(String, Value)> {
         loop {
+            let block = self.block().await?;
+            if block.data.is_empty() {
+                continue;
+            }
+            return Some((
+                block.id,
+                serde_json::from_str(&block.data).expect("json data"),
+            ));
+        }
+    }
+
+    /// The next block that is not a comment, as sent; `None` when the
+    /// stream ended.
+    async fn block(&mut self) -> Option<Block> {
+        loop {
             if let Some(end) = self.buf.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.buf.drain(..end + 2).collect();
-                let text = String::from_utf8(block).expect("utf-8");
-                let (mut id, mut data) = (String::new(), String::new());
+                let raw: Vec<u8> = self.buf.drain(..end + 2).collect();
+                let text = String::from_utf8(raw).expect("utf-8");
+                let mut block = Block::default();
                 for line in text.lines() {
                     if let Some(v) = line.strip_prefix("id: ") {
-                        id = v.to_owned();
-                    } else if let Some(v) = line.strip_prefix("data: ") {
-                        data.push_str(v);
+                        block.id = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        block.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                        block.has_data = true;
+                    } else if let Some(v) = line.strip_prefix("retry: ") {
+                        block.retry = Some(v.parse().expect("retry in ms"));
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        block.event = Some(v.to_owned());
                     }
                 }
-                if data.is_empty() {
-                    continue; // a comment
+                if text.starts_with(':') {
+                    continue;
                 }
-                return Some((id, serde_json::from_str(&data).expect("json data")));
+                return Some(block);
             }
             match timeout(WAIT, self.body.next()).await.expect("in time") {
                 Some(chunk) => self.buf.extend_from_slice(&chunk.expect("chunk")),
@@ -302,6 +323,16 @@ impl Events {
             }
         }
     }
+}
+
+/// One SSE event as sent.
+#[derive(Debug, Default)]
+struct Block {
+    id: String,
+    data: String,
+    has_data: bool,
+    retry: Option<u64>,
+    event: Option<String>,
 }
 
 // === tests ===
@@ -705,4 +736,116 @@ async fn a_stalled_reader_is_cut_off_and_slows_nobody() {
         got < FLOOD,
         "the stalled stream was cut ({got} events read)"
     );
+}
+
+/// The headers of a client that negotiated 2025-11-25 (which polls).
+const POLLING: [(&str, &str); 1] = [("mcp-protocol-version", "2025-11-25")];
+
+#[tokio::test]
+async fn a_polling_client_s_stream_is_primed_and_an_older_one_s_is_not() {
+    let h = start(HttpConfig {
+        sse_retry: Duration::from_millis(250),
+        ..HttpConfig::default()
+    })
+    .await;
+    let s = h.initialize().await;
+    let req = h.post(Some(&s), &request(5, "progress", json!({})));
+    let mut events = Events::new(h.send_with(req, &POLLING).await);
+    let prime = events.block().await.expect("priming");
+    assert!(prime.has_data && prime.data.is_empty(), "{prime:?}");
+    assert!(prime.id.ends_with("-0"), "{prime:?}");
+    assert_eq!(prime.retry, Some(250));
+    let (id, progress) = events.next().await.expect("progress");
+    assert_eq!(progress["method"], "notifications/progress");
+    assert_eq!(
+        id.split('-').next(),
+        prime.id.split('-').next(),
+        "one stream"
+    );
+    let (_, answer) = events.next().await.expect("response");
+    assert_eq!(answer["id"], 5);
+    assert!(events.block().await.is_none());
+
+    // 2025-06-18 (`post`'s header): no priming event.
+    let req = h.post(Some(&s), &request(6, "progress", json!({})));
+    let mut events = Events::new(h.send(req).await);
+    let first = events.block().await.expect("progress");
+    assert!(first.data.contains("notifications/progress"), "{first:?}");
+}
+
+#[tokio::test]
+async fn with_polling_a_stream_is_closed_with_retry_and_resumed_with_last_event_id() {
+    let h = start(HttpConfig {
+        sse_poll: Some(Duration::from_millis(300)),
+        sse_retry: Duration::from_millis(50),
+        ..HttpConfig::default()
+    })
+    .await;
+    let s = h.initialize().await;
+    let req = h.post(Some(&s), &request(9, "hold", json!({})));
+    let mut events = Events::new(h.send_with(req, &POLLING).await);
+    let prime = events.block().await.expect("priming");
+    assert!(
+        prime.data.is_empty() && prime.id.ends_with("-0"),
+        "{prime:?}"
+    );
+    let (last, first) = events.next().await.expect("progress");
+    assert_eq!(first["params"]["progress"], 1);
+    // Nothing more comes within the hold: the server closes the
+    // connection, saying when to come back, and the stream goes on.
+    let retry = events.block().await.expect("retry");
+    assert_eq!(
+        (retry.retry, retry.has_data),
+        (Some(50), false),
+        "{retry:?}"
+    );
+    assert!(events.block().await.is_none(), "closed after retry");
+
+    h.gate.notify_one();
+    let resp = h
+        .send_with(h.get(&s).header("last-event-id", &last), &POLLING)
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut resumed = Events::new(resp);
+    let (_, second) = resumed.next().await.expect("second progress");
+    assert_eq!(second["params"]["progress"], 2);
+    let (_, answer) = resumed.next().await.expect("response");
+    assert_eq!(answer["id"], 9);
+    assert!(resumed.next().await.is_none());
+}
+
+#[tokio::test]
+async fn with_polling_a_silent_request_gets_a_primed_stream_and_its_answer_later() {
+    let h = start(HttpConfig {
+        sse_poll: Some(Duration::from_millis(200)),
+        sse_retry: Duration::from_millis(50),
+        ..HttpConfig::default()
+    })
+    .await;
+    let a = h.initialize().await;
+    let b = h.initialize().await;
+    // `pair` answers nothing until a second one comes.
+    let req = h.post(Some(&a), &request(3, "pair", json!({"who": "a"})));
+    let mut events = Events::new(h.send_with(req, &POLLING).await);
+    let prime = events.block().await.expect("priming");
+    assert!(
+        prime.data.is_empty() && prime.id.ends_with("-0"),
+        "{prime:?}"
+    );
+    assert_eq!(prime.retry, Some(50));
+    let retry = events.block().await.expect("retry");
+    assert_eq!(retry.retry, Some(50), "{retry:?}");
+    assert!(events.block().await.is_none());
+
+    let other = h
+        .send(h.post(Some(&b), &request(3, "pair", json!({"who": "b"}))))
+        .await;
+    assert_eq!(h.json(other).await["result"]["params"]["who"], "b");
+    let resp = h
+        .send_with(h.get(&a).header("last-event-id", &prime.id), &POLLING)
+        .await;
+    let mut resumed = Events::new(resp);
+    let (_, answer) = resumed.next().await.expect("response");
+    assert_eq!(answer["result"]["params"]["who"], "a");
+    assert!(resumed.next().await.is_none());
 }
