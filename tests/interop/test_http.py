@@ -47,6 +47,7 @@ from interop_util import (
     wait_dead,
 )
 from mcp import Client
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from test_everything import EXPECTED_TOOLS as EVERYTHING_TOOLS
@@ -627,11 +628,12 @@ async def test_stateless_client(target: str, tmp_path: Path, errlog) -> None:
 
 
 def _sse_parse(lines: list[str]) -> list[tuple[str | None, str]]:
-    """Complete events (id, data) of an event stream's lines."""
+    """Complete events (id, data) of an event stream's lines; a priming
+    event (an id with empty data, 2025-11-25) is not a message."""
     events, ev_id, data = [], None, []
     for line in lines:
         if line == "":
-            if data:
+            if data and data != [""]:
                 events.append((ev_id, "\n".join(data)))
             ev_id, data = None, []
         elif line.startswith(":"):
@@ -878,3 +880,58 @@ async def test_sdk_polls_a_stream_the_server_closes(tmp_path: Path, errlog) -> N
             assert _text(result) == "done 40"
             assert _text(await c.call_tool("echo", {"text": "after"})) == "after"
     assert seen == [float(i) for i in range(1, 41)]
+
+
+# ---------------------------------------------------------------- the 2024-11-05 HTTP+SSE transport
+
+
+def _sse_url(front: Front) -> str:
+    return front.url.rsplit("/", 1)[0] + "/sse"
+
+
+@pytest.mark.parametrize("target", ("run-py", "serve"))
+async def test_old_sse_client(target: str, tmp_path: Path, errlog) -> None:
+    """The Python SDK's client of the 2024-11-05 HTTP+SSE transport
+    (`mcp.client.sse`): GET /sse, the `endpoint` event, POSTs answered 202
+    and the answers on the stream; progress comes on it too."""
+    seen: list[float] = []
+
+    async def on_progress(progress: float, _total: float | None, _message: str | None) -> None:
+        seen.append(progress)
+
+    async with front_for(target, tmp_path, errlog) as (front, prefix):
+        async with Client(sse_client(_sse_url(front)), mode=LEGACY, cache=None) as c:
+            names = await _names(c)
+            assert {prefix + t for t in PY_TOOLS} <= names
+            assert _text(await c.call_tool(f"{prefix}echo", {"text": "old sse"})) == "old sse"
+            result = await c.call_tool(f"{prefix}progress", {"steps": 3}, progress_callback=on_progress)
+            assert _text(result) == "done 3"
+        # A second old client, beside a Streamable HTTP one, keeps its own ids.
+        async with Client(sse_client(_sse_url(front)), mode=LEGACY, cache=None) as old, client(front.url, LEGACY) as new:
+            async with anyio.create_task_group() as tg:
+                got: dict[str, str] = {}
+
+                async def call(c: Client, who: str) -> None:
+                    got[who] = _text(await c.call_tool(f"{prefix}echo", {"text": who}))
+
+                tg.start_soon(call, old, "old")
+                tg.start_soon(call, new, "new")
+            assert got == {"old": "old", "new": "new"}
+    assert seen == [1.0, 2.0, 3.0]
+
+
+async def test_old_sse_client_needs_the_token(tmp_path: Path, errlog) -> None:
+    """GET /sse and its POSTs are checked like the endpoint: with
+    --auth-token-file, no token means 401 and the client cannot connect."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-for-sse\n")
+    args = ["run", "--http", "127.0.0.1:0", "--auth-token-file", str(token), *mcpvisor_flags(), "--", *PY_CMD]
+    async with http_front(args, errlog) as front:
+        with pytest.raises(Exception) as excinfo:  # noqa: PT011 - the SDK wraps the 401 in a group
+            with anyio.fail_after(15):
+                async with Client(sse_client(_sse_url(front)), mode=LEGACY, cache=None) as c:
+                    await _names(c)
+        assert "401" in repr(excinfo.value), excinfo.value
+        headers = {"Authorization": "Bearer s3cret-for-sse"}
+        async with Client(sse_client(_sse_url(front), headers=headers), mode=LEGACY, cache=None) as c:
+            assert _text(await c.call_tool("echo", {"text": "with token"})) == "with token"

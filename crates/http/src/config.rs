@@ -100,7 +100,9 @@ impl Default for HttpConfig {
 /// Why an [`HttpConfig`] cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("the endpoint path {0:?} must start with '/' and not be /healthz or /readyz")]
+    #[error(
+        "the endpoint path {0:?} must start with '/' and not be /healthz, /readyz, /sse or /messages"
+    )]
     Path(String),
     #[error(
         "bound to {0}, which is not loopback: list the host names clients use in allow_hosts \
@@ -113,7 +115,8 @@ pub enum ConfigError {
 
 impl HttpConfig {
     pub(crate) fn validate(self, local: SocketAddr) -> Result<Valid, ConfigError> {
-        if !self.path.starts_with('/') || self.path == "/healthz" || self.path == "/readyz" {
+        let taken = ["/healthz", "/readyz", "/sse", "/messages"];
+        if !self.path.starts_with('/') || taken.contains(&self.path.as_str()) {
             return Err(ConfigError::Path(self.path));
         }
         for (name, v) in [

@@ -22,6 +22,11 @@
 //! response comes first, else as an event stream that ends with it); a
 //! notification or response is handed on and gets 202.
 //!
+//! Older clients speak the HTTP+SSE transport of 2024-11-05 (`legacy.rs`):
+//! `GET /sse` opens a session whose one stream carries everything, its
+//! messages are POSTed to `/messages?session_id=`. Such a session is the
+//! same session task with one stream and no resumption.
+//!
 //! Shutdown drains: readiness turns 503, new sessions, streams and requests
 //! are refused, requests in flight may finish within the drain period, then
 //! every session closes its front. The drain lasts at least its minimum, so
@@ -30,6 +35,7 @@
 //! under it would fail without an answer).
 
 mod config;
+mod legacy;
 mod server;
 mod session;
 mod sse;

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Valid;
 use crate::session::{Attached, Command, Event, Handle, Refusal, Session};
-use crate::sse;
+use crate::{legacy, sse};
 
 const SESSION_ID: &str = "mcp-session-id";
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
@@ -90,12 +90,16 @@ impl Shared {
         self.registry().remove(key);
     }
 
-    fn lookup(&self, key: &str) -> Option<Handle> {
+    pub(crate) fn lookup(&self, key: &str) -> Option<Handle> {
         self.registry().get(key).cloned()
     }
 
-    /// Opens a session (a registered front) unless there are too many.
-    async fn open(self: &Arc<Self>) -> Result<(Arc<str>, Handle), Response> {
+    /// Opens a session (a registered front) unless there are too many. A
+    /// `legacy` session (2024-11-05 HTTP+SSE) comes with its stream's queue.
+    pub(crate) async fn open(
+        self: &Arc<Self>,
+        legacy: bool,
+    ) -> Result<(Arc<str>, Handle, Option<mpsc::Receiver<Event>>), Response> {
         let key: Arc<str> = new_session_id()
             .map_err(|_| {
                 error(
@@ -106,7 +110,7 @@ impl Shared {
             })?
             .into();
         let front = FrontId(self.next_front.fetch_add(1, Ordering::Relaxed));
-        let (handle, out) = {
+        let (handle, out, events) = {
             let mut sessions = self.registry();
             if sessions.len() >= self.cfg.cfg.max_sessions {
                 return Err(error(
@@ -115,20 +119,20 @@ impl Shared {
                     "too many sessions; retry later",
                 ));
             }
-            let (handle, out) = Session::spawn(self, key.clone(), front);
+            let (handle, out, events) = Session::spawn(self, key.clone(), front, legacy);
             sessions.insert(key.clone(), handle.clone());
-            (handle, out)
+            (handle, out, events)
         };
         if !self.to_hub(FrontCommand::Open { front, out }).await {
             self.forget(&key);
             let _ = handle.commands.try_send(Command::End);
             return Err(hub_unavailable());
         }
-        Ok((key, handle))
+        Ok((key, handle, events))
     }
 
     /// Hands the hub a command within the configured bound.
-    async fn to_hub(&self, cmd: FrontCommand) -> bool {
+    pub(crate) async fn to_hub(&self, cmd: FrontCommand) -> bool {
         let bound = self.cfg.cfg.hub_send_timeout;
         matches!(
             tokio::time::timeout(bound, self.hub.send(cmd)).await,
@@ -191,6 +195,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
         .route(&path, get(listen).post(post).delete(delete))
+        .route(legacy::SSE_PATH, get(legacy::open))
+        .route(legacy::MESSAGES_PATH, axum::routing::post(legacy::message))
         .with_state(shared)
 }
 
@@ -207,7 +213,7 @@ async fn ready(State(shared): State<Arc<Shared>>) -> Response {
 // === checks ===
 
 /// Host, Origin and token, on every request to the endpoint.
-fn admit(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+pub(crate) fn admit(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
     if !host.is_some_and(|h| shared.cfg.host_allowed(h)) {
         return Err(error(StatusCode::FORBIDDEN, None, "Host not allowed"));
@@ -241,7 +247,7 @@ fn admit(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
 }
 
 /// What the client's `Accept` takes: (JSON, an event stream).
-fn accepts(headers: &HeaderMap) -> (bool, bool) {
+pub(crate) fn accepts(headers: &HeaderMap) -> (bool, bool) {
     let Some(accept) = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()) else {
         return (true, true);
     };
@@ -262,7 +268,7 @@ fn accepts(headers: &HeaderMap) -> (bool, bool) {
     (json, sse)
 }
 
-fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
@@ -288,7 +294,8 @@ fn session(shared: &Shared, headers: &HeaderMap, id: Option<&str>) -> Result<Han
             "no Mcp-Session-Id: initialize first, then send the id it gave",
         ));
     };
-    shared.lookup(key).ok_or_else(|| {
+    // A 2024-11-05 session's id is no `Mcp-Session-Id`.
+    shared.lookup(key).filter(|h| !h.legacy).ok_or_else(|| {
         error(
             StatusCode::NOT_FOUND,
             id,
@@ -299,26 +306,13 @@ fn session(shared: &Shared, headers: &HeaderMap, id: Option<&str>) -> Result<Han
 
 // === POST ===
 
-async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
-    match post_inner(&shared, &headers, body).await {
-        Ok(resp) | Err(resp) => resp,
-    }
-}
-
-async fn post_inner(
-    shared: &Arc<Shared>,
+/// A POST's one message: `Content-Type` JSON (else 415), at most
+/// `max_message_bytes` (else 413).
+pub(crate) async fn read_body(
+    shared: &Shared,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Response, Response> {
-    admit(shared, headers)?;
-    let (json_ok, sse_ok) = accepts(headers);
-    if !json_ok && !sse_ok {
-        return Err(error(
-            StatusCode::NOT_ACCEPTABLE,
-            None,
-            "Accept must allow application/json or text/event-stream",
-        ));
-    }
+) -> Result<Bytes, Response> {
     let is_json = header_str(headers, header::CONTENT_TYPE.as_str()).is_some_and(|ct| {
         ct.split(';')
             .next()
@@ -344,9 +338,32 @@ async fn post_inner(
     if declared.is_some_and(|l| l > max as u64) {
         return Err(too_large());
     }
-    let line = axum::body::to_bytes(body, max)
+    axum::body::to_bytes(body, max)
         .await
-        .map_err(|_| too_large())?;
+        .map_err(|_| too_large())
+}
+
+async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    match post_inner(&shared, &headers, body).await {
+        Ok(resp) | Err(resp) => resp,
+    }
+}
+
+async fn post_inner(
+    shared: &Arc<Shared>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
+    admit(shared, headers)?;
+    let (json_ok, sse_ok) = accepts(headers);
+    if !json_ok && !sse_ok {
+        return Err(error(
+            StatusCode::NOT_ACCEPTABLE,
+            None,
+            "Accept must allow application/json or text/event-stream",
+        ));
+    }
+    let line = read_body(shared, headers, body).await?;
     let env = match Envelope::peek(&line) {
         Ok(env) => env,
         Err(e) => {
@@ -379,7 +396,7 @@ async fn post_inner(
         if shared.draining.is_cancelled() {
             return Err(draining(id.as_deref()));
         }
-        let (key, handle) = shared.open().await?;
+        let (key, handle, _) = shared.open(false).await?;
         let id = id.unwrap_or_default();
         // Whether the client polls is known from its next request on.
         let accepts = Accepts {
@@ -452,7 +469,7 @@ async fn post_inner(
         return Err(draining(Some(&id)));
     }
     // A throwaway front for this one request; it closes once answered.
-    let (key, handle) = shared.open().await?;
+    let (key, handle, _) = shared.open(false).await?;
     let _throwaway = Throwaway {
         shared: shared.clone(),
         key,
@@ -733,16 +750,21 @@ async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
 
 // === answers ===
 
-fn rpc_error(status: StatusCode, id: Option<&str>, code: i64, message: &str) -> Response {
+pub(crate) fn rpc_error(
+    status: StatusCode,
+    id: Option<&str>,
+    code: i64,
+    message: &str,
+) -> Response {
     let body = build::error(id.unwrap_or("null"), code, message, None);
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn error(status: StatusCode, id: Option<&str>, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, id: Option<&str>, message: &str) -> Response {
     rpc_error(status, id, TRANSPORT_ERROR, message)
 }
 
-fn draining(id: Option<&str>) -> Response {
+pub(crate) fn draining(id: Option<&str>) -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         id,
@@ -750,7 +772,7 @@ fn draining(id: Option<&str>) -> Response {
     )
 }
 
-fn hub_unavailable() -> Response {
+pub(crate) fn hub_unavailable() -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
         None,
@@ -760,7 +782,7 @@ fn hub_unavailable() -> Response {
 
 /// The session ended while the request waited (deleted, expired, or the
 /// server shut down): whether it ran is unknown.
-fn gone(id: &str) -> Response {
+pub(crate) fn gone(id: &str) -> Response {
     error(
         StatusCode::NOT_FOUND,
         Some(id),

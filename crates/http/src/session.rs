@@ -175,6 +175,9 @@ pub(crate) struct Session {
     last_active: Instant,
     draining: bool,
     finishing: bool,
+    /// A session of the 2024-11-05 HTTP+SSE transport: everything goes on
+    /// its one stream, and the session ends with that stream's connection.
+    legacy: bool,
 }
 
 /// The handle the registry keeps.
@@ -182,6 +185,9 @@ pub(crate) struct Session {
 pub(crate) struct Handle {
     pub front: FrontId,
     pub commands: mpsc::Sender<Command>,
+    /// Of the 2024-11-05 HTTP+SSE transport (its id is not an
+    /// `Mcp-Session-Id`).
+    pub legacy: bool,
 }
 
 /// Why a session task ended.
@@ -199,17 +205,25 @@ enum End {
 
 impl Session {
     /// Spawns a session's task; the caller sends the hub `Open` with the
-    /// returned sender before any message.
+    /// returned sender before any message. A `legacy` session's one stream
+    /// is attached at once: the third value is its connection's queue.
     pub fn spawn(
         shared: &Arc<Shared>,
         key: Arc<str>,
         front: FrontId,
-    ) -> (Handle, mpsc::Sender<Outbound>) {
+        legacy: bool,
+    ) -> (
+        Handle,
+        mpsc::Sender<Outbound>,
+        Option<mpsc::Receiver<Event>>,
+    ) {
         let cfg = &shared.cfg.cfg;
         let (out_tx, out_rx) = mpsc::channel(cfg.front_queue);
         let (cmd_tx, cmd_rx) = mpsc::channel(64);
         let mut streams = BTreeMap::new();
-        streams.insert(0, Stream::new(StreamKind::Standalone));
+        let mut standalone = Stream::new(StreamKind::Standalone);
+        let events = legacy.then(|| standalone.attach(0, cfg.stream_queue));
+        streams.insert(0, standalone);
         let session = Session {
             front,
             key,
@@ -222,15 +236,15 @@ impl Session {
             last_active: Instant::now(),
             draining: false,
             finishing: false,
+            legacy,
         };
         shared.tasks.spawn(session.run(out_rx, cmd_rx));
-        (
-            Handle {
-                front,
-                commands: cmd_tx,
-            },
-            out_tx,
-        )
+        let handle = Handle {
+            front,
+            commands: cmd_tx,
+            legacy,
+        };
+        (handle, out_tx, events)
     }
 
     async fn run(mut self, mut out: mpsc::Receiver<Outbound>, mut cmds: mpsc::Receiver<Command>) {
@@ -239,13 +253,25 @@ impl Session {
         let mut cmds_open = true;
         let end = loop {
             let deadline = self.last_active + idle;
-            // A finishing session's one request: whether its reader is gone.
+            // A finishing session's one request, or a legacy session's one
+            // stream: whether its reader is gone.
             let watched = if self.finishing {
                 self.requests
                     .values()
                     .next()
                     .and_then(|n| self.streams.get(n))
                     .and_then(|s| s.tx.clone())
+            } else if self.legacy {
+                let tx = self
+                    .streams
+                    .get(&self.standalone)
+                    .and_then(|s| s.tx.clone());
+                if tx.is_none() {
+                    // Cut off (it fell behind): a legacy stream cannot be
+                    // resumed, so the session is over.
+                    break End::Abandoned;
+                }
+                tx
             } else {
                 None
             };
@@ -402,6 +428,10 @@ impl Session {
 
     fn drain(&mut self) {
         self.draining = true;
+        if self.legacy {
+            // Its responses come on its one stream: it stays until the stop.
+            return;
+        }
         // The standalone stream never ends by itself; request streams end
         // with their responses.
         if let Some(s) = self.streams.get_mut(&self.standalone) {
@@ -411,6 +441,20 @@ impl Session {
 
     /// Puts one of the hub's messages on the one stream it belongs to.
     fn route(&mut self, msg: Outbound) {
+        if self.legacy {
+            // No ids and no replay: the old transport has no resumption.
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            if let Some(stream) = self.streams.get_mut(&self.standalone) {
+                let ev = Event {
+                    id: String::new(),
+                    line: msg.line,
+                    response: false,
+                };
+                stream.push(seq, ev, 0);
+            }
+            return;
+        }
         let kind = Envelope::peek(&msg.line).map(|e| e.kind).ok();
         let response = kind == Some(Kind::Response);
         let target = msg

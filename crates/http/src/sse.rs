@@ -103,13 +103,15 @@ fn retry_field(retry: Duration) -> Bytes {
     Bytes::from(format!("retry: {}\n\n", retry.as_millis()))
 }
 
-/// `id:` and one `data:` line per line of the message (a compact message
+/// `id:` (unless it has none) and one `data:` line per line of the message (a compact message
 /// has one).
 pub(crate) fn frame(ev: &Event) -> Bytes {
     let mut out = BytesMut::with_capacity(ev.line.len() + ev.id.len() + 16);
-    out.put_slice(b"id: ");
-    out.put_slice(ev.id.as_bytes());
-    out.put_u8(b'\n');
+    if !ev.id.is_empty() {
+        out.put_slice(b"id: ");
+        out.put_slice(ev.id.as_bytes());
+        out.put_u8(b'\n');
+    }
     for line in ev.line.split(|b| *b == b'\n') {
         out.put_slice(b"data: ");
         out.put_slice(line.strip_suffix(b"\r").unwrap_or(line));

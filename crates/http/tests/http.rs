@@ -849,3 +849,88 @@ async fn with_polling_a_silent_request_gets_a_primed_stream_and_its_answer_later
     assert_eq!(answer["result"]["params"]["who"], "a");
     assert!(resumed.next().await.is_none());
 }
+
+#[tokio::test]
+async fn the_2024_11_05_sse_transport_answers_on_its_stream() {
+    let mut h = start(HttpConfig::default()).await;
+    let resp = h
+        .send(
+            h.client
+                .get(format!("{}/sse", h.base))
+                .header(ACCEPT, "text/event-stream"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut events = Events::new(resp);
+    let endpoint = events.block().await.expect("endpoint");
+    assert_eq!(endpoint.event.as_deref(), Some("endpoint"), "{endpoint:?}");
+    assert!(
+        endpoint.data.starts_with("/messages?session_id="),
+        "{endpoint:?}"
+    );
+    let url = format!("{}{}", h.base, endpoint.data);
+    let client = h.client.clone();
+    let post = |body: &Value| {
+        client
+            .post(&url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(body).expect("json"))
+    };
+    let init = request(
+        0,
+        "initialize",
+        json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}),
+    );
+    let resp = h.send(post(&init)).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let (id, answer) = events.next().await.expect("the answer, on the stream");
+    assert_eq!(answer["result"]["method"], "initialize");
+    assert!(
+        id.is_empty(),
+        "no event ids: no resumption in this transport"
+    );
+    let resp = h.send(post(&request(1, "progress", json!({})))).await;
+    assert_eq!(resp.status(), StatusCode::ACCEPTED);
+    let (_, progress) = events.next().await.expect("progress");
+    assert_eq!(progress["method"], "notifications/progress");
+    let (_, answer) = events.next().await.expect("answer");
+    assert_eq!(answer["id"], 1);
+
+    // Its id is not a Streamable HTTP session's, nor the other way round.
+    let key = endpoint.data.rsplit('=').next().expect("id").to_owned();
+    let resp = h
+        .send(h.post(Some(&key), &request(2, "x", json!({}))))
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let modern = h.initialize().await;
+    let resp = h
+        .send(
+            h.client
+                .post(format!("{}/messages?session_id={modern}", h.base))
+                .header(CONTENT_TYPE, "application/json")
+                .body("{}"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    // The same checks as the endpoint's.
+    let resp = h
+        .send(post(&request(3, "x", json!({}))).header(ORIGIN, "https://evil.example"))
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = h
+        .send(
+            h.client
+                .get(format!("{}/sse", h.base))
+                .header(ORIGIN, "https://evil.example"),
+        )
+        .await;
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+    let resp = h.send(post(&json!([1]))).await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    // The stream's end is the session's.
+    drop(events);
+    h.closed().await;
+    let resp = h.send(post(&request(4, "x", json!({})))).await;
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+}
