@@ -24,14 +24,23 @@ pub fn cpu_model() -> String {
 
 /// A process's peak resident set size (VmHWM) in KiB.
 pub fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// A process's resident set size now (VmRSS) in KiB.
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().strip_suffix("kB"))
         .and_then(|v| v.trim().parse().ok())
-        .with_context(|| format!("no VmHWM in {path}"))
+        .with_context(|| format!("no {field} in {path}"))
 }
 
 /// The processes whose parent is `pid`, from `/proc/*/stat`. A process

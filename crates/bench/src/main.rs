@@ -45,12 +45,14 @@
 
 mod baseline;
 mod gateway;
+mod http;
 mod inspect;
 mod instructions;
 mod load;
 mod machine;
 mod payload;
 mod peer;
+mod peers;
 mod report;
 mod scenario;
 mod soak;
@@ -108,6 +110,13 @@ enum Command {
     /// Counts mcpvisor's own instructions per request under callgrind and
     /// compares them with (or writes) a baseline.
     Instructions(instructions::InstructionsArgs),
+    /// `serve --http` with many sessions: all calling one server at once
+    /// (p50/p99, errors), and the memory of idle sessions.
+    Http(http::HttpArgs),
+    /// `mcpvisor run --http` against supergateway and mcp-proxy in front of
+    /// the same fake worker, with direct stdio as the floor (installs the
+    /// peers under .cache/bench-peers/ first).
+    Peers(peers::PeersArgs),
 }
 
 fn main() -> ExitCode {
@@ -137,6 +146,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Instructions(count)) => {
             return runtime.block_on(instructions::run(&binaries, count));
         }
+        Some(Command::Http(args)) => return runtime.block_on(http::run(&binaries, args)),
+        Some(Command::Peers(args)) => return runtime.block_on(peers::run(&binaries, args)),
         None => {}
     }
     let plan = if args.quick {

@@ -14,6 +14,10 @@ impl Latencies {
             .push(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     }
 
+    pub fn len(&self) -> usize {
+        self.nanos.len()
+    }
+
     pub fn extend(&mut self, other: &Latencies) {
         self.nanos.extend_from_slice(&other.nanos);
     }

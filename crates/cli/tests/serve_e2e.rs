@@ -1211,3 +1211,91 @@ fn the_client_s_requests_in_flight_are_bounded_and_a_slot_frees_with_its_answer(
     let r = p.call(json!("fourth"), "a__echo", json!({"x": 2}));
     assert_eq!(Proc::tool_json(&r), json!({"x": 2}), "{r}");
 }
+
+/// One HTTP/1.1 POST to `serve --http`'s endpoint (a connection of its
+/// own); returns the head and the body.
+fn http_post(addr: &str, session: Option<&str>, body: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-06-18\r\n"))
+        .unwrap_or_default();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(WAIT)).expect("timeout");
+    sock.write_all(req.as_bytes()).expect("send");
+    let mut got = String::new();
+    sock.read_to_string(&mut got).expect("read to the end");
+    let (head, body) = got.split_once("\r\n\r\n").unwrap_or((&got, ""));
+    (head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn many_http_sessions_call_one_server_at_once_and_each_gets_its_own_answers() {
+    const SESSIONS: usize = 40;
+    const CALLS: usize = 5;
+    let (_dir, _config, mut p) = gateway(
+        "serve-http-many",
+        &[Entry::fake("a", &[])],
+        &["--http", "127.0.0.1:0"],
+    );
+    let line = p.wait_stderr("mcpvisor: listening on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("an address")
+        .trim()
+        .to_owned();
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    let sessions: Vec<String> = (0..SESSIONS)
+        .map(|_| {
+            let (head, body) = http_post(&addr, None, init);
+            assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+            let id = head
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("mcp-session-id")
+                        .then(|| value.trim().to_owned())
+                })
+                .expect("a session id");
+            let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+            let (head, _) = http_post(&addr, Some(&id), note);
+            assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+            id
+        })
+        .collect();
+    // Every session calls at once, each with the same request ids.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(SESSIONS));
+    let threads: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(n, session)| {
+            let addr = addr.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                for call in 0..CALLS {
+                    let body = json!({"jsonrpc": "2.0", "id": call, "method": "tools/call",
+                        "params": {"name": "a__echo", "arguments": {"session": n, "call": call}}});
+                    let (head, body) = http_post(&addr, Some(&session), &body.to_string());
+                    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+                    let answer: Value = serde_json::from_str(&body).expect("a JSON answer");
+                    assert_eq!(answer["id"], call, "{answer}");
+                    assert_eq!(
+                        Proc::tool_json(&answer),
+                        json!({"session": n, "call": call}),
+                        "session {n} got another's answer: {answer}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("every call answered with its own echo");
+    }
+    drop(p);
+}
