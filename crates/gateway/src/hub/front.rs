@@ -723,12 +723,7 @@ impl Hub {
             return;
         }
         let params = format!(r#"{{"level":"{}"}}"#, level.as_str());
-        self.send_private(
-            backend,
-            Private::Quiet,
-            "logging/setLevel",
-            Some(&params),
-        );
+        self.send_private(backend, Private::Quiet, "logging/setLevel", Some(&params));
     }
 
     pub(crate) async fn fanout_done(&mut self, fid: u64) {
