@@ -347,11 +347,15 @@ fn set_level(addr: &str, session: &str, level: &str) {
 }
 
 fn work(addr: &str, session: &str, id: u32) {
+    call(addr, session, id, "work");
+}
+
+fn call(addr: &str, session: &str, id: u32, tool: &str) {
     let (head, body) = post(
         addr,
         Some(session),
         &format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"work","arguments":{{}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
         ),
     );
     assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
@@ -440,4 +444,73 @@ fn each_session_gets_the_log_messages_its_own_level_admits() {
         severe_l.logged()
     );
     drop(p);
+}
+
+#[test]
+fn a_per_client_server_logs_at_its_own_client_s_level() {
+    let dir = support::temp_dir("per-client-levels");
+    let config = dir.join("mcp.json");
+    let servers = serde_json::json!({"mcpServers": {"lv": {
+        "command": "sh", "args": ["-c", LEVELLED], "sessions": "per-client"
+    }}});
+    std::fs::write(&config, servers.to_string()).expect("config");
+    let args: Vec<String> = [
+        "serve",
+        "--no-watch",
+        "--http",
+        "127.0.0.1:0",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(
+        &args,
+        &[(
+            "MCPVISOR_CACHE_DIR",
+            dir.join("cache").display().to_string(),
+        )],
+    );
+    let addr = listening_addr(&mut p);
+    let severe = open_session(&addr);
+    let verbose = open_session(&addr);
+    let mut severe_l = Listener::open(&addr, &severe);
+    let mut verbose_l = Listener::open(&addr, &verbose);
+    // Each session's first call starts its own process.
+    call(&addr, &severe, 2, "lv__work");
+    call(&addr, &verbose, 2, "lv__work");
+    set_level(&addr, &severe, "error");
+    set_level(&addr, &verbose, "debug");
+    call(&addr, &severe, 3, "lv__work");
+    call(&addr, &verbose, 3, "lv__work");
+    assert!(
+        severe_l.until(|t| t.contains("error at error")),
+        "{}",
+        severe_l.got
+    );
+    assert!(
+        verbose_l.until(|t| t.contains("error at debug")),
+        "{}",
+        verbose_l.got
+    );
+    // Before the levels: the server's own (warning); after: each its own,
+    // and nothing of the other's process.
+    assert_eq!(
+        severe_l.logged(),
+        ["warning at warning", "error at warning", "error at error"]
+    );
+    assert_eq!(
+        verbose_l.logged(),
+        [
+            "warning at warning",
+            "error at warning",
+            "debug at debug",
+            "info at debug",
+            "warning at debug",
+            "error at debug"
+        ]
+    );
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
 }
