@@ -120,8 +120,15 @@ pub async fn run(bins: &Binaries, args: &HttpArgs) -> anyhow::Result<()> {
 }
 
 async fn scale(bins: &Binaries, config: &Gateway, args: &HttpArgs) -> anyhow::Result<Scale> {
-    let max = (args.sessions + 10).to_string();
-    let front = Front::serve(bins, config, &["--max-sessions", &max]).await?;
+    // The defaults must allow the default run: the limit is raised only
+    // past `--max-sessions`'s default of 256.
+    let max = args.sessions.to_string();
+    let extra: &[&str] = if args.sessions > 256 {
+        &["--max-sessions", &max]
+    } else {
+        &[]
+    };
+    let front = Front::serve(bins, config, extra).await?;
     let client = Client::new(args.sessions)?;
     let mut sessions = Vec::with_capacity(args.sessions);
     for _ in 0..args.sessions {
