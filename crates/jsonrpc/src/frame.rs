@@ -106,6 +106,9 @@ impl LineCodec {
             return memchr::memchr(b'\n', buf).is_some();
         }
         let mut from = self.scanned.min(buf.len());
+        if from == buf.len() {
+            return false;
+        }
         let mut start = 0;
         while let Some(offset) = memchr::memchr(b'\n', &buf[from..]) {
             let end = from + offset;

@@ -172,7 +172,7 @@ pub struct Session<S> {
     handshake: Handshake,
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
-    events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
+    events_rx: Quiet<(u64, WorkerEvent)>,
     /// Every generation's stdout until it closes.
     stdouts: stdout::Stdouts,
     /// The client's stdout, written by this task. While `CLIENT_QUEUE`
@@ -225,7 +225,7 @@ impl<S: Spawner> Session<S> {
         spawner: S,
         client_in: R,
         client_out: W,
-        mut control: mpsc::Receiver<Control>,
+        control: mpsc::Receiver<Control>,
         status: EventSink,
     ) -> Outcome
     where
@@ -234,6 +234,7 @@ impl<S: Spawner> Session<S> {
     {
         let (events_tx, events_rx) = mpsc::channel(1024);
         let client_out = writer::Outlet::new(Box::pin(client_out), Some(cfg.client_write_timeout));
+        let mut control = Quiet::new(control);
         let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let mut s = Session {
             cfg: Arc::new(cfg),
@@ -252,7 +253,7 @@ impl<S: Spawner> Session<S> {
             handshake: Handshake::default(),
             timers: DelayQueue::new(),
             events_tx,
-            events_rx,
+            events_rx: Quiet::new(events_rx),
             stdouts: stdout::Stdouts::default(),
             client_out,
             client: ClientState::Open,
@@ -556,6 +557,42 @@ impl<S: Spawner> Session<S> {
                 Ok(None) | Err(_) => break,
             }
         }
+    }
+}
+
+/// A channel that the loop's `select!` asks on every turn but that rarely
+/// has anything (worker events other than frames, controls). Once a poll
+/// has found it empty, the task's waker stays registered with it until a
+/// send or the last sender's drop wakes the task; until then, while it is
+/// still empty and open, it is not polled again. Its polls ignore tokio's
+/// cooperative budget, so that a `Pending` always means the waker is
+/// registered (a poll refused for lack of budget registers nothing).
+struct Quiet<T> {
+    rx: mpsc::Receiver<T>,
+    registered: bool,
+}
+
+impl<T> Quiet<T> {
+    fn new(rx: mpsc::Receiver<T>) -> Self {
+        Self {
+            rx,
+            registered: false,
+        }
+    }
+
+    async fn recv(&mut self) -> Option<T> {
+        std::future::poll_fn(|cx| {
+            if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
+                return std::task::Poll::Pending;
+            }
+            let polled = {
+                let recv = std::pin::pin!(tokio::task::unconstrained(self.rx.recv()));
+                std::future::Future::poll(recv, cx)
+            };
+            self.registered = polled.is_pending();
+            polled
+        })
+        .await
     }
 }
 
