@@ -45,6 +45,7 @@
 
 mod baseline;
 mod gateway;
+mod http;
 mod inspect;
 mod instructions;
 mod load;
