@@ -182,8 +182,7 @@ pub struct Session<S> {
     client_out: writer::Outlet,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
-    sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
-    sweep_armed: bool,
+    sweep: timers::Sweep,
     /// The `initialize` result the client saw (before mcpvisor's edits).
     init_result: Option<serde_json::Value>,
     snapshot: Option<lists::Snapshot>,
@@ -257,8 +256,7 @@ impl<S: Spawner> Session<S> {
             stdouts: stdout::Stdouts::default(),
             client_out,
             client: ClientState::Open,
-            sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
-            sweep_armed: false,
+            sweep: timers::Sweep::default(),
             init_result: None,
             snapshot: None,
             fetch: None,
@@ -297,7 +295,7 @@ impl<S: Spawner> Session<S> {
                 (generation, written) = stdin_flushed(&mut s.gens), if stdin_blocked => {
                     s.on_stdin_written(generation, written).await;
                 }
-                () = &mut s.sweep, if s.sweep_armed => s.on_sweep().await,
+                () = s.sweep.fired(), if s.sweep.is_armed() => s.on_sweep().await,
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
                     s.on_timer(expired.into_inner()).await;
                 }
