@@ -368,7 +368,10 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     let detail = failed.detail.clone().expect("a detail");
     assert!(!detail.contains('\n'), "{detail}");
     assert_eq!(failed.restarts, 2, "{failed:?}");
-    assert_eq!(failed.pid, None, "a failed session runs no worker: {failed:?}");
+    assert_eq!(
+        failed.pid, None,
+        "a failed session runs no worker: {failed:?}"
+    );
     assert_eq!(failed.started_at_ms, None, "{failed:?}");
     // The second restart waited its backoff, and said until when.
     let waiting = seen
