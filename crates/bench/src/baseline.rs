@@ -15,8 +15,9 @@ use crate::instructions::TOLERANCE_PERCENT;
 /// What the figures are, for whoever reads the baseline file.
 const MEASURED: &str = "User-space instructions (callgrind Ir) executed by the mcpvisor \
 process per request: a run of `requests` requests minus a run with none (the same start, \
-handshake and shutdown), divided by `requests`. The requests are bench/echo through run, and \
-tools/call of the fake worker's echo tool (bench__echo) through serve. The fake worker runs \
+handshake and shutdown), divided by `requests`. The requests are bench/echo through run, tools/call \
+of the fake worker's echo tool as HTTP POSTs on one keep-alive connection through run --http, \
+and tools/call of that tool (bench__echo) through serve. The fake worker runs \
 untraced (--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \
 instructions --write`; see BENCHMARKS.md.";
 

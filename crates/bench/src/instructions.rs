@@ -19,12 +19,15 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use tokio::process::Command;
 
 use crate::baseline::{Baseline, Figure};
 use crate::gateway::{self, Gateway, Server};
+use crate::keepalive;
 use crate::load::{self, Load, Stop};
 use crate::payload::{Echo, Payloads};
 use crate::peer::{Binaries, Peer, Via};
@@ -54,17 +57,23 @@ pub struct InstructionsArgs {
 }
 
 /// How the client reaches mcpvisor in a scenario.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Front {
     /// JSON-RPC lines on the traced process's own stdin and stdout.
     Stdio,
+    /// Streamable HTTP: mcpvisor's arguments include `--http 127.0.0.1:0`,
+    /// the address it prints on stderr is where a plain HTTP/1.1 client
+    /// ([`crate::keepalive::Client`]) posts each request on one keep-alive
+    /// connection, asking for JSON answers. The run ends with SIGTERM.
+    Http,
 }
 
 /// How mcpvisor is given the fake worker, and what the client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launch {
     /// The fake worker's path follows mcpvisor's arguments; the client
-    /// sends `bench/echo`.
+    /// sends `bench/echo` on stdio, and a `tools/call` of its `echo` tool
+    /// over HTTP (the HTTP front routes only MCP's own methods).
     Wrap,
     /// A config file with the fake worker as its one server, `bench`,
     /// follows mcpvisor's arguments; the client calls the tool
@@ -89,6 +98,10 @@ impl Scenario {
         let mut words = vec!["mcpvisor"];
         words.extend(self.args);
         match self.launch {
+            Launch::Wrap if self.front == Front::Http => words.extend([
+                "mcpvisor-fake-worker",
+                "(HTTP POSTs on one keep-alive connection; tools/call echo)",
+            ]),
             Launch::Wrap => words.push("mcpvisor-fake-worker"),
             Launch::Gateway => words.extend([
                 "FILE",
@@ -100,9 +113,16 @@ impl Scenario {
 
     /// The requests of one load on this scenario.
     fn payloads(&self, payload: usize) -> Payloads {
-        match self.launch {
-            Launch::Wrap => Payloads::new(payload),
-            Launch::Gateway => Payloads::with(payload, Echo::Tool(vec![gateway::TOOL.to_owned()])),
+        match (self.launch, self.front) {
+            (Launch::Wrap, Front::Stdio) => Payloads::new(payload),
+            // The HTTP front is the gateway's hub, which routes only MCP's
+            // own methods.
+            (Launch::Wrap, Front::Http) => {
+                Payloads::with(payload, Echo::Tool(vec!["echo".to_owned()]))
+            }
+            (Launch::Gateway, _) => {
+                Payloads::with(payload, Echo::Tool(vec![gateway::TOOL.to_owned()]))
+            }
         }
     }
 }
@@ -120,6 +140,12 @@ pub const SCENARIOS: &[Scenario] = &[
         args: &gateway::SERVE_ARGS,
         launch: Launch::Gateway,
         front: Front::Stdio,
+    },
+    Scenario {
+        name: "run-http",
+        args: &["run", "-q", "--no-watch", "--http", "127.0.0.1:0", "--"],
+        launch: Launch::Wrap,
+        front: Front::Http,
     },
 ];
 
@@ -274,6 +300,10 @@ impl Tracer {
                 }
                 pid
             }
+            Front::Http => {
+                let payloads = scenario.payloads(payload);
+                drive_http(command, &self.dir, &label, &payloads, requests).await?
+            }
         };
         let out = self.dir.join(format!("{label}.{pid}.callgrind"));
         let text = std::fs::read_to_string(&out)
@@ -299,6 +329,96 @@ async fn drive(
         load::run(peer, load, payloads).await?;
     }
     Ok(())
+}
+
+/// How long mcpvisor under valgrind may take to say where it listens, and
+/// to exit once asked to stop.
+const HTTP_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One run on an HTTP front: starts `command` (mcpvisor under valgrind with
+/// `--http 127.0.0.1:0`), reads the address it listens on from its stderr,
+/// does the handshake and `requests` requests one at a time on one
+/// keep-alive connection, then stops it with SIGTERM. Returns its pid.
+async fn drive_http(
+    mut command: Command,
+    dir: &Path,
+    label: &str,
+    payloads: &Payloads,
+    requests: u64,
+) -> anyhow::Result<u32> {
+    use tokio::io::AsyncBufReadExt as _;
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().context("cannot start valgrind")?;
+    let pid = child
+        .id()
+        .context("mcpvisor under valgrind exited at once")?;
+    let log = dir.join(format!("{label}.{pid}.log"));
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let listening = async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(url) = line.split("listening on http://").nth(1) {
+                return Ok::<_, anyhow::Error>(Some(url.trim().to_owned()));
+            }
+        }
+        Ok(None)
+    };
+    let url = tokio::time::timeout(HTTP_START_TIMEOUT, listening)
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "{label}: mcpvisor did not say where it listens within {HTTP_START_TIMEOUT:?}; {}",
+                valgrind_log(&log)
+            )
+        })??
+        .with_context(|| {
+            format!(
+                "{label}: mcpvisor ended before listening; {}",
+                valgrind_log(&log)
+            )
+        })?;
+    // The rest of its stderr is read and dropped, so that it never blocks
+    // on a full pipe.
+    let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let (addr, path) = match url.find('/') {
+        Some(at) => (&url[..at], &url[at..]),
+        None => (url.as_str(), "/"),
+    };
+    let addr: std::net::SocketAddr = addr
+        .parse()
+        .with_context(|| format!("{label}: mcpvisor listens on {url:?}, not an address"))?;
+    let driven = async {
+        let mut client = keepalive::Client::connect(addr, path).await?;
+        client.initialize().await?;
+        client.echo(payloads, requests).await
+    }
+    .await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(pid)?),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .context("cannot signal mcpvisor")?;
+    let status = tokio::time::timeout(HTTP_START_TIMEOUT, child.wait()).await;
+    drain.abort();
+    driven.with_context(|| valgrind_log(&log))?;
+    let status = match status {
+        Ok(status) => status?,
+        Err(_) => {
+            child.kill().await?;
+            bail!("{label}: mcpvisor did not exit within {HTTP_START_TIMEOUT:?} of SIGTERM");
+        }
+    };
+    if !status.success() {
+        bail!(
+            "{label}: mcpvisor under valgrind {status}; {}",
+            valgrind_log(&log)
+        );
+    }
+    Ok(pid)
 }
 
 /// `--name=DIR/LABEL.%p.EXT`: valgrind puts the traced process's pid in

@@ -48,6 +48,7 @@ mod gateway;
 mod http;
 mod inspect;
 mod instructions;
+mod keepalive;
 mod load;
 mod machine;
 mod payload;

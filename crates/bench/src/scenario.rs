@@ -314,7 +314,12 @@ async fn big(bins: &Binaries, plan: &Plan) -> anyhow::Result<Big> {
 
 async fn memory(bins: &Binaries, plan: &Plan) -> anyhow::Result<Memory> {
     let payloads = Payloads::new(64);
-    let mut peer = ready_peer(bins, Via::Mcpvisor).await?;
+    // File watching on, as `run` has it by default: the worker's own file
+    // is watched, as a server author's would be.
+    let mut command = tokio::process::Command::new(&bins.mcpvisor);
+    command.args(["run", "-q", "--"]).arg(&bins.worker);
+    let mut peer = Peer::start(Via::Mcpvisor, command, bins.show_stderr)?;
+    peer.initialize().await?;
     let after_handshake_kib = machine::peak_rss_kib(peer.pid)?;
     let mut marks = Vec::new();
     let mut done = 0;

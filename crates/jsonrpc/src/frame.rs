@@ -97,6 +97,37 @@ impl LineCodec {
     }
 }
 
+impl LineCodec {
+    /// Whether `buf`, the buffer this codec decodes from, already holds a
+    /// whole message: the next [`Decoder::decode`] yields a frame without
+    /// another read. Blank lines, which decode skips, do not count.
+    pub fn has_line(&self, buf: &[u8]) -> bool {
+        if self.discarding.is_some() {
+            return memchr::memchr(b'\n', buf).is_some();
+        }
+        let mut from = self.scanned.min(buf.len());
+        if from == buf.len() {
+            return false;
+        }
+        let mut start = 0;
+        while let Some(offset) = memchr::memchr(b'\n', &buf[from..]) {
+            let end = from + offset;
+            let line = &buf[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let line = match self.at_start && start == 0 {
+                true => line.strip_prefix(BOM).unwrap_or(line),
+                false => line,
+            };
+            if line.len() > self.max_bytes || !is_blank(line) {
+                return true;
+            }
+            start = end + 1;
+            from = start;
+        }
+        false
+    }
+}
+
 fn trim_cr(mut line: BytesMut) -> BytesMut {
     if line.last() == Some(&b'\r') {
         line.truncate(line.len() - 1);
@@ -256,6 +287,35 @@ mod tests {
             frames,
             vec![line("{\"a\":1}"), line("{\"b\":2}"), line("{\"c\":3}")]
         );
+    }
+
+    #[test]
+    fn has_line_is_true_exactly_when_decode_yields_without_a_read() {
+        let cases: &[&[u8]] = &[
+            b"",
+            b"{\"a\":1}",
+            b"{\"a\":1}\n",
+            b"\n\r\n  \n",
+            b"\n \r\n{}\r\n",
+            b"\xEF\xBB\xBF\n",
+            b"\xEF\xBB\xBF{}\n",
+            b"  \n{} partial",
+        ];
+        for case in cases {
+            let mut codec = LineCodec::new(1024);
+            let predicted = codec.has_line(case);
+            let mut buf = BytesMut::from(*case);
+            let decoded = codec.decode(&mut buf).expect("decode").is_some();
+            assert_eq!(predicted, decoded, "{:?}", String::from_utf8_lossy(case));
+        }
+        // Past the limit, a line is an oversize frame, blank or not.
+        let mut codec = LineCodec::new(2);
+        assert!(codec.has_line(b"     \n"));
+        let mut buf = BytesMut::from(&b"     \n"[..]);
+        assert!(matches!(
+            codec.decode(&mut buf).expect("decode"),
+            Some(Frame::Oversize { .. })
+        ));
     }
 
     #[test]

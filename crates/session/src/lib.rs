@@ -10,14 +10,16 @@
 //!
 //! - the client's stdin is read in the session's own `select!`, framed by
 //!   [`mcpvisor_jsonrpc::LineCodec`];
-//! - one writer task per pipe (client stdout, each worker's stdin) batches what
-//!   is queued before it flushes ([`writer`]);
+//! - the session writes each pipe (client stdout, each worker's stdin) itself
+//!   through a [`writer::Outlet`]: what it queues in a turn of its loop is
+//!   written at the turn's end, once no complete line waits in what it has
+//!   read, as one batch per pipe; a full pipe is waited on in the `select!`;
 //! - each generation's stdout is read in the session's own `select!` too,
 //!   turn by turn with the other generations' until it closes; each has an
 //!   exit watcher task, and its stderr pump reports authorization prompts
 //!   ([`WorkerReporter`]); their events carry the generation number, so a
 //!   dead generation's output is fenced off by a single comparison.
-//! - writers are given messages whose id is to be replaced as the line read
+//! - outlets are given messages whose id is to be replaced as the line read
 //!   plus the new id ([`writer::Message`]), and put them together as they
 //!   write: an id is changed without copying the message.
 

@@ -1,6 +1,8 @@
-//! One writer task per pipe.
+//! Writing pipes: an [`Outlet`] written by the task that owns the pipe's
+//! traffic (the session's pipes), or one writer task per pipe fed over a
+//! channel ([`write_lines`], for the runner's and the gateway's pipes).
 //!
-//! The owner of a pipe's traffic sends whole messages (without their newline)
+//! A writer task's owner sends whole messages (without their newline)
 //! into a bounded channel. The writer takes everything already queued, writes
 //! it as one batch and flushes once, so a burst of small messages costs one
 //! system call, not one each. A message is either a line as it was read or a
@@ -8,14 +10,16 @@
 //! replaced on the way out. The writer puts the pieces together as it
 //! writes, so an id is changed without copying the message.
 //!
-//! A worker's stdin writer also keeps a [`Progress`]: how many of the
+//! [`write_tracked`] also keeps a [`Progress`]: how many of the
 //! messages it was given may have had a byte written. It claims a batch just
 //! before writing it, and after a failed write it lowers the count to the
 //! messages a byte of which did get through. The owner can fence it off at
 //! any moment: the writer writes nothing it has not claimed yet, so every
 //! message past the count is known never to have reached the reader.
 
+use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -402,16 +406,281 @@ async fn put<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// A pipe written by the task that owns its traffic, without a writer task
+/// between: the owner queues messages with [`Outlet::push`] and, when it has
+/// nothing more to do for the moment, writes what is queued with
+/// [`Outlet::poll_flush`] (a batch of small messages in one write, as
+/// [`write_lines`] does). When the pipe is full the owner waits on
+/// [`Outlet::flushed`] in its `select!`, which fails with
+/// [`WriteError::Stalled`] once a write has made no progress for `stall`.
+///
+/// Writing from the owning task saves a writer task's wake-up, a channel
+/// hop and the waker bookkeeping of both per message.
+///
+/// Like [`write_tracked`]'s [`Progress`], it knows how many of the messages
+/// it was given may have had a byte written ([`Outlet::reached`]): every
+/// message past that count never reached the reader.
+pub struct Outlet {
+    /// `None` once closed.
+    out: Option<std::pin::Pin<Box<dyn AsyncWrite + Send>>>,
+    queue: std::collections::VecDeque<Message>,
+    /// The batch being written: small messages copied in, each with its
+    /// newline.
+    buf: Vec<u8>,
+    /// A large message written after `buf` from its own buffers, then its
+    /// newline.
+    large: Option<Message>,
+    /// Bytes of the batch (`buf`, then `large` and its newline) written.
+    done: usize,
+    /// The batch is written but not yet flushed.
+    unflushed: bool,
+    stall: Option<Duration>,
+    /// Armed when a write finds the pipe full; cleared by progress.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    /// A write returned `Pending`: wait on [`Outlet::flushed`].
+    blocked: bool,
+    /// Messages before the batch, every one written whole.
+    before: u64,
+    /// Where each message of the batch starts in it.
+    starts: Vec<usize>,
+}
+
+impl std::fmt::Debug for Outlet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outlet")
+            .field("queued", &self.queue.len())
+            .field("blocked", &self.blocked)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Outlet {
+    pub fn new(out: std::pin::Pin<Box<dyn AsyncWrite + Send>>, stall: Option<Duration>) -> Self {
+        Self {
+            out: Some(out),
+            queue: std::collections::VecDeque::new(),
+            buf: Vec::new(),
+            large: None,
+            done: 0,
+            unflushed: false,
+            stall,
+            stalled: None,
+            blocked: false,
+            before: 0,
+            starts: Vec::new(),
+        }
+    }
+
+    /// Queues a message; nothing is written until [`Outlet::poll_flush`].
+    /// Dropped once closed.
+    pub fn push(&mut self, msg: Message) {
+        if self.out.is_some() {
+            self.queue.push_back(msg);
+        }
+    }
+
+    /// Whether it was closed.
+    pub fn is_closed(&self) -> bool {
+        self.out.is_none()
+    }
+
+    /// How many of the messages given so far may have had a byte written.
+    /// Every message after those is never written once the outlet is
+    /// closed.
+    pub fn reached(&self) -> u64 {
+        let done = self.done;
+        self.before + self.starts.iter().filter(|start| **start < done).count() as u64
+    }
+
+    /// Closes the pipe (the reader sees its end) and drops what was not
+    /// written; returns [`Outlet::reached`].
+    pub fn close(&mut self) -> u64 {
+        let reached = self.reached();
+        self.out = None;
+        self.queue.clear();
+        self.blocked = false;
+        self.stalled = None;
+        reached
+    }
+
+    /// Messages queued and not yet taken into a write.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Whether anything is queued or partly written.
+    pub fn is_idle(&self) -> bool {
+        self.out.is_none() || self.queue.is_empty() && !self.in_batch() && !self.unflushed
+    }
+
+    /// Whether the last write found the pipe full.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
+    }
+
+    fn in_batch(&self) -> bool {
+        !self.buf.is_empty() || self.large.is_some()
+    }
+
+    /// Writes what is queued as far as the pipe takes it now, without
+    /// waiting; `None` when the pipe is full (then [`Outlet::is_blocked`]).
+    pub async fn write_now(&mut self) -> Option<Result<(), WriteError>> {
+        std::future::poll_fn(|cx| match self.poll_flush(cx) {
+            Poll::Pending => Poll::Ready(None),
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+        })
+        .await
+    }
+
+    /// Resolves once everything queued is written and flushed (or the pipe
+    /// failed or stalled).
+    pub async fn flushed(&mut self) -> Result<(), WriteError> {
+        std::future::poll_fn(|cx| self.poll_flush(cx)).await
+    }
+
+    /// Writes what is queued until it is all out (`Ready(Ok)`), the pipe is
+    /// full (`Pending`, the task woken when it has room or the stall bound
+    /// passes), or a write fails.
+    pub fn poll_flush(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), WriteError>> {
+        loop {
+            if self.out.is_none() {
+                return Poll::Ready(Ok(()));
+            }
+            if !self.in_batch() && !self.fill() {
+                let Some(out) = self.out.as_mut() else {
+                    return Poll::Ready(Ok(()));
+                };
+                if self.unflushed {
+                    match out.as_mut().poll_flush(cx) {
+                        Poll::Ready(Ok(())) => self.unflushed = false,
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                        Poll::Pending => return self.wait(cx),
+                    }
+                }
+                self.progressed();
+                return Poll::Ready(Ok(()));
+            }
+            let mut slices = [std::io::IoSlice::new(&[]); 5];
+            let count = {
+                let [a, b, c] = match &self.large {
+                    Some(msg) => msg.parts(),
+                    None => [&[][..], &[], &[]],
+                };
+                let newline: &[u8] = if self.large.is_some() { b"\n" } else { &[] };
+                gather([&self.buf, a, b, c, newline], self.done, &mut slices)
+            };
+            let Some(out) = self.out.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            match out.as_mut().poll_write_vectored(cx, &slices[..count]) {
+                Poll::Ready(Ok(0)) => {
+                    let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                    return Poll::Ready(Err(e.into()));
+                }
+                Poll::Ready(Ok(n)) => {
+                    self.progressed();
+                    self.done += n;
+                    self.unflushed = true;
+                    let total = self.buf.len() + self.large.as_ref().map_or(0, |m| m.len() + 1);
+                    if self.done >= total {
+                        self.before += self.starts.len() as u64;
+                        self.starts.clear();
+                        self.buf.clear();
+                        self.large = None;
+                        self.done = 0;
+                    }
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e.into())),
+                Poll::Pending => return self.wait(cx),
+            }
+        }
+    }
+
+    /// Takes queued messages into the batch; false when none is queued.
+    fn fill(&mut self) -> bool {
+        while let Some(msg) = self.queue.pop_front() {
+            self.starts.push(self.buf.len());
+            if msg.len() >= BATCH_BYTES {
+                self.large = Some(msg);
+                return true;
+            }
+            for part in msg.parts() {
+                self.buf.extend_from_slice(part);
+            }
+            self.buf.push(b'\n');
+            if self.buf.len() >= BATCH_BYTES {
+                break;
+            }
+        }
+        self.in_batch()
+    }
+
+    fn progressed(&mut self) {
+        self.blocked = false;
+        self.stalled = None;
+    }
+
+    /// The pipe is full: arm the stall bound (once per stall) and wait.
+    fn wait(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), WriteError>> {
+        self.blocked = true;
+        let Some(limit) = self.stall else {
+            return Poll::Pending;
+        };
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(WriteError::Stalled(limit))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Up to [`PIECE`] bytes of `parts`, skipping the first `skip`, as slices;
+/// returns how many of `slices` it filled.
+fn gather<'a, const N: usize>(
+    parts: [&'a [u8]; N],
+    mut skip: usize,
+    slices: &mut [std::io::IoSlice<'a>; N],
+) -> usize {
+    let mut count = 0;
+    let mut room = PIECE;
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        let rest = &part[skip..];
+        skip = 0;
+        let take = rest.len().min(room);
+        slices[count] = std::io::IoSlice::new(&rest[..take]);
+        count += 1;
+        room -= take;
+        if room == 0 {
+            break;
+        }
+    }
+    count
+}
+
+/// `io`, failed as stalled when it makes no progress for `stall`. The
+/// bound is armed only when `io` does not complete at once: most writes to
+/// a pipe with room do, and arming it reads the clock.
 async fn bounded<T, F>(stall: Option<Duration>, io: F) -> Result<T, WriteError>
 where
     F: std::future::Future<Output = std::io::Result<T>>,
 {
-    match stall {
-        Some(limit) => match tokio::time::timeout(limit, io).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(WriteError::Stalled(limit)),
-        },
-        None => Ok(io.await?),
+    let mut io = std::pin::pin!(io);
+    let Some(limit) = stall else {
+        return Ok(io.await?);
+    };
+    let first = std::future::poll_fn(|cx| Poll::Ready(io.as_mut().poll(cx))).await;
+    if let Poll::Ready(result) = first {
+        return Ok(result?);
+    }
+    match tokio::time::timeout(limit, io).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(WriteError::Stalled(limit)),
     }
 }
 
@@ -474,6 +743,56 @@ mod tests {
         want.extend_from_slice(br#"{"id":0,"result":1}"#);
         want.push(b'\n');
         assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn an_outlet_writes_small_large_and_spliced_messages_in_order() {
+        let (a, mut b) = tokio::io::duplex(1 << 20);
+        let mut out = Outlet::new(Box::pin(a), None);
+        let big = Bytes::from(vec![b'x'; 2 * PIECE + 3]);
+        let small = Bytes::from_static(br#"{"id":"abc","result":1}"#);
+        let env = mcpvisor_jsonrpc::Envelope::peek(&small).expect("envelope");
+        out.push(Message::Line(Bytes::from_static(b"one")));
+        out.push(Message::Line(big.clone()));
+        out.push(Message::spliced(
+            &small,
+            env.id.expect("id"),
+            Piece::Number(Digits::new(42)),
+        ));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.expect("read");
+            got
+        });
+        out.flushed().await.expect("written");
+        assert!(out.is_idle());
+        assert_eq!(out.reached(), 3);
+        out.close();
+        drop(out);
+        let got = reader.await.expect("join");
+        let mut want = b"one\n".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(b"\n{\"id\":42,\"result\":1}\n");
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outlet_counts_only_messages_a_byte_of_which_was_written_and_stalls() {
+        // The pipe takes 8 bytes: all of "aaaa\n", the start of "bbbbbbbb\n",
+        // nothing of "cc\n".
+        let (a, _b) = tokio::io::duplex(8);
+        let mut out = Outlet::new(Box::pin(a), Some(Duration::from_secs(5)));
+        for msg in ["aaaa", "bbbbbbbb", "cc"] {
+            out.push(Message::Line(Bytes::from_static(msg.as_bytes())));
+        }
+        assert!(out.write_now().await.is_none(), "the pipe is full");
+        assert!(out.is_blocked());
+        let err = out.flushed().await.expect_err("must stall");
+        assert!(matches!(err, WriteError::Stalled(_)));
+        assert_eq!(out.close(), 2);
+        assert!(out.is_closed());
+        out.push(Message::Line(Bytes::from_static(b"late")));
+        assert!(out.is_idle(), "a closed outlet takes nothing more");
     }
 
     #[tokio::test(start_paused = true)]

@@ -12,12 +12,10 @@ use std::sync::{Arc, Mutex};
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, StderrTail};
 use mcpvisor_jsonrpc::build;
 use mcpvisor_process::Exit;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    ClientState, Generation, Phase, Session, WORKER_QUEUE, Waiting, WorkerEvent, WorkerState,
-    display_status,
+    ClientState, Generation, Phase, Session, Waiting, WorkerEvent, WorkerState, display_status,
 };
 use crate::events::SessionEvent;
 use crate::reply;
@@ -154,24 +152,7 @@ impl<S: Spawner> Session<S> {
             exited,
             stderr_tail,
         } = io;
-        let (tx, rx) = mpsc::channel(WORKER_QUEUE);
-        let progress = Arc::new(writer::Progress::default());
-        let events = self.events_tx.clone();
-        let stall = self.cfg.write_timeout;
-        let kept = Arc::clone(&progress);
-        tokio::spawn(async move {
-            if let Err(e) = writer::write_tracked(stdin, rx, Some(stall), &kept).await {
-                let _ = events
-                    .send((
-                        id,
-                        WorkerEvent::WriteFailed {
-                            closed: e.is_closed_pipe(),
-                            error: e.to_string(),
-                        },
-                    ))
-                    .await;
-            }
-        });
+        let stdin = writer::Outlet::new(stdin, Some(self.cfg.write_timeout));
         self.stdouts.push(id, stdout, self.cfg.max_message_bytes);
         let events = self.events_tx.clone();
         tokio::spawn(async move {
@@ -180,9 +161,8 @@ impl<S: Spawner> Session<S> {
         });
         Generation {
             phase: Phase::Ready,
-            tx: Some(tx),
+            stdin,
             queued: 0,
-            progress,
             stop,
             pid,
             acks: false,
@@ -284,7 +264,7 @@ impl<S: Spawner> Session<S> {
             phase
         };
         g.phase = Phase::Dead;
-        g.tx = None;
+        g.stdin.close();
         (g.stop)();
         if let Some(key) = g.exit_wait.take() {
             let _ = self.timers.try_remove(&key);
@@ -326,15 +306,15 @@ impl<S: Spawner> Session<S> {
         Some(loss)
     }
 
-    /// Fences off generation `id`'s stdin writer. The client requests of
+    /// Closes generation `id`'s stdin outlet. The client requests of
     /// which no byte reached it (none ever will now) wait for the next
     /// generation, ahead of what already waits, in the order they were sent:
     /// they were never sent, so this is no replay. A cancelled one is done.
     pub(crate) fn take_back(&mut self, id: u64) {
-        let Some(g) = self.gens.get(&id) else {
+        let Some(g) = self.gens.get_mut(&id) else {
             return;
         };
-        let reached = g.progress.fence();
+        let reached = g.stdin.close();
         let mut unsent: Vec<(u64, u64)> = self
             .reqs
             .iter()

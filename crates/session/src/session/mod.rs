@@ -59,7 +59,8 @@ pub enum Outcome {
     Shutdown,
 }
 
-/// An event from one generation's helper tasks.
+/// An event of one generation: from its helper tasks, its stdout, or the
+/// session's own writes to its stdin.
 #[derive(Debug)]
 pub(crate) enum WorkerEvent {
     Frame(Frame),
@@ -92,12 +93,12 @@ pub(crate) enum Phase {
 /// One worker generation.
 pub(crate) struct Generation {
     pub phase: Phase,
-    /// Dropping it closes the worker's stdin (the first layer of a stop).
-    pub tx: Option<mpsc::Sender<Message>>,
+    /// Its stdin, written by the session. Closing it closes the worker's
+    /// stdin (the first layer of a stop) and tells how many of the messages
+    /// queued may have reached it.
+    pub stdin: writer::Outlet,
     /// Messages put in its stdin queue so far.
     pub queued: u64,
-    /// How many of those may have reached it; fences its writer off.
-    pub progress: Arc<writer::Progress>,
     pub stop: Box<dyn Fn() + Send>,
     pub pid: Option<u32>,
     /// Whether it has ever sent the cancel acknowledgement.
@@ -171,18 +172,17 @@ pub struct Session<S> {
     handshake: Handshake,
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(u64, WorkerEvent)>,
-    events_rx: mpsc::Receiver<(u64, WorkerEvent)>,
+    events_rx: Quiet<(u64, WorkerEvent)>,
     /// Every generation's stdout until it closes.
     stdouts: stdout::Stdouts,
-    client_tx: mpsc::Sender<Message>,
-    /// Messages for the client while its queue is full, in order. While any
-    /// wait here the session reads no more requests from the client; past
-    /// `OUTBOX` it takes no worker events either (timers still run).
-    outbox: VecDeque<Message>,
+    /// The client's stdout, written by this task. While `CLIENT_QUEUE`
+    /// messages or more wait in it the session reads no more requests from
+    /// the client; past `CLIENT_QUEUE + OUTBOX` it takes no worker events
+    /// either (timers still run).
+    client_out: writer::Outlet,
     client: ClientState,
     /// The sweep of client request deadlines (see `timers::on_sweep`).
-    sweep: std::pin::Pin<Box<tokio::time::Sleep>>,
-    sweep_armed: bool,
+    sweep: timers::Sweep,
     /// The `initialize` result the client saw (before mcpvisor's edits).
     init_result: Option<serde_json::Value>,
     snapshot: Option<lists::Snapshot>,
@@ -203,8 +203,11 @@ impl<S> std::fmt::Debug for Session<S> {
 
 /// The most server-to-client requests the client may hold at once.
 const MAX_SERVER_REQUESTS: usize = 1024;
-/// Messages that may wait for a client that is behind (beyond its queue)
-/// before the session stops taking worker events.
+/// Messages waiting for the client past which it is behind: the session
+/// reads no more of its requests until it catches up.
+const CLIENT_QUEUE: usize = 1024;
+/// Messages that may wait for a client that is behind (beyond
+/// `CLIENT_QUEUE`) before the session stops taking worker events.
 const OUTBOX: usize = 1024;
 /// Capacity of each worker's stdin queue; a worker this far behind is stuck.
 const WORKER_QUEUE: usize = 1024;
@@ -221,7 +224,7 @@ impl<S: Spawner> Session<S> {
         spawner: S,
         client_in: R,
         client_out: W,
-        mut control: mpsc::Receiver<Control>,
+        control: mpsc::Receiver<Control>,
         status: EventSink,
     ) -> Outcome
     where
@@ -229,20 +232,8 @@ impl<S: Spawner> Session<S> {
         W: AsyncWrite + Unpin + Send + 'static,
     {
         let (events_tx, events_rx) = mpsc::channel(1024);
-        let (client_tx, client_rx) = mpsc::channel(1024);
-        // Resolves when the client stops reading our stdout.
-        let (client_gone_tx, mut client_gone_rx) = tokio::sync::oneshot::channel::<()>();
-        let stall = cfg.client_write_timeout;
-        let client_writer = tokio::spawn(async move {
-            match writer::write_lines(client_out, client_rx, Some(stall)).await {
-                Ok(()) => return,
-                Err(e @ writer::WriteError::Stalled(_)) => {
-                    tracing::warn!(error = %e, "the client stopped reading; ending the session");
-                }
-                Err(e) => tracing::debug!(error = %e, "client stdout closed"),
-            }
-            let _ = client_gone_tx.send(());
-        });
+        let client_out = writer::Outlet::new(Box::pin(client_out), Some(cfg.client_write_timeout));
+        let mut control = Quiet::new(control);
         let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let mut s = Session {
             cfg: Arc::new(cfg),
@@ -261,13 +252,11 @@ impl<S: Spawner> Session<S> {
             handshake: Handshake::default(),
             timers: DelayQueue::new(),
             events_tx,
-            events_rx,
+            events_rx: Quiet::new(events_rx),
             stdouts: stdout::Stdouts::default(),
-            client_tx,
-            outbox: VecDeque::new(),
+            client_out,
             client: ClientState::Open,
-            sweep: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
-            sweep_armed: false,
+            sweep: timers::Sweep::default(),
             init_result: None,
             snapshot: None,
             fetch: None,
@@ -281,8 +270,10 @@ impl<S: Spawner> Session<S> {
             }
             // A client that is behind sends nothing new until it catches
             // up; far behind, the workers wait too. The timers run on.
-            let caught_up = s.outbox.is_empty();
-            let far_behind = s.outbox.len() >= OUTBOX;
+            let caught_up = s.client_out.queued() < CLIENT_QUEUE;
+            let far_behind = s.client_out.queued() >= CLIENT_QUEUE + OUTBOX;
+            let blocked = s.client_out.is_blocked();
+            let stdin_blocked = s.gens.values().any(|g| g.stdin.is_blocked());
             tokio::select! {
                 frame = input.next(), if s.client == ClientState::Open && caught_up => match frame {
                     Some(Ok(frame)) => s.on_client_frame(frame).await,
@@ -298,17 +289,13 @@ impl<S: Spawner> Session<S> {
                 Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
                     s.on_worker_event(generation, event).await;
                 }
-                open = has_room(&s.client_tx), if !caught_up => {
-                    if open {
-                        s.flush_outbox();
-                    } else {
-                        s.client = ClientState::Gone;
-                    }
+                flushed = s.client_out.flushed(), if blocked && s.client != ClientState::Gone => {
+                    s.on_client_written(flushed);
                 }
-                Ok(()) = &mut client_gone_rx, if s.client != ClientState::Gone => {
-                    s.client = ClientState::Gone;
+                (generation, written) = stdin_flushed(&mut s.gens), if stdin_blocked => {
+                    s.on_stdin_written(generation, written).await;
                 }
-                () = &mut s.sweep, if s.sweep_armed => s.on_sweep().await,
+                () = s.sweep.fired(), if s.sweep.is_armed() => s.on_sweep().await,
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
                     s.on_timer(expired.into_inner()).await;
                 }
@@ -319,64 +306,87 @@ impl<S: Spawner> Session<S> {
                 else => break Outcome::ClientClosed,
             }
             s.settle().await;
+            // What is queued is written once no more of what was read
+            // waits to be handled, so that a burst of messages goes out in
+            // one write per pipe. (A line whose branch is disabled does not
+            // count: it waits for the very writes this would hold back.)
+            let more = (s.client == ClientState::Open
+                && s.client_out.queued() < CLIENT_QUEUE
+                && input.decoder().has_line(input.read_buffer()))
+                || (s.client_out.queued() < CLIENT_QUEUE + OUTBOX && s.stdouts.has_line());
+            if !more {
+                s.write_out().await;
+            }
         };
         s.shutdown().await;
-        // What waits for the client still goes out; closing the channel then
-        // lets the writer flush what is queued and end.
-        let outbox = std::mem::take(&mut s.outbox);
-        let client_tx = s.client_tx.clone();
-        drop(s);
-        let flushed = async move {
-            for msg in outbox {
-                if client_tx.send(msg).await.is_err() {
-                    break;
+        // What waits for the client still goes out (bounded).
+        if s.client != ClientState::Gone {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.client_out.flushed())
+                .await;
+        }
+        outcome
+    }
+
+    /// Writes what is queued for each generation's stdin and for the
+    /// client, as far as each pipe takes it now. A full pipe is waited on
+    /// in the loop's `select!`.
+    async fn write_out(&mut self) {
+        let mut failed = Vec::new();
+        for (&generation, g) in self.gens.iter_mut() {
+            if !g.stdin.is_idle() && !g.stdin.is_blocked() {
+                if let Some(Err(e)) = g.stdin.write_now().await {
+                    failed.push((generation, e));
                 }
             }
-            drop(client_tx);
-            let _ = client_writer.await;
-        };
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), flushed).await;
-        outcome
+        }
+        for (generation, e) in failed {
+            self.on_stdin_written(generation, Err(e)).await;
+        }
+        if !self.client_out.is_idle() && !self.client_out.is_blocked() {
+            if let Some(written) = self.client_out.write_now().await {
+                self.on_client_written(written);
+            }
+        }
+    }
+
+    /// A write to a generation's stdin that waited for room finished,
+    /// failed or stalled.
+    async fn on_stdin_written(&mut self, generation: u64, written: Result<(), writer::WriteError>) {
+        if let Err(e) = written {
+            let event = WorkerEvent::WriteFailed {
+                closed: e.is_closed_pipe(),
+                error: e.to_string(),
+            };
+            self.on_worker_event(generation, event).await;
+        }
+    }
+
+    /// A write to the client finished, failed or stalled.
+    fn on_client_written(&mut self, written: Result<(), writer::WriteError>) {
+        match written {
+            Ok(()) => {}
+            Err(e @ writer::WriteError::Stalled(_)) => {
+                tracing::warn!(error = %e, "the client stopped reading; ending the session");
+                self.client = ClientState::Gone;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "client stdout closed");
+                self.client = ClientState::Gone;
+            }
+        }
     }
 
     // === output ===
 
-    /// Queues a message for the client. Never waits: a client that does not
-    /// read must not stop the session's timers. When its queue is full the
-    /// message waits in the outbox; a client that stays stuck is gone once
-    /// a write to it has made no progress for `client_write_timeout`.
+    /// Queues a message for the client; it is written at the end of the
+    /// loop's turn. Never waits: a client that does not read must not stop
+    /// the session's timers. A client that stays stuck is gone once a write
+    /// to it has made no progress for `client_write_timeout`.
     async fn emit(&mut self, msg: impl Into<Message>) {
-        let msg = msg.into();
         if self.client == ClientState::Gone {
             return;
         }
-        if !self.outbox.is_empty() {
-            self.outbox.push_back(msg);
-            return;
-        }
-        match self.client_tx.try_send(msg) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(msg)) => self.outbox.push_back(msg),
-            Err(mpsc::error::TrySendError::Closed(_)) => self.client = ClientState::Gone,
-        }
-    }
-
-    /// Moves messages from the outbox to the client's queue while it has room.
-    fn flush_outbox(&mut self) {
-        while let Some(msg) = self.outbox.pop_front() {
-            match self.client_tx.try_send(msg) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(msg)) => {
-                    self.outbox.push_front(msg);
-                    return;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    self.client = ClientState::Gone;
-                    self.outbox.clear();
-                    return;
-                }
-            }
-        }
+        self.client_out.push(msg.into());
     }
 
     /// Queues a message for a generation's stdin. A worker that has fallen
@@ -428,15 +438,15 @@ impl<S: Spawner> Session<S> {
     /// there (from 1).
     fn enqueue(&mut self, generation: u64, msg: Message) -> Result<u64, Unqueued> {
         let g = self.gens.get_mut(&generation).ok_or(Unqueued::Closed)?;
-        let tx = g.tx.as_ref().ok_or(Unqueued::Closed)?;
-        match tx.try_send(msg) {
-            Ok(()) => {
-                g.queued += 1;
-                Ok(g.queued)
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => Err(Unqueued::Full),
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(Unqueued::Closed),
+        if g.stdin.is_closed() {
+            return Err(Unqueued::Closed);
         }
+        if g.stdin.queued() >= WORKER_QUEUE {
+            return Err(Unqueued::Full);
+        }
+        g.stdin.push(msg);
+        g.queued += 1;
+        Ok(g.queued)
     }
 
     /// A worker that has fallen a whole stdin queue behind is stuck.
@@ -511,7 +521,10 @@ impl<S: Spawner> Session<S> {
         let live: Vec<u64> = self.gens.keys().copied().collect();
         for id in live {
             if let Some(g) = self.gens.get_mut(&id) {
-                g.tx = None;
+                // What is queued goes out if the pipe takes it now.
+                let _ =
+                    std::future::poll_fn(|cx| std::task::Poll::Ready(g.stdin.poll_flush(cx))).await;
+                g.stdin.close();
                 (g.stop)();
                 g.phase = Phase::Dead;
             }
@@ -545,10 +558,58 @@ impl<S: Spawner> Session<S> {
     }
 }
 
-/// Resolves once the client's queue has room; false when its writer is gone.
-/// (The session is the only sender, so the room is still there after.)
-async fn has_room(tx: &mpsc::Sender<Message>) -> bool {
-    tx.reserve().await.is_ok()
+/// A channel that the loop's `select!` asks on every turn but that rarely
+/// has anything (worker events other than frames, controls). Once a poll
+/// has found it empty, the task's waker stays registered with it until a
+/// send or the last sender's drop wakes the task; until then, while it is
+/// still empty and open, it is not polled again. Its polls ignore tokio's
+/// cooperative budget, so that a `Pending` always means the waker is
+/// registered (a poll refused for lack of budget registers nothing).
+struct Quiet<T> {
+    rx: mpsc::Receiver<T>,
+    registered: bool,
+}
+
+impl<T> Quiet<T> {
+    fn new(rx: mpsc::Receiver<T>) -> Self {
+        Self {
+            rx,
+            registered: false,
+        }
+    }
+
+    async fn recv(&mut self) -> Option<T> {
+        std::future::poll_fn(|cx| {
+            if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
+                return std::task::Poll::Pending;
+            }
+            let polled = {
+                let recv = std::pin::pin!(tokio::task::unconstrained(self.rx.recv()));
+                std::future::Future::poll(recv, cx)
+            };
+            self.registered = polled.is_pending();
+            polled
+        })
+        .await
+    }
+}
+
+/// The first generation whose full stdin has taken everything queued, or
+/// failed. Pending while none has.
+async fn stdin_flushed(
+    gens: &mut HashMap<u64, Generation>,
+) -> (u64, Result<(), writer::WriteError>) {
+    std::future::poll_fn(|cx| {
+        for (&generation, g) in gens.iter_mut() {
+            if g.stdin.is_blocked() {
+                if let std::task::Poll::Ready(r) = g.stdin.poll_flush(cx) {
+                    return std::task::Poll::Ready((generation, r));
+                }
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 fn display_status(exit: &Exit) -> String {

@@ -52,6 +52,14 @@ impl Stdouts {
         self.readers.is_empty()
     }
 
+    /// Whether a generation's stdout already holds a whole message, which
+    /// [`Stdouts::next`] yields without another read.
+    pub fn has_line(&self) -> bool {
+        self.readers
+            .iter()
+            .any(|r| r.frames.decoder().has_line(r.frames.read_buffer()))
+    }
+
     /// The next frame of any generation, or the end of one's stdout (a
     /// read error ends it too). Pending forever while none is open.
     pub async fn next(&mut self) -> (u64, WorkerEvent) {

@@ -16,6 +16,69 @@ use crate::spawner::Spawner;
 use crate::table::{Owner, Req, Timer};
 use mcpvisor_jsonrpc::build;
 
+/// The timer of the deadline sweep. Once a poll has found it pending,
+/// tokio's timer wheel holds the task's waker until it fires; until then
+/// (and until it is reset) the loop does not poll it again on every turn.
+/// Its polls ignore tokio's cooperative budget, so that a pending poll
+/// always means it is in the wheel.
+pub(crate) struct Sweep {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    armed: bool,
+    /// Polled pending since it was last reset.
+    waiting: bool,
+}
+
+impl Default for Sweep {
+    fn default() -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: false,
+            waiting: false,
+        }
+    }
+}
+
+impl std::fmt::Debug for Sweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sweep")
+            .field("armed", &self.armed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sweep {
+    pub fn is_armed(&self) -> bool {
+        self.armed
+    }
+
+    pub fn arm(&mut self, at: Instant) {
+        self.sleep.as_mut().reset(at);
+        self.armed = true;
+        self.waiting = false;
+    }
+
+    pub fn disarm(&mut self) {
+        self.armed = false;
+        self.waiting = false;
+    }
+
+    /// Resolves when the sweep is due.
+    pub async fn fired(&mut self) {
+        std::future::poll_fn(|cx| {
+            if self.waiting && !self.sleep.is_elapsed() {
+                return std::task::Poll::Pending;
+            }
+            let polled = {
+                let sleep = std::pin::pin!(tokio::task::unconstrained(self.sleep.as_mut()));
+                std::future::Future::poll(sleep, cx)
+            };
+            self.waiting = polled.is_pending();
+            polled
+        })
+        .await
+    }
+}
+
 impl<S: Spawner> Session<S> {
     pub(crate) async fn on_timer(&mut self, timer: Timer) {
         match timer {
@@ -152,17 +215,16 @@ impl<S: Spawner> Session<S> {
             self.on_request_deadline(wid, now).await;
         }
         if self.reqs.is_empty() {
-            self.sweep_armed = false;
+            self.sweep.disarm();
         } else {
-            self.sweep.as_mut().reset(now + SWEEP);
+            self.sweep.arm(now + SWEEP);
         }
     }
 
     /// Makes sure the sweep runs while requests are in flight.
     pub(crate) fn arm_sweep(&mut self) {
-        if !self.sweep_armed {
-            self.sweep_armed = true;
-            self.sweep.as_mut().reset(Instant::now() + SWEEP);
+        if !self.sweep.is_armed() {
+            self.sweep.arm(Instant::now() + SWEEP);
         }
     }
 
