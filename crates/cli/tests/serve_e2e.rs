@@ -1172,6 +1172,54 @@ fn a_lazy_server_is_listed_from_the_cache_and_started_by_its_first_call() {
 }
 
 #[test]
+fn a_call_cancelled_while_its_server_starts_never_reaches_the_server() {
+    let dir = temp_dir("serve-cancel-queued");
+    let config = dir.join("mcp.json");
+    let log = log_path(&dir, "slow");
+    let text = json!({"mcpServers": {"slow": {
+        "command": fake_worker().display().to_string(),
+        "args": ["--log-file", log.display().to_string(), "--initialize-delay", "1500"],
+        "start": "lazy",
+    }}});
+    std::fs::write(&config, text.to_string()).expect("config");
+    // The first run fills the list cache, so the second starts nothing
+    // until a call comes.
+    let mut p = serve(&config, &[]);
+    initialize_with(&mut p, json!({}));
+    assert!(
+        tool_names(&mut p, json!(1))
+            .iter()
+            .any(|n| n == "slow__echo")
+    );
+    p.close_stdin();
+    p.wait_exit(WAIT);
+    std::fs::remove_file(&log).expect("the first run started it");
+
+    let mut p = serve(&config, &[]);
+    initialize_with(&mut p, json!({}));
+    // The call starts the server and waits for it; the client gives up on
+    // it before the server is ready.
+    p.send_call(json!(2), "slow__echo", json!({"first": true}));
+    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"changed my mind"}}));
+    let r = p.call(json!(3), "slow__echo", json!({"second": true}));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        p.recv_within(Duration::from_millis(300)).is_none(),
+        "the cancelled call got an answer"
+    );
+    let calls = received(&dir, "slow")
+        .lines()
+        .filter(|l| l.starts_with("tools/call"))
+        .count();
+    assert_eq!(
+        calls,
+        1,
+        "the cancelled call reached the server: {}",
+        received(&dir, "slow")
+    );
+}
+
+#[test]
 fn an_idle_server_is_stopped_and_started_again_by_its_next_call() {
     let dir = temp_dir("serve-idle");
     let config = dir.join("mcp.json");

@@ -640,9 +640,18 @@ impl Hub {
     }
 
     /// Tells a backend's session that the request it knows as `gid` is
-    /// cancelled.
-    pub(crate) fn cancel_on_backend(&self, backend: BackendId, gid: u64, reason: &str) {
-        if let Some(link) = self.backends.get(&backend).and_then(|b| b.link.as_ref()) {
+    /// cancelled. A request still queued for a backend that is starting
+    /// was never sent: it leaves the queue, and nothing is sent at all.
+    pub(crate) fn cancel_on_backend(&mut self, backend: BackendId, gid: u64, reason: &str) {
+        let Some(b) = self.backends.get_mut(&backend) else {
+            return;
+        };
+        let queued = b.queue.len();
+        b.queue.retain(|(g, _)| *g != gid);
+        if b.queue.len() != queued {
+            return;
+        }
+        if let Some(link) = &b.link {
             link.try_send(build::cancelled(&gid.to_string(), reason));
         }
     }
