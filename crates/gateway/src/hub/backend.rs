@@ -660,12 +660,12 @@ impl Hub {
 
     pub(crate) async fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
         let msg = match incoming {
-            Incoming::FilesChanged => {
+            Incoming::FilesChanged(what) => {
                 tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
                 let mut which = self.instances_from(id);
                 which.push(id);
                 for id in which {
-                    self.reload(id, "its files changed");
+                    self.reload(id, &what);
                 }
                 return;
             }

@@ -102,7 +102,8 @@ pub(crate) enum Incoming {
     /// stopped earlier still reports.
     Session(u64, FromSession),
     /// The server's own files changed (debounced).
-    FilesChanged,
+    /// What changed, for a person ("server.py changed").
+    FilesChanged(String),
 }
 
 /// What one backend session reports.
@@ -725,10 +726,67 @@ pub(crate) fn watch_files(
         }
     };
     Some(tokio::spawn(async move {
-        while watcher.changed().await.is_some() {
-            if events.send((id, Incoming::FilesChanged)).await.is_err() {
+        while let Some(change) = watcher.changed().await {
+            let what = files_changed(&change);
+            if events
+                .send((id, Incoming::FilesChanged(what)))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
     }))
+}
+
+/// One line on a burst of file changes: the file names (never their
+/// folders), and how many more.
+fn files_changed(change: &mcpvisor_watch::Change) -> String {
+    let names: Vec<String> = change
+        .paths
+        .iter()
+        .take(3)
+        .map(|p| {
+            p.file_name()
+                .unwrap_or(p.as_os_str())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    let more = change.count.saturating_sub(names.len());
+    match (names.is_empty(), more) {
+        (true, _) => "its files changed".to_owned(),
+        (false, 0) => format!("{} changed", names.join(", ")),
+        (false, n) => format!("{} and {n} more changed", names.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::files_changed;
+
+    fn change(paths: &[&str], count: usize) -> mcpvisor_watch::Change {
+        mcpvisor_watch::Change {
+            paths: paths.iter().map(PathBuf::from).collect(),
+            count,
+        }
+    }
+
+    #[test]
+    fn a_reload_names_the_files_that_changed_without_their_folders() {
+        assert_eq!(
+            files_changed(&change(&["/home/me/srv/server.py"], 1)),
+            "server.py changed"
+        );
+        assert_eq!(
+            files_changed(&change(
+                &["/a/one.py", "/a/two.py", "/a/three.py", "/a/four.py"],
+                9
+            )),
+            "one.py, two.py, three.py and 6 more changed"
+        );
+        assert_eq!(files_changed(&change(&[], 0)), "its files changed");
+    }
 }
