@@ -154,9 +154,12 @@ def read_stream(resp: http.client.HTTPResponse, want) -> dict | None:
             return None
         line = line.decode().rstrip("\r\n")
         if line == "":
-            if data:
-                msg = json.loads("\n".join(data))
-                data = []
+            text = "\n".join(data)
+            data = []
+            # A 2025-11-25 stream starts with a priming event: an id and
+            # `retry`, with empty data.
+            if text:
+                msg = json.loads(text)
                 if msg.get("id") == want and ("result" in msg or "error" in msg):
                     # Read to the end so the connection can be reused.
                     resp.read()
