@@ -50,26 +50,53 @@ impl<'a> RawObject<'a> {
             .and_then(|v| serde_json::from_str::<Cow<'a, str>>(v.get()).ok())
     }
 
+    /// Reads the `params` object of a message line in one pass over the
+    /// line: its text, as written, and its members. `None` when the line
+    /// has no `params` object, or when its text cannot be told from the
+    /// members (no members, or an escaped first key): then
+    /// [`raw_params`](mcpvisor_jsonrpc::envelope::raw_params) and
+    /// [`RawObject::parse`] are the way, at the cost of a second pass.
+    pub fn params_of(line: &'a [u8]) -> Option<(&'a str, Self)> {
+        #[derive(serde::Deserialize)]
+        struct Line<'a> {
+            #[serde(default, borrow)]
+            params: Option<Members<'a>>,
+        }
+        struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+        impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_map(MembersVisitor).map(Members)
+            }
+        }
+        let text = std::str::from_utf8(line).ok()?;
+        let members = serde_json::from_str::<Line<'a>>(text).ok()?.params?.0;
+        let span = object_span(text, &members)?;
+        Some((&text[span], Self { members }))
+    }
+
     /// `text` (the text this object was read from) with the value of `key`
-    /// replaced by `value` (raw JSON), every other byte kept. Like
-    /// [`RawObject::with`] when `key` is absent or appears more than once.
-    pub fn replaced_in(&self, text: &'a str, key: &str, value: &str) -> String {
+    /// replaced by `value` (raw JSON), every other byte kept, as three
+    /// pieces not yet written out: the text before the value, `value`, the
+    /// text after. `None` when `key` is absent or appears more than once
+    /// (then [`RawObject::with`] is the way).
+    pub fn replaced_parts<'x>(
+        &self,
+        text: &'x str,
+        key: &str,
+        value: &'x str,
+    ) -> Option<[&'x str; 3]> {
         let mut found = self.members.iter().filter(|(k, _)| k == key);
         let (Some((_, v)), None) = (found.next(), found.next()) else {
-            return self.with(key, value);
+            return None;
         };
         let old = v.get();
         let start = (old.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
         let end = start.saturating_add(old.len());
         match (text.get(..start), text.get(end..)) {
             (Some(head), Some(tail)) if text.get(start..end) == Some(old) => {
-                let mut out = String::with_capacity(text.len() - old.len() + value.len());
-                out.push_str(head);
-                out.push_str(value);
-                out.push_str(tail);
-                out
+                Some([head, value, tail])
             }
-            _ => self.with(key, value),
+            _ => None,
         }
     }
 
@@ -120,6 +147,35 @@ impl<'a> RawObject<'a> {
     }
 }
 
+/// Where, in `text`, the object whose members (read from `text`) are
+/// `members` starts and ends: from the `{` before the first key to the `}`
+/// after the last value. `None` when that cannot be told.
+fn object_span(
+    text: &str,
+    members: &[(Cow<'_, str>, &RawValue)],
+) -> Option<std::ops::Range<usize>> {
+    let (Cow::Borrowed(first), _) = members.first()? else {
+        return None;
+    };
+    let (_, last) = members.last()?;
+    let base = text.as_ptr() as usize;
+    // A key without escapes is borrowed from inside its quotes.
+    let key_at = (first.as_ptr() as usize).checked_sub(base)?;
+    let before = text.get(..key_at.checked_sub(1)?)?;
+    let start = before
+        .trim_end_matches([' ', '\t', '\n', '\r'])
+        .len()
+        .checked_sub(1)?;
+    let value = last.get();
+    let value_end = (value.as_ptr() as usize)
+        .checked_sub(base)?
+        .checked_add(value.len())?;
+    let after = text.get(value_end..)?;
+    let end = value_end + (after.len() - after.trim_start_matches([' ', '\t', '\n', '\r']).len());
+    let bytes = text.as_bytes();
+    (bytes.get(start) == Some(&b'{') && bytes.get(end) == Some(&b'}')).then_some(start..end + 1)
+}
+
 fn push_key(out: &mut String, key: &str) {
     match serde_json::to_string(key) {
         Ok(k) => out.push_str(&k),
@@ -138,11 +194,34 @@ impl<'de> Visitor<'de> for MembersVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
             members.push((key, value));
         }
         Ok(members)
+    }
+}
+
+/// A key, borrowed from the text when it has no escapes (a `Cow<str>`
+/// alone would always be copied).
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
     }
 }
 
@@ -153,8 +232,18 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// Builds a request line from raw parts.
 pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Bytes {
+    match params {
+        Some(p) => request_parts(id, method, Some(&[p])),
+        None => request_parts(id, method, None),
+    }
+}
+
+/// Builds a request line whose params are `params`' pieces, one after
+/// another (as [`RawObject::replaced_parts`] gives them): the params are
+/// written once, into the line.
+pub(crate) fn request_parts(id: u64, method: &str, params: Option<&[&str]>) -> bytes::Bytes {
     use std::fmt::Write as _;
-    let params_len = params.map_or(0, |p| p.len() + 10);
+    let params_len = params.map_or(0, |p| p.iter().map(|s| s.len()).sum::<usize>() + 10);
     let mut out = String::with_capacity(48 + method.len() + params_len);
     out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
     let _ = write!(out, "{id}");
@@ -169,7 +258,9 @@ pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Byt
     }
     if let Some(p) = params {
         out.push_str(",\"params\":");
-        out.push_str(p);
+        for piece in p {
+            out.push_str(piece);
+        }
     }
     out.push('}');
     bytes::Bytes::from(out)
@@ -198,14 +289,52 @@ mod tests {
         let obj = RawObject::parse(text).expect("object");
         assert_eq!(obj.str_ref("name").as_deref(), Some("a.b"));
         assert_eq!(
-            obj.replaced_in(text, "name", "\"b\""),
-            r#"{ "name" : "b" , "arguments":{"x":1.0}}"#
+            obj.replaced_parts(text, "name", "\"b\"")
+                .map(|p| p.concat()),
+            Some(r#"{ "name" : "b" , "arguments":{"x":1.0}}"#.to_owned())
         );
-        // Absent or repeated: the object is written back.
-        assert_eq!(obj.replaced_in(text, "y", "1"), obj.with("y", "1"));
+        // Absent or repeated: no pieces (the object is written back).
+        assert_eq!(obj.replaced_parts(text, "y", "1"), None);
         let text = r#"{"name":"a","name":"b"}"#;
         let obj = RawObject::parse(text).expect("object");
-        assert_eq!(obj.replaced_in(text, "name", "1"), obj.with("name", "1"));
+        assert_eq!(obj.replaced_parts(text, "name", "1"), None);
+    }
+
+    #[test]
+    fn params_read_in_one_pass_are_the_params_as_written() {
+        use mcpvisor_jsonrpc::envelope::raw_params;
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":[1,{"y":"}"}]}}}"#,
+            r#"{"params" : { "name" : "a" } ,"id":1,"method":"m","jsonrpc":"2.0"}"#,
+            "{\"id\":1,\"params\":{\n\t\"k\":\"\\\"}\"\r\n}\n}",
+            r#"{"id":1,"params":{"a":1,"b":"ü","c":null},"extra":{"params":2}}"#,
+            r#"{"id":1,"params":{"a":{}}}"#,
+        ];
+        for line in lines {
+            let (text, obj) = RawObject::params_of(line.as_bytes()).expect(line);
+            let raw = raw_params(line.as_bytes()).expect(line);
+            assert_eq!(text, raw.get(), "{line}");
+            let again = RawObject::parse(raw.get()).expect(line);
+            assert!(obj.keys().eq(again.keys()), "{line}");
+            assert!(
+                obj.members
+                    .iter()
+                    .map(|(_, v)| v.get())
+                    .eq(again.members.iter().map(|(_, v)| v.get()))
+            );
+        }
+        // Left to the two-pass way: no params object, no members, an escaped
+        // first key, a line that is not JSON.
+        for line in [
+            r#"{"id":1,"method":"m"}"#,
+            r#"{"id":1,"params":[1]}"#,
+            r#"{"id":1,"params":{}}"#,
+            r#"{"id":1,"params":{"\u0061":1}}"#,
+            r#"{"id":1,"params":{"a":1}"#,
+            r#"{"id":1,"params":null}"#,
+        ] {
+            assert!(RawObject::params_of(line.as_bytes()).is_none(), "{line}");
+        }
     }
 
     #[test]

@@ -86,8 +86,15 @@ impl Hub {
             return;
         }
         // The params are read once, here: what follows edits this reading.
-        let params = raw_params(line);
-        let obj = params.and_then(|p| RawObject::parse(p.get()));
+        // One pass over the line, when the params' text can be told from
+        // their members (as it nearly always can); two otherwise.
+        let (params, obj) = match RawObject::params_of(line) {
+            Some((text, obj)) => (Some(text), Some(obj)),
+            None => {
+                let params = raw_params(line).map(|p| p.get());
+                (params, params.and_then(RawObject::parse))
+            }
+        };
         let modern = is_modern(obj.as_ref());
         if modern {
             if let Some(f) = self.fronts.get_mut(&front) {
@@ -147,8 +154,8 @@ impl Hub {
                     return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
                 // Only the name changes: it is replaced in the text as it came.
-                let text = params.map(|p| p.get()).unwrap_or_default();
-                let params = obj.replaced_in(text, "name", &original);
+                let text = params.unwrap_or_default();
+                let params = Params::renamed(&obj, text, &original);
                 self.forward(front, backend, id, "tools/call", params, env, modern)
                     .await;
             }
@@ -167,8 +174,8 @@ impl Hub {
                     let msg = format!("Unknown prompt: {name}");
                     return self.invalid_params(front, raw_id.get(), &msg).await;
                 };
-                let text = params.map(|p| p.get()).unwrap_or_default();
-                let params = obj.replaced_in(text, "name", &original);
+                let text = params.unwrap_or_default();
+                let params = Params::renamed(&obj, text, &original);
                 self.forward(front, backend, id, "prompts/get", params, env, modern)
                     .await;
             }
@@ -208,7 +215,7 @@ impl Hub {
                         .await;
                     return;
                 }
-                let params = params.map(|p| p.get().to_owned()).unwrap_or_default();
+                let params = Params::Text(params.unwrap_or_default().to_owned());
                 self.forward(front, backend, id, method, params, env, modern)
                     .await;
             }
@@ -220,6 +227,7 @@ impl Hub {
                 };
                 match self.completion_target(&obj) {
                     Some((backend, params)) => {
+                        let params = Params::Text(params);
                         self.forward(front, backend, id, method, params, env, modern)
                             .await;
                     }
@@ -572,7 +580,7 @@ impl Hub {
         backend: BackendId,
         front_id: Bytes,
         method: &str,
-        params: String,
+        params: Params<'_>,
         env: &Envelope<'_>,
         modern: bool,
     ) {
@@ -581,19 +589,29 @@ impl Hub {
         let token = env
             .progress_token
             .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
-        let params = match &token {
-            Some(_) => with_progress_token(&params, gid),
-            None => params,
+        let line = match params {
+            // Only a name changed: the params are written once, into the line.
+            Params::Parts(parts) if token.is_none() && !modern => {
+                raw::request_parts(gid, method, Some(&parts))
+            }
+            params => {
+                let params = params.into_text();
+                let params = match &token {
+                    Some(_) => with_progress_token(&params, gid),
+                    None => params,
+                };
+                // Backends are initialized in the handshake era: the
+                // 2026-07-28 envelope (`_meta` protocol version, client
+                // capabilities) is the gateway's to read, not theirs; some
+                // refuse a request carrying it.
+                let params = if modern {
+                    without_envelope(&params)
+                } else {
+                    params
+                };
+                raw::request(gid, method, Some(&params))
+            }
         };
-        // Backends are initialized in the handshake era: the 2026-07-28
-        // envelope (`_meta` protocol version, client capabilities) is the
-        // gateway's to read, not theirs; some refuse a request carrying it.
-        let params = if modern {
-            without_envelope(&params)
-        } else {
-            params
-        };
-        let line = raw::request(gid, method, Some(&params));
         let wrap = if modern {
             Wrap::Modern {
                 cacheable: method == "resources/read",
@@ -915,6 +933,7 @@ impl Hub {
             ("name", Some(&raw::quote(&original))),
             ("arguments", Some(arguments)),
         ]);
+        let params = Params::Text(params);
         self.forward(front, backend, id, "tools/call", params, env, modern)
             .await;
     }
@@ -1002,6 +1021,30 @@ impl LogLevel {
     /// The level of a `notifications/message`'s params, if it names one.
     pub(crate) fn of_message(params: Option<&RawObject<'_>>) -> Option<Self> {
         Self::parse(&params?.str("level")?)
+    }
+}
+
+/// A request's params on their way to a backend: as text, or as the text
+/// they came in with one member's value replaced, still in pieces.
+enum Params<'a> {
+    Text(String),
+    Parts([&'a str; 3]),
+}
+
+impl<'a> Params<'a> {
+    /// `text` (read as `obj`) with its `name` replaced by `name` (JSON).
+    fn renamed(obj: &RawObject<'_>, text: &'a str, name: &'a str) -> Self {
+        match obj.replaced_parts(text, "name", name) {
+            Some(parts) => Params::Parts(parts),
+            None => Params::Text(obj.with("name", name)),
+        }
+    }
+
+    fn into_text(self) -> String {
+        match self {
+            Params::Text(text) => text,
+            Params::Parts(parts) => parts.concat(),
+        }
     }
 }
 
