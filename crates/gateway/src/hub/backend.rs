@@ -520,22 +520,15 @@ impl Hub {
     /// Answers a front request that never reached its server.
     pub(crate) async fn answer_not_started(&mut self, gid: u64, reason: &str) {
         if let Some(Pending::Front {
-            front,
-            id,
-            backend,
-            cancelled,
-            ..
+            front, id, backend, ..
         }) = self.take_pending(gid)
         {
-            if !cancelled {
-                self.count_error(backend, NOT_STARTED);
-                let message = format!("Request not started: {reason}. It is safe to retry.");
-                let data =
-                    serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
-                let text = String::from_utf8_lossy(&id).into_owned();
-                let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
-                self.emit_to(front, refusal, Some(id)).await;
-            }
+            self.count_error(backend, NOT_STARTED);
+            let message = format!("Request not started: {reason}. It is safe to retry.");
+            let data = serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
+            let text = String::from_utf8_lossy(&id).into_owned();
+            let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.emit_to(front, refusal, Some(id)).await;
         }
     }
 
@@ -562,7 +555,6 @@ impl Hub {
                 Some(Pending::Front {
                     front,
                     id: front_id,
-                    cancelled: false,
                     ..
                 }) => {
                     self.count_error(id, mcpvisor_jsonrpc::WORKER_LOST);
@@ -763,15 +755,11 @@ impl Hub {
         let Some(Pending::Front {
             front,
             id: front_id,
-            cancelled,
             ..
         }) = self.take_pending(gid)
         else {
             return;
         };
-        if cancelled {
-            return;
-        }
         self.count_error(id, NOT_STARTED);
         let Some(b) = self.backends.get(&id) else {
             return;
@@ -812,14 +800,10 @@ impl Hub {
             Some(Pending::Front {
                 front,
                 id: front_id,
-                cancelled,
                 wrap,
                 at,
                 ..
             }) => {
-                if cancelled {
-                    return;
-                }
                 let code = error_code(line);
                 if let Some(obs) = self.counted(id) {
                     obs.stats.latency(at.elapsed());
@@ -1111,7 +1095,6 @@ impl Hub {
                     front,
                     backend: b,
                     id,
-                    cancelled: false,
                     ..
                 } if *b == backend => Some((*gid, *front, id.clone())),
                 _ => None,
@@ -1151,7 +1134,6 @@ impl Hub {
                     front,
                     id: front_id,
                     token: Some(front_token),
-                    cancelled: false,
                     ..
                 }) = self.pending.get(&gid)
                 {

@@ -630,7 +630,6 @@ impl Hub {
                 backend,
                 id: front_id.clone(),
                 token,
-                cancelled: false,
                 wrap,
                 at: Instant::now(),
             },

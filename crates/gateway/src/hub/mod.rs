@@ -155,7 +155,6 @@ pub(crate) enum Pending {
         id: Bytes,
         /// The front's progress token, as written, if it asked for progress.
         token: Option<Bytes>,
-        cancelled: bool,
         /// How its answer is passed back.
         wrap: Wrap,
         /// When it was sent on, for its latency.
