@@ -8,7 +8,7 @@
 //! really lost gets `-32010` once. It ends when the client closes stdin
 //! (the remote session is deleted) or on SIGTERM/SIGINT.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -102,7 +102,7 @@ fn definition(args: &ConnectArgs) -> Result<ServerDef, String> {
         {
             return Err("give --auth-token-file or an Authorization --header, not both".into());
         }
-        let token = read_token(path)?;
+        let token = crate::http::read_token_text(path)?;
         // A literal `${` in a token must not be taken for a placeholder.
         if token.contains("${") {
             return Err(format!(
@@ -114,25 +114,4 @@ fn definition(args: &ConnectArgs) -> Result<ServerDef, String> {
             .insert("Authorization".to_owned(), format!("Bearer {token}"));
     }
     Ok(def)
-}
-
-/// The token in `path`, without surrounding whitespace; errors never quote
-/// the file's content.
-fn read_token(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--auth-token-file {}: {e}", path.display()))?;
-    let token = text.trim();
-    if token.is_empty() {
-        return Err(format!(
-            "--auth-token-file {}: the file is empty",
-            path.display()
-        ));
-    }
-    if token.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        return Err(format!(
-            "--auth-token-file {}: the token has spaces or control characters",
-            path.display()
-        ));
-    }
-    Ok(token.to_owned())
 }

@@ -48,7 +48,7 @@ use mcpvisor_gateway::fronts::FrontCommand;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-pub use config::{BearerToken, ConfigError, HttpConfig};
+pub use config::{BearerToken, ConfigError, HttpConfig, bearer};
 pub use server::FRONT_ID_BASE;
 
 /// How long connections and sessions get to wind down after the drain.

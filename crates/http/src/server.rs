@@ -225,13 +225,7 @@ pub(crate) fn admit(shared: &Shared, headers: &HeaderMap) -> Result<(), Response
         }
     }
     if let Some(token) = &shared.cfg.cfg.token {
-        let presented = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| {
-                let (scheme, rest) = h.split_once(' ')?;
-                scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-            });
+        let presented = crate::config::bearer(headers);
         if !presented.is_some_and(|p| token.matches(p)) {
             let mut resp = error(
                 StatusCode::UNAUTHORIZED,

@@ -3,8 +3,9 @@
 //! A request is authenticated by `Authorization: Bearer TOKEN` (curl,
 //! `mcpvisor status`) or by the `mcpvisor_ui` cookie (the page), which
 //! `GET /?token=TOKEN` sets (HttpOnly, SameSite=Strict) before redirecting
-//! the token out of the address bar. Tokens are compared in constant time
-//! (their SHA-256 digests, so the length leaks nothing either).
+//! the token out of the address bar. Tokens are compared as the HTTP
+//! front compares its own ([`mcpvisor_http::BearerToken`]): in constant
+//! time, by their SHA-256 digests.
 //!
 //! A change (POST, PUT, DELETE) is refused when it carries an `Origin` that
 //! is not the UI's own. One authenticated by the cookie must also carry the
@@ -15,8 +16,7 @@
 use std::fmt;
 
 use axum::http::{HeaderMap, HeaderValue, Method, header};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use mcpvisor_http::BearerToken;
 
 /// The cookie the page authenticates with.
 pub const COOKIE: &str = "mcpvisor_ui";
@@ -31,7 +31,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 #[derive(Clone)]
 pub struct Token {
     text: String,
-    digest: [u8; 32],
+    check: BearerToken,
 }
 
 /// How a request proved it may be served.
@@ -47,8 +47,8 @@ impl Token {
     /// `text` as the token (from `--auth-token-file`).
     pub fn new(text: impl Into<String>) -> Self {
         let text = text.into();
-        let digest = Sha256::digest(text.as_bytes()).into();
-        Self { text, digest }
+        let check = BearerToken::new(&text);
+        Self { text, check }
     }
 
     /// A fresh token of 32 random bytes, as hex.
@@ -62,8 +62,7 @@ impl Token {
 
     /// Whether `presented` is this token, in time independent of both.
     pub fn matches(&self, presented: &str) -> bool {
-        let other: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
-        self.digest.ct_eq(&other).into()
+        self.check.matches(presented)
     }
 
     /// The token's text, for the link printed at start and the runtime
@@ -83,14 +82,7 @@ impl fmt::Debug for Token {
 
 /// The token a request presents, and how.
 pub fn presented(headers: &HeaderMap) -> Option<(&str, Proof)> {
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| {
-            let (scheme, rest) = h.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
-        });
-    if let Some(token) = bearer {
+    if let Some(token) = mcpvisor_http::bearer(headers) {
         return Some((token, Proof::Bearer));
     }
     cookie(headers, COOKIE).map(|token| (token, Proof::Cookie))
