@@ -376,24 +376,7 @@ async fn put<W: AsyncWrite + Unpin>(
     let mut done = 0;
     while done < total {
         let mut slices = [std::io::IoSlice::new(&[]); 4];
-        let mut count = 0;
-        let mut skip = done;
-        let mut room = PIECE;
-        for part in parts {
-            if skip >= part.len() {
-                skip -= part.len();
-                continue;
-            }
-            let rest = &part[skip..];
-            skip = 0;
-            let take = rest.len().min(room);
-            slices[count] = std::io::IoSlice::new(&rest[..take]);
-            count += 1;
-            room -= take;
-            if room == 0 {
-                break;
-            }
-        }
+        let count = gather(parts, done, &mut slices);
         match bounded(stall, out.write_vectored(&slices[..count])).await {
             Ok(0) => {
                 let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
