@@ -1,25 +1,25 @@
 //! A supervised server, spoken to as raw lines.
 //!
-//! [`Link::start`] runs a [`Session`] in-process over a pair of in-memory
-//! pipes, exactly as `mcpvisor run` runs one over stdio; its workers are
-//! processes or remote sessions, whichever the spawner makes. The owner writes
-//! whole JSON-RPC lines in and reads the session's lines out; every byte is
-//! its own to route. [`crate::Connection`] (a typed client for `inspect` and
-//! `call`) and the gateway's backends both stand on it.
+//! [`Link::start`] runs a [`Session`] in-process, as `mcpvisor run` runs
+//! one over stdio; its workers are processes or remote sessions, whichever
+//! the spawner makes. The owner hands it whole JSON-RPC lines over a bounded
+//! channel and is handed the session's lines, one at a time, through a
+//! [`LineSink`]: no pipe between them, so no framing on either side and no
+//! copy through a pipe buffer. Every byte is the owner's to route. The
+//! gateway's backends stand on it.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcpvisor_jsonrpc::LineCodec;
-use mcpvisor_session::writer::write_lines;
+use mcpvisor_session::input::Lines;
+use mcpvisor_session::writer::{LineSink, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
-use tokio::io::DuplexStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::codec::FramedRead;
 
-/// Room in each in-memory pipe; a full pipe applies back-pressure.
-const PIPE_BYTES: usize = 1 << 20;
+/// Lines the owner can queue for the session before [`Link::try_send`]
+/// refuses one.
+const QUEUE: usize = 1024;
 
 /// The input side of a running in-process session.
 #[derive(Debug)]
@@ -30,35 +30,30 @@ pub struct Link {
     stop_bound: Duration,
 }
 
-/// The session's output: one frame per line it writes.
-pub type Output = FramedRead<DuplexStream, LineCodec>;
-
 impl Link {
-    /// Starts a session for `spawner`, reporting its lifecycle to `status`.
-    /// The server process itself starts with the first message written.
-    pub fn start<S: Spawner>(spawner: S, cfg: Config, status: EventSink) -> (Self, Output) {
+    /// Starts a session for `spawner`, reporting its lifecycle to `status`
+    /// and handing each line it writes, whole, to `output`. The server
+    /// process itself starts with the first message written.
+    pub fn start<S: Spawner>(
+        spawner: S,
+        cfg: Config,
+        status: EventSink,
+        output: Box<dyn LineSink>,
+    ) -> Self {
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
-        let max = cfg.max_message_bytes;
-        let (ours_in, session_in) = tokio::io::duplex(PIPE_BYTES);
-        let (session_out, ours_out) = tokio::io::duplex(PIPE_BYTES);
+        let (lines, lines_rx) = mpsc::channel(QUEUE);
+        let input = Lines::new(lines_rx, cfg.max_message_bytes);
+        let output = Outlet::lines(output, Some(cfg.client_write_timeout));
         let (control, control_rx) = mpsc::channel(4);
-        let session = tokio::spawn(Session::run(
-            cfg,
-            spawner,
-            session_in,
-            session_out,
-            control_rx,
-            status,
+        let session = tokio::spawn(Session::run_with(
+            cfg, spawner, input, output, control_rx, status,
         ));
-        let (lines, lines_rx) = mpsc::channel(1024);
-        tokio::spawn(write_lines(ours_in, lines_rx, None));
-        let link = Self {
+        Self {
             lines,
             control,
             session,
             stop_bound,
-        };
-        (link, FramedRead::new(ours_out, LineCodec::new(max)))
+        }
     }
 
     /// Queues one line for the session without waiting. `false` when the

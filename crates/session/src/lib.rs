@@ -9,7 +9,9 @@
 //! tasks only move bytes and report events to it over bounded channels:
 //!
 //! - the client's stdin is read in the session's own `select!`, framed by
-//!   [`mcpvisor_jsonrpc::LineCodec`];
+//!   [`mcpvisor_jsonrpc::LineCodec`] (or, for a client in the same process,
+//!   taken as whole lines from a channel: [`input::Lines`], with
+//!   [`writer::LineSink`] for the way back);
 //! - the session writes each pipe (client stdout, each worker's stdin) itself
 //!   through a [`writer::Outlet`]: what it queues in a turn of its loop is
 //!   written at the turn's end, once no complete line waits in what it has
@@ -37,6 +39,7 @@
 
 mod config;
 mod events;
+pub mod input;
 mod reply;
 mod session;
 mod spawner;

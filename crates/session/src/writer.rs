@@ -389,6 +389,35 @@ async fn put<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+/// An in-process reader of an [`Outlet`]: it takes whole messages, without
+/// their newline, one at a time, as a bounded channel does. A session whose
+/// client is another task of the same process (the gateway's backends)
+/// hands its lines over this way instead of through a pipe: no framing on
+/// either side, no copy into a pipe buffer and out again.
+pub trait LineSink: Send {
+    /// Ready when one more line can be taken; `Err` once the reader is gone.
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>>;
+    /// Takes one line; called only after [`LineSink::poll_ready`] was ready.
+    fn send(&mut self, line: Bytes) -> Result<(), Gone>;
+}
+
+/// The reader of a [`LineSink`] is gone.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the reader of the session's output is gone")]
+pub struct Gone;
+
+impl From<Gone> for WriteError {
+    fn from(_: Gone) -> Self {
+        WriteError::Io(std::io::ErrorKind::BrokenPipe.into())
+    }
+}
+
+/// Where an [`Outlet`] writes.
+enum Out {
+    Pipe(std::pin::Pin<Box<dyn AsyncWrite + Send>>),
+    Lines(Box<dyn LineSink>),
+}
+
 /// A pipe written by the task that owns its traffic, without a writer task
 /// between: the owner queues messages with [`Outlet::push`] and, when it has
 /// nothing more to do for the moment, writes what is queued with
@@ -405,7 +434,7 @@ async fn put<W: AsyncWrite + Unpin>(
 /// message past that count never reached the reader.
 pub struct Outlet {
     /// `None` once closed.
-    out: Option<std::pin::Pin<Box<dyn AsyncWrite + Send>>>,
+    out: Option<Out>,
     queue: std::collections::VecDeque<Message>,
     /// The batch being written: small messages copied in, each with its
     /// newline.
@@ -439,6 +468,16 @@ impl std::fmt::Debug for Outlet {
 
 impl Outlet {
     pub fn new(out: std::pin::Pin<Box<dyn AsyncWrite + Send>>, stall: Option<Duration>) -> Self {
+        Self::with(Out::Pipe(out), stall)
+    }
+
+    /// An outlet that hands each message to `sink` whole, as one line
+    /// without its newline; it is blocked while `sink` has no room.
+    pub fn lines(sink: Box<dyn LineSink>, stall: Option<Duration>) -> Self {
+        Self::with(Out::Lines(sink), stall)
+    }
+
+    fn with(out: Out, stall: Option<Duration>) -> Self {
         Self {
             out: Some(out),
             queue: std::collections::VecDeque::new(),
@@ -525,12 +564,15 @@ impl Outlet {
     /// full (`Pending`, the task woken when it has room or the stall bound
     /// passes), or a write fails.
     pub fn poll_flush(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), WriteError>> {
+        if let Some(Out::Lines(_)) = self.out {
+            return self.poll_hand_over(cx);
+        }
         loop {
             if self.out.is_none() {
                 return Poll::Ready(Ok(()));
             }
             if !self.in_batch() && !self.fill() {
-                let Some(out) = self.out.as_mut() else {
+                let Some(Out::Pipe(out)) = self.out.as_mut() else {
                     return Poll::Ready(Ok(()));
                 };
                 if self.unflushed {
@@ -552,7 +594,7 @@ impl Outlet {
                 let newline: &[u8] = if self.large.is_some() { b"\n" } else { &[] };
                 gather([&self.buf, a, b, c, newline], self.done, &mut slices)
             };
-            let Some(out) = self.out.as_mut() else {
+            let Some(Out::Pipe(out)) = self.out.as_mut() else {
                 return Poll::Ready(Ok(()));
             };
             match out.as_mut().poll_write_vectored(cx, &slices[..count]) {
@@ -577,6 +619,29 @@ impl Outlet {
                 Poll::Pending => return self.wait(cx),
             }
         }
+    }
+
+    /// [`Outlet::poll_flush`] for a [`LineSink`]: each queued message goes
+    /// over whole, as one buffer (a spliced one is put together here).
+    fn poll_hand_over(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), WriteError>> {
+        loop {
+            let Some(Out::Lines(sink)) = self.out.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            let Some(msg) = self.queue.front() else {
+                break;
+            };
+            match sink.poll_ready(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(gone)) => return Poll::Ready(Err(gone.into())),
+                Poll::Pending => return self.wait(cx),
+            }
+            sink.send(msg.to_bytes())?;
+            self.queue.pop_front();
+            self.before += 1;
+        }
+        self.progressed();
+        Poll::Ready(Ok(()))
     }
 
     /// Takes queued messages into the batch; false when none is queued.

@@ -231,9 +231,9 @@ impl Hub {
         };
         let spawner = mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
-        let (link, output) = Link::start(spawner, b.plan.session.clone(), sink);
         b.epoch += 1;
-        tokio::spawn(super::pump(id, b.epoch, output, events.clone()));
+        let output = Box::new(super::ToHub::new(id, b.epoch, events.clone()));
+        let link = Link::start(spawner, b.plan.session.clone(), sink, output);
         tokio::spawn(super::relay_status(id, b.epoch, status, events));
         b.link = Some(link);
         b.state = State::Starting;

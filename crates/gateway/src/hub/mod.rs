@@ -646,33 +646,64 @@ impl Hub {
     }
 }
 
-/// Reads one backend session's output into the hub's event channel.
-pub(crate) async fn pump(
+/// Hands one backend session's output to the hub's event channel, line by
+/// line, tagged with the backend and its session's epoch. When the session
+/// drops it (its output ended) the hub is told the session closed.
+pub(crate) struct ToHub {
     id: BackendId,
     epoch: u64,
-    mut output: mcpvisor_runner::link::Output,
-    events: mpsc::Sender<(BackendId, Incoming)>,
-) {
-    while let Some(frame) = output.next().await {
-        match frame {
-            Ok(frame) => {
-                if events
-                    .send((id, Incoming::Session(epoch, FromSession::Frame(frame))))
-                    .await
-                    .is_err()
-                {
-                    return;
+    events: tokio_util::sync::PollSender<(BackendId, Incoming)>,
+}
+
+impl ToHub {
+    pub(crate) fn new(
+        id: BackendId,
+        epoch: u64,
+        events: mpsc::Sender<(BackendId, Incoming)>,
+    ) -> Self {
+        Self {
+            id,
+            epoch,
+            events: tokio_util::sync::PollSender::new(events),
+        }
+    }
+}
+
+impl mcpvisor_session::writer::LineSink for ToHub {
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), mcpvisor_session::writer::Gone>> {
+        self.events
+            .poll_reserve(cx)
+            .map_err(|_| mcpvisor_session::writer::Gone)
+    }
+
+    fn send(&mut self, line: Bytes) -> Result<(), mcpvisor_session::writer::Gone> {
+        let event = Incoming::Session(self.epoch, FromSession::Frame(Frame::Line(line)));
+        self.events
+            .send_item((self.id, event))
+            .map_err(|_| mcpvisor_session::writer::Gone)
+    }
+}
+
+impl Drop for ToHub {
+    fn drop(&mut self) {
+        let Some(events) = self.events.get_ref().cloned() else {
+            return;
+        };
+        let closed = (self.id, Incoming::Session(self.epoch, FromSession::Closed));
+        match events.try_send(closed) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            // The hub is behind: tell it once it has room (the hub reads
+            // its channel until it stops, and then nobody waits for this).
+            Err(mpsc::error::TrySendError::Full(closed)) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move { events.send(closed).await });
                 }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "backend session output failed");
-                break;
             }
         }
     }
-    let _ = events
-        .send((id, Incoming::Session(epoch, FromSession::Closed)))
-        .await;
 }
 
 /// Forwards one backend session's lifecycle events to the hub.

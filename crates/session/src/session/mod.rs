@@ -35,6 +35,7 @@ use tokio_util::time::delay_queue::Key;
 
 use crate::config::Config;
 use crate::events::EventSink;
+use crate::input::ClientInput;
 use crate::spawner::Spawner;
 use crate::table::{Req, ServerReq, Timer};
 use crate::writer::{self, Message};
@@ -231,10 +232,25 @@ impl<S: Spawner> Session<S> {
         R: AsyncRead + Unpin + Send,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (events_tx, events_rx) = mpsc::channel(1024);
+        let input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let client_out = writer::Outlet::new(Box::pin(client_out), Some(cfg.client_write_timeout));
+        Self::run_with(cfg, spawner, input, client_out, control, status).await
+    }
+
+    /// [`Session::run`] over any client: `input` to read it (a pipe framed
+    /// as it is read, or [`crate::input::Lines`] from a task in the same
+    /// process), `client_out` to write it (a pipe, or a
+    /// [`writer::LineSink`]).
+    pub async fn run_with<I: ClientInput>(
+        cfg: Config,
+        spawner: S,
+        mut input: I,
+        client_out: writer::Outlet,
+        control: mpsc::Receiver<Control>,
+        status: EventSink,
+    ) -> Outcome {
+        let (events_tx, events_rx) = mpsc::channel(1024);
         let mut control = Quiet::new(control);
-        let mut input = FramedRead::new(client_in, LineCodec::new(cfg.max_message_bytes));
         let mut s = Session {
             cfg: Arc::new(cfg),
             spawner,
@@ -275,7 +291,7 @@ impl<S: Spawner> Session<S> {
             let blocked = s.client_out.is_blocked();
             let stdin_blocked = s.gens.values().any(|g| g.stdin.is_blocked());
             tokio::select! {
-                frame = input.next(), if s.client == ClientState::Open && caught_up => match frame {
+                frame = std::future::poll_fn(|cx| input.poll_frame(cx)), if s.client == ClientState::Open && caught_up => match frame {
                     Some(Ok(frame)) => s.on_client_frame(frame).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");
@@ -312,7 +328,7 @@ impl<S: Spawner> Session<S> {
             // count: it waits for the very writes this would hold back.)
             let more = (s.client == ClientState::Open
                 && s.client_out.queued() < CLIENT_QUEUE
-                && input.decoder().has_line(input.read_buffer()))
+                && input.has_frame())
                 || (s.client_out.queued() < CLIENT_QUEUE + OUTBOX && s.stdouts.has_line());
             if !more {
                 s.write_out().await;
