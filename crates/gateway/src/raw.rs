@@ -266,9 +266,50 @@ pub(crate) fn request_parts(id: u64, method: &str, params: Option<&[&str]>) -> b
     bytes::Bytes::from(out)
 }
 
+/// Where the envelope of the line [`request_parts`] writes for `id` and
+/// `method` lies, when its params carry no routing member
+/// (`params.requestId`, a progress token): `None` for a method written
+/// with escapes.
+pub(crate) fn request_spans(id: u64, method: &str) -> Option<mcpvisor_jsonrpc::Spans> {
+    const BEFORE_ID: usize = "{\"jsonrpc\":\"2.0\",\"id\":".len();
+    const BEFORE_METHOD: usize = ",\"method\":\"".len();
+    if !method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        return None;
+    }
+    let id_end = BEFORE_ID + mcpvisor_session::writer::Digits::new(id).as_bytes().len();
+    let method_start = id_end + BEFORE_METHOD;
+    Some(mcpvisor_jsonrpc::Spans::plain(
+        mcpvisor_jsonrpc::Kind::Request,
+        BEFORE_ID..id_end,
+        Some(method_start..method_start + method.len()),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_built_request_s_spans_are_where_its_envelope_lies() {
+        let params = [r#"{"name":"#, r#""echo""#, r#","arguments":{"s":"x"}}"#];
+        for (id, method) in [
+            (7, "tools/call"),
+            (18_446_744_073_709_551_615, "prompts/get"),
+        ] {
+            let line = request_parts(id, method, Some(&params));
+            let spans = request_spans(id, method).expect("plain method");
+            let from_spans = spans.envelope(&line).expect("fits");
+            let peeked = mcpvisor_jsonrpc::Envelope::peek(&line).expect("valid");
+            assert_eq!(from_spans.kind, peeked.kind);
+            assert_eq!(
+                from_spans.id.map(RawValue::get),
+                peeked.id.map(RawValue::get)
+            );
+            assert_eq!(from_spans.method, peeked.method);
+            assert!(peeked.progress_token.is_none() && peeked.request_id.is_none());
+        }
+        assert!(request_spans(1, "odd\"method").is_none());
+    }
 
     #[test]
     fn replaces_one_member_and_keeps_the_rest_byte_for_byte() {

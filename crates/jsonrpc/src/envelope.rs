@@ -1,6 +1,7 @@
 //! Peeking at the routing fields of a message without parsing its payload.
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
@@ -275,6 +276,103 @@ impl<'a> Envelope<'a> {
     }
 }
 
+/// Where the members an [`Envelope`] borrows lie in its line, as byte
+/// ranges. A line handed to another task of the same process travels with
+/// them, so that the task does not scan the whole line again:
+/// [`Spans::envelope`] gives back, from the ranges alone, the envelope
+/// [`Envelope::peek`] would read. Only the code that peeked or built the
+/// line makes them, for that very line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spans {
+    kind: Kind,
+    id: Option<Range<usize>>,
+    method: Option<Range<usize>>,
+    request_id: Option<Range<usize>>,
+    progress_token: Option<Range<usize>>,
+}
+
+impl Spans {
+    /// The spans of `env`, read from `line`. `None` when one of its members
+    /// is not in `line` as it is (a method name with escapes, decoded).
+    ///
+    /// # Panics
+    /// If a member of `env` does not borrow from `line`: a bug in the caller.
+    pub fn of(line: &[u8], env: &Envelope<'_>) -> Option<Self> {
+        let method = match &env.method {
+            None => None,
+            Some(Cow::Borrowed(m)) => Some(crate::rewrite::span_of(line, m.as_bytes())),
+            Some(Cow::Owned(_)) => return None,
+        };
+        let span = |raw: Option<&RawValue>| raw.map(|r| crate::rewrite::span(line, r));
+        Some(Self {
+            kind: env.kind,
+            id: span(env.id),
+            method,
+            request_id: span(env.request_id),
+            progress_token: span(env.progress_token),
+        })
+    }
+
+    /// The spans of a request or a response that has only an id and (for
+    /// a request) a method: no `params.requestId`, no progress token.
+    /// `method` is where the method name lies, without its quotes.
+    pub fn plain(kind: Kind, id: Range<usize>, method: Option<Range<usize>>) -> Self {
+        Self {
+            kind,
+            id: Some(id),
+            method,
+            request_id: None,
+            progress_token: None,
+        }
+    }
+
+    /// The same spans in a line that differs from theirs only in the bytes
+    /// of the id, now `len` bytes long: every span after it moves.
+    pub fn with_id_len(mut self, len: usize) -> Self {
+        if let Some(id) = self.id.clone() {
+            let (old, start) = (id.end - id.start, id.start);
+            let shift = |r: &mut Option<Range<usize>>| {
+                if let Some(r) = r.as_mut().filter(|r| r.start >= id.end) {
+                    *r = r.start - old + len..r.end - old + len;
+                }
+            };
+            shift(&mut self.method);
+            shift(&mut self.request_id);
+            shift(&mut self.progress_token);
+            self.id = Some(start..start + len);
+        }
+        self
+    }
+
+    /// The envelope of `line`, whose spans these are. `None` when a span
+    /// is not in `line` or does not hold what it should (a bug in whoever
+    /// made the spans: the caller then peeks the line).
+    pub fn envelope<'a>(&self, line: &'a [u8]) -> Option<Envelope<'a>> {
+        let raw = |r: &Option<Range<usize>>| -> Option<Option<&'a RawValue>> {
+            match r {
+                None => Some(None),
+                Some(r) => {
+                    let text = std::str::from_utf8(line.get(r.clone())?).ok()?;
+                    serde_json::from_str::<&RawValue>(text).ok().map(Some)
+                }
+            }
+        };
+        let method = match &self.method {
+            None => None,
+            Some(r) => Some(Cow::Borrowed(
+                std::str::from_utf8(line.get(r.clone())?).ok()?,
+            )),
+        };
+        Some(Envelope {
+            kind: self.kind,
+            id: raw(&self.id)?,
+            method,
+            request_id: raw(&self.request_id)?,
+            progress_token: raw(&self.progress_token)?,
+        })
+    }
+}
+
 /// The whole `params` member of a message, as written. This is a second pass
 /// over the line, for the rare messages whose params mcpvisor keeps.
 pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
@@ -448,5 +546,77 @@ mod tests {
             None,
             "number may be cut"
         );
+    }
+
+    /// What routing sees of an envelope, owned, for comparisons.
+    fn seen(env: &Envelope<'_>) -> (Kind, Vec<Option<String>>) {
+        let raw = |r: Option<&RawValue>| r.map(|r| r.get().to_owned());
+        (
+            env.kind,
+            vec![
+                raw(env.id),
+                env.method.as_deref().map(str::to_owned),
+                raw(env.request_id),
+                raw(env.progress_token),
+            ],
+        )
+    }
+
+    const LINES: &[&str] = &[
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a","arguments":{"s":"x"}}}"#,
+        r#"{"jsonrpc":"2.0","id":"abc","method":"tools/call","params":{"_meta":{"progressToken":"t-1"},"name":"a"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":12,"reason":"x"}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":3,"progress":1}}"#,
+        r#"{"jsonrpc":"2.0","id":123456,"result":{"content":[{"type":"text","text":"{\"s\":1}"}]}}"#,
+        r#"{"id":null,"error":{"code":-32700,"message":"x"},"jsonrpc":"2.0"}"#,
+        r#" { "method" : "ping" , "id" : 1.5e3 } "#,
+    ];
+
+    #[test]
+    fn spans_give_back_the_envelope_peek_reads() {
+        for line in LINES {
+            let env = peek(line);
+            let spans = Spans::of(line.as_bytes(), &env).expect("spans");
+            let again = spans
+                .envelope(line.as_bytes())
+                .expect("envelope from spans");
+            assert_eq!(seen(&again), seen(&env), "{line}");
+        }
+    }
+
+    #[test]
+    fn spans_follow_an_id_of_another_length() {
+        for line in LINES {
+            let env = peek(line);
+            let Some(id) = env.id else { continue };
+            let spans = Spans::of(line.as_bytes(), &env).expect("spans");
+            for new_id in ["1", "\"a-much-longer-id-than-before\""] {
+                let spliced = crate::rewrite::splice(line.as_bytes(), id, new_id.as_bytes());
+                let moved = spans.clone().with_id_len(new_id.len());
+                let from_spans = moved.envelope(&spliced).expect("envelope from spans");
+                let peeked = Envelope::peek(&spliced).expect("valid");
+                assert_eq!(seen(&from_spans), seen(&peeked), "{line} with id {new_id}");
+            }
+        }
+    }
+
+    #[test]
+    fn spans_that_do_not_fit_the_line_give_nothing() {
+        let line = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        assert!(
+            Spans::plain(Kind::Response, 30..60, None)
+                .envelope(line)
+                .is_none()
+        );
+        // A span that holds no JSON value.
+        assert!(
+            Spans::plain(Kind::Response, 0..3, None)
+                .envelope(line)
+                .is_none()
+        );
+        let good = Spans::plain(Kind::Response, 22..23, None)
+            .envelope(line)
+            .expect("fits");
+        assert_eq!(good.id.map(RawValue::get), Some("7"));
     }
 }

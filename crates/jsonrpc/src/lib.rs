@@ -20,7 +20,7 @@ pub mod frame;
 pub mod rewrite;
 mod scan;
 
-pub use envelope::{Envelope, EnvelopeError, Kind};
+pub use envelope::{Envelope, EnvelopeError, Kind, Spans};
 pub use frame::{Frame, LineCodec};
 
 /// JSON-RPC: the line was not valid JSON.

@@ -27,14 +27,22 @@ pub fn span(line: &[u8], part: &RawValue) -> std::ops::Range<usize> {
     start..start + part.get().len()
 }
 
-fn offset_of(line: &[u8], part: &RawValue) -> usize {
+/// Where `part` (which must borrow from `line`) lies in `line`.
+///
+/// # Panics
+/// If `part` does not point into `line`: that is a bug in the caller.
+pub fn span_of(line: &[u8], part: &[u8]) -> std::ops::Range<usize> {
     let base = line.as_ptr() as usize;
-    let at = part.get().as_ptr() as usize;
+    let at = part.as_ptr() as usize;
     assert!(
-        at >= base && at + part.get().len() <= base + line.len(),
+        at >= base && at + part.len() <= base + line.len(),
         "splice: the member does not borrow from the line"
     );
-    at - base
+    at - base..at - base + part.len()
+}
+
+fn offset_of(line: &[u8], part: &RawValue) -> usize {
+    span_of(line, part.get().as_bytes()).start
 }
 
 #[cfg(test)]

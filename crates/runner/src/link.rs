@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcpvisor_session::input::Lines;
+use mcpvisor_jsonrpc::Spans;
+use mcpvisor_session::input::{Line, Lines};
 use mcpvisor_session::writer::{LineSink, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::sync::mpsc;
@@ -24,7 +25,7 @@ const QUEUE: usize = 1024;
 /// The input side of a running in-process session.
 #[derive(Debug)]
 pub struct Link {
-    lines: mpsc::Sender<Bytes>,
+    lines: mpsc::Sender<Line>,
     control: mpsc::Sender<Control>,
     session: JoinHandle<Outcome>,
     stop_bound: Duration,
@@ -59,7 +60,14 @@ impl Link {
     /// Queues one line for the session without waiting. `false` when the
     /// queue is full or the session has ended.
     pub fn try_send(&self, line: Bytes) -> bool {
-        self.lines.try_send(line).is_ok()
+        self.lines.try_send((line, None)).is_ok()
+    }
+
+    /// [`Link::try_send`] for a line whose envelope the owner has read or
+    /// written itself: `spans` say where it lies, and the session does not
+    /// scan the line again.
+    pub fn try_send_peeked(&self, line: Bytes, spans: Spans) -> bool {
+        self.lines.try_send((line, Some(spans))).is_ok()
     }
 
     /// Asks the session to do something (reload, shut down). Never waits.

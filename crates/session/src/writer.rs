@@ -23,6 +23,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mcpvisor_jsonrpc::Spans;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -397,8 +398,10 @@ async fn put<W: AsyncWrite + Unpin>(
 pub trait LineSink: Send {
     /// Ready when one more line can be taken; `Err` once the reader is gone.
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>>;
-    /// Takes one line; called only after [`LineSink::poll_ready`] was ready.
-    fn send(&mut self, line: Bytes) -> Result<(), Gone>;
+    /// Takes one line, with where its envelope lies when the session knows
+    /// (see [`Spans`]); called only after [`LineSink::poll_ready`] was
+    /// ready.
+    fn send(&mut self, line: Bytes, spans: Option<Spans>) -> Result<(), Gone>;
 }
 
 /// The reader of a [`LineSink`] is gone.
@@ -435,7 +438,8 @@ enum Out {
 pub struct Outlet {
     /// `None` once closed.
     out: Option<Out>,
-    queue: std::collections::VecDeque<Message>,
+    /// Each with its [`Spans`] when known, for a [`LineSink`].
+    queue: std::collections::VecDeque<(Message, Option<Spans>)>,
     /// The batch being written: small messages copied in, each with its
     /// newline.
     buf: Vec<u8>,
@@ -496,8 +500,15 @@ impl Outlet {
     /// Queues a message; nothing is written until [`Outlet::poll_flush`].
     /// Dropped once closed.
     pub fn push(&mut self, msg: Message) {
+        self.push_peeked(msg, None);
+    }
+
+    /// [`Outlet::push`], with where the message's envelope lies (as
+    /// written, its splice done), for a [`LineSink`] to pass on; a pipe
+    /// has no use for them.
+    pub fn push_peeked(&mut self, msg: Message, spans: Option<Spans>) {
         if self.out.is_some() {
-            self.queue.push_back(msg);
+            self.queue.push_back((msg, spans));
         }
     }
 
@@ -628,16 +639,18 @@ impl Outlet {
             let Some(Out::Lines(sink)) = self.out.as_mut() else {
                 return Poll::Ready(Ok(()));
             };
-            let Some(msg) = self.queue.front() else {
+            if self.queue.is_empty() {
                 break;
-            };
+            }
             match sink.poll_ready(cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(gone)) => return Poll::Ready(Err(gone.into())),
                 Poll::Pending => return self.wait(cx),
             }
-            sink.send(msg.to_bytes())?;
-            self.queue.pop_front();
+            let Some((msg, spans)) = self.queue.pop_front() else {
+                break;
+            };
+            sink.send(msg.to_bytes(), spans)?;
             self.before += 1;
         }
         self.progressed();
@@ -646,7 +659,7 @@ impl Outlet {
 
     /// Takes queued messages into the batch; false when none is queued.
     fn fill(&mut self) -> bool {
-        while let Some(msg) = self.queue.pop_front() {
+        while let Some((msg, _)) = self.queue.pop_front() {
             self.starts.push(self.buf.len());
             if msg.len() >= BATCH_BYTES {
                 self.large = Some(msg);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_config::ServerDef;
-use mcpvisor_jsonrpc::{Envelope, Frame, Kind, NOT_STARTED, build, rewrite};
+use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Link, ServerSpec};
 use serde_json::Value;
@@ -444,12 +444,15 @@ impl Hub {
 
     /// Routes a front request, already addressed to the backend under
     /// gateway id `gid`, starting the backend or queueing as its state says.
+    /// `spans` (where the line's envelope lies) go with it to a ready
+    /// backend's session, which then does not scan it again.
     pub(crate) async fn route(
         &mut self,
         front: FrontId,
         id: BackendId,
         gid: u64,
         line: Bytes,
+        spans: Option<Spans>,
         front_id: Bytes,
     ) {
         self.count_call(id);
@@ -502,7 +505,10 @@ impl Hub {
         b.in_flight += 1;
         match b.state {
             State::Ready => {
-                let sent = b.link.as_ref().is_some_and(|l| l.try_send(line));
+                let sent = b.link.as_ref().is_some_and(|l| match spans {
+                    Some(spans) => l.try_send_peeked(line, spans),
+                    None => l.try_send(line),
+                });
                 if !sent {
                     self.answer_not_started(gid, "the server's queue is full")
                         .await;
@@ -670,10 +676,7 @@ impl Hub {
             }
         };
         match msg {
-            FromSession::Frame(Frame::Line(line)) => self.on_backend_line(id, line).await,
-            FromSession::Frame(Frame::Oversize { len, .. }) => {
-                tracing::warn!(server = %self.backend_name(id), bytes = len, "oversize message from a server dropped");
-            }
+            FromSession::Line(line, spans) => self.on_backend_line(id, line, spans).await,
             FromSession::Status(event) => self.on_status(id, event).await,
             FromSession::Closed => {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
@@ -776,8 +779,9 @@ impl Hub {
         }
     }
 
-    async fn on_backend_line(&mut self, id: BackendId, line: Bytes) {
-        let env = match Envelope::peek(&line) {
+    async fn on_backend_line(&mut self, id: BackendId, line: Bytes, spans: Option<Spans>) {
+        let known = spans.and_then(|spans| spans.envelope(&line));
+        let env = match known.map_or_else(|| Envelope::peek(&line), Ok) {
             Ok(env) => env,
             Err(e) => {
                 tracing::debug!(server = %self.backend_name(id), error = %e, "unroutable line from a server dropped");

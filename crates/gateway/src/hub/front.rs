@@ -589,9 +589,15 @@ impl Hub {
         let token = env
             .progress_token
             .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+        let mut spans = None;
         let line = match params {
             // Only a name changed: the params are written once, into the line.
             Params::Parts(parts) if token.is_none() && !modern => {
+                // The params came as they were read, so they hold no
+                // routing member when the front's line had none.
+                if env.request_id.is_none() {
+                    spans = raw::request_spans(gid, method);
+                }
                 raw::request_parts(gid, method, Some(&parts))
             }
             params => {
@@ -634,7 +640,7 @@ impl Hub {
                 at: Instant::now(),
             },
         );
-        self.route(front, backend, gid, line, front_id).await;
+        self.route(front, backend, gid, line, spans, front_id).await;
     }
 
     /// Sends `logging/setLevel` to every ready backend that serves `front`

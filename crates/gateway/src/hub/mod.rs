@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use mcpvisor_jsonrpc::Frame;
+use mcpvisor_jsonrpc::Spans;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
@@ -109,7 +109,9 @@ pub(crate) enum Incoming {
 /// What one backend session reports.
 #[derive(Debug)]
 pub(crate) enum FromSession {
-    Frame(Frame),
+    /// One line the session wrote, with where its envelope lies when the
+    /// session knows.
+    Line(Bytes, Option<Spans>),
     /// The session ended its output.
     Closed,
     /// The session's lifecycle news.
@@ -679,8 +681,12 @@ impl mcpvisor_session::writer::LineSink for ToHub {
             .map_err(|_| mcpvisor_session::writer::Gone)
     }
 
-    fn send(&mut self, line: Bytes) -> Result<(), mcpvisor_session::writer::Gone> {
-        let event = Incoming::Session(self.epoch, FromSession::Frame(Frame::Line(line)));
+    fn send(
+        &mut self,
+        line: Bytes,
+        spans: Option<Spans>,
+    ) -> Result<(), mcpvisor_session::writer::Gone> {
+        let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
         self.events
             .send_item((self.id, event))
             .map_err(|_| mcpvisor_session::writer::Gone)

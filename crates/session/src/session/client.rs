@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
-use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind};
+use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind, Spans};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
@@ -15,7 +15,9 @@ use crate::writer::{Digits, Message, Piece};
 use mcpvisor_config::report::ErrorData;
 
 impl<S: Spawner> Session<S> {
-    pub(crate) async fn on_client_frame(&mut self, frame: Frame) {
+    /// A message from the client; `spans`, when the client (in this
+    /// process) says where its envelope lies, spare the scan.
+    pub(crate) async fn on_client_frame(&mut self, frame: Frame, spans: Option<Spans>) {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::Oversize { len, head } => {
@@ -32,7 +34,8 @@ impl<S: Spawner> Session<S> {
                 return;
             }
         };
-        let env = match Envelope::peek(&line) {
+        let known = spans.and_then(|spans| spans.envelope(&line));
+        let env = match known.map_or_else(|| Envelope::peek(&line), Ok) {
             Ok(env) => env,
             Err(EnvelopeError::Json(e)) => {
                 tracing::debug!(bytes = line.len(), "client sent a line that is not JSON");

@@ -292,7 +292,7 @@ impl<S: Spawner> Session<S> {
             let stdin_blocked = s.gens.values().any(|g| g.stdin.is_blocked());
             tokio::select! {
                 frame = std::future::poll_fn(|cx| input.poll_frame(cx)), if s.client == ClientState::Open && caught_up => match frame {
-                    Some(Ok(frame)) => s.on_client_frame(frame).await,
+                    Some(Ok((frame, spans))) => s.on_client_frame(frame, spans).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");
                         s.start_drain();
@@ -403,6 +403,13 @@ impl<S: Spawner> Session<S> {
             return;
         }
         self.client_out.push(msg.into());
+    }
+
+    /// [`Session::emit`], with where the message's envelope lies.
+    fn emit_peeked(&mut self, msg: Message, spans: Option<mcpvisor_jsonrpc::Spans>) {
+        if self.client != ClientState::Gone {
+            self.client_out.push_peeked(msg, spans);
+        }
     }
 
     /// Queues a message for a generation's stdin. A worker that has fallen

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::scan_id;
-use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, build};
+use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, NOT_STARTED, Spans, build};
 use tokio::time::Instant;
 
 use super::lifecycle::Why;
@@ -129,11 +129,16 @@ impl<S: Spawner> Session<S> {
                 } else if c.filter_tools {
                     edited = self.filtered_tool_list(line, &c.id);
                 }
-                let msg = match edited {
-                    Some(edited) => Message::Line(edited),
-                    None => Message::spliced(line, raw_id, Piece::Bytes(c.id)),
-                };
-                self.emit(msg).await;
+                match edited {
+                    Some(edited) => self.emit(Message::Line(edited)).await,
+                    None => {
+                        // Where the envelope lies once the client's id is
+                        // back, for a client in this process.
+                        let spans = Spans::of(line, env).map(|s| s.with_id_len(c.id.len()));
+                        let msg = Message::spliced(line, raw_id, Piece::Bytes(c.id));
+                        self.emit_peeked(msg, spans);
+                    }
+                }
                 if self.init_result.is_some() {
                     self.fetch_baseline(generation).await;
                 }
