@@ -384,6 +384,32 @@ pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
     serde_json::from_slice::<Params<'_>>(line).ok()?.params
 }
 
+/// A message's `params` object, read in one pass over its line: its text as
+/// written and its members in order.
+#[derive(Debug)]
+pub struct ParamsObject<'a> {
+    /// The object, from its `{` to its `}`.
+    pub text: &'a str,
+    /// Each member's name (borrowed when it has no escapes, decoded
+    /// otherwise) and value as written, in order. A repeated name is kept
+    /// as many times as it appears.
+    pub members: Vec<(Cow<'a, str>, &'a str)>,
+}
+
+/// The `params` object of `line`, in the structural scan behind
+/// [`Envelope::peek`]: no `RawValue` is built, and each value's text is
+/// JSON the scan has checked.
+///
+/// `Some(None)` when the line is a JSON object without a `params` object
+/// (none, `null`, or a value of another type). `None` when the scan leaves
+/// the line to serde: not JSON, not an object, `params` repeated, a
+/// top-level member name with escapes (it could spell `params`), a member
+/// name of `params` that is not a valid string (a lone surrogate escape),
+/// or nesting deeper than the scan follows. Then [`raw_params`] is the way.
+pub fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
+    crate::scan::params_object(line)
+}
+
 /// Finds the top-level `"id"` of a message that may be cut short, as the head
 /// of an oversize line is. Returns the id's text when it is complete.
 pub fn scan_id(head: &[u8]) -> Option<&str> {

@@ -15,12 +15,17 @@
 //! type, nesting deeper than [`MAX_DEPTH`]. So the scan must never accept a
 //! line that serde rejects, and must find the same members when it accepts
 //! one; the tests compare the two on edge cases and on random lines.
+//!
+//! The same scan reads a message's whole `params` object for
+//! [`crate::envelope::params_object`], on the same terms: its members' values
+//! are cut from the line as the text the scan has checked, where serde would
+//! check each again to borrow it as a `RawValue`.
 
 use std::borrow::Cow;
 
 use serde_json::value::RawValue;
 
-use crate::envelope::{Fields, ParamsFields};
+use crate::envelope::{Fields, ParamsFields, ParamsObject};
 
 /// Containers nested deeper than this are left to serde.
 const MAX_DEPTH: u32 = 64;
@@ -44,8 +49,24 @@ pub(crate) fn fields(line: &[u8]) -> Option<Fields<'_>> {
         controls: low < 0x20,
     };
     let fields = scan.envelope()?;
-    scan.ws();
-    (scan.pos == line.len()).then_some(fields)
+    scan.end().then_some(fields)
+}
+
+/// The `params` object of `line`, an object, if the scan can vouch for the
+/// whole line: `Some(None)` when it has none (no `params`, or one that is
+/// not an object); `None` leaves the line to serde.
+pub(crate) fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
+    let (low, _) = extremes(line);
+    // The members' values are cut from the line as text, and they are most
+    // of it: one check of the whole line costs less than one per value.
+    let mut scan = Scan {
+        bytes: line,
+        text: Some(std::str::from_utf8(line).ok()?),
+        pos: 0,
+        controls: low < 0x20,
+    };
+    let params = scan.params_line()?;
+    scan.end().then_some(params)
 }
 
 /// Bytes looked at together in [`extremes`]: four SSE2 registers, so that
@@ -195,6 +216,81 @@ impl<'a> Scan<'a> {
                 return Some(fields);
             }
         }
+    }
+
+    /// Past the top-level value: whether only whitespace is left.
+    fn end(&mut self) -> bool {
+        self.ws();
+        self.pos == self.bytes.len()
+    }
+
+    /// The top-level object, for its `params` object. Only a repeated
+    /// `params` is an error to serde here (other members are skipped), and
+    /// it is left to serde.
+    fn params_line(&mut self) -> Option<Option<ParamsObject<'a>>> {
+        self.ws();
+        if self.peek()? != b'{' {
+            return None;
+        }
+        self.pos += 1;
+        let mut params = None;
+        if self.empty(b'}') {
+            return Some(params);
+        }
+        let mut seen = false;
+        loop {
+            // An escaped name may spell `params`: serde's to decode.
+            if self.member()? == b"params" {
+                once(&mut seen)?;
+                params = self.params_object()?;
+            } else {
+                self.value()?;
+            }
+            if !self.more()? {
+                return Some(params);
+            }
+        }
+    }
+
+    /// A `params` value: its members when it is an object, none otherwise.
+    fn params_object(&mut self) -> Option<Option<ParamsObject<'a>>> {
+        let start = self.pos;
+        if self.peek()? != b'{' {
+            return self.value().map(|()| None);
+        }
+        self.pos += 1;
+        let mut members = Vec::new();
+        if !self.empty(b'}') {
+            loop {
+                // Repeated names are all kept, in order, as serde's map
+                // visitor gets them.
+                let name = self.name()?;
+                let value = self.pos;
+                self.value()?;
+                members.push((name, self.text(value, self.pos)?));
+                if !self.more()? {
+                    break;
+                }
+            }
+        }
+        let text = self.text(start, self.pos)?;
+        Some(Some(ParamsObject { text, members }))
+    }
+
+    /// A member's name, borrowed when it has no escapes, and its colon, up
+    /// to its value.
+    fn name(&mut self) -> Option<Cow<'a, str>> {
+        self.ws();
+        let start = self.pos;
+        let (name, escaped) = self.any_member()?;
+        let end = start + 1 + name.len();
+        if !escaped {
+            return self.text(start + 1, end).map(Cow::Borrowed);
+        }
+        // Decoded by serde itself, so that it is the name serde would give,
+        // and refused where serde refuses it (a lone surrogate).
+        let quoted = self.text(start, end + 1)?;
+        serde_json::from_str::<String>(quoted).ok().map(Cow::Owned)
     }
 
     /// `method`: a string without escapes, borrowed.
@@ -850,6 +946,285 @@ mod tests {
         }
     }
 
+    /// A `params` object as serde reads it: its text and its members.
+    type Members<'a> = (&'a str, Vec<(Cow<'a, str>, &'a str)>);
+
+    /// The serde reading of a line's `params` object: an error when serde
+    /// rejects the line or a member name, `None` when there is no object.
+    fn slow_params(line: &[u8]) -> Result<Option<Members<'_>>, String> {
+        use serde::de::{Deserializer, MapAccess, Visitor};
+
+        #[derive(serde::Deserialize)]
+        struct Line<'a> {
+            #[serde(default, borrow)]
+            params: Option<&'a RawValue>,
+        }
+        struct Map;
+        impl<'de> Visitor<'de> for Map {
+            type Value = Vec<(Cow<'de, str>, &'de str)>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some(Name(name)) = map.next_key()? {
+                    members.push((name, map.next_value::<&RawValue>()?.get()));
+                }
+                Ok(members)
+            }
+        }
+        struct Name<'a>(Cow<'a, str>);
+        impl<'de> serde::Deserialize<'de> for Name<'de> {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct Visit;
+                impl<'de> Visitor<'de> for Visit {
+                    type Value = Name<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("a name")
+                    }
+                    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                        Ok(Name(Cow::Borrowed(v)))
+                    }
+                    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                        Ok(Name(Cow::Owned(v.to_owned())))
+                    }
+                }
+                d.deserialize_str(Visit)
+            }
+        }
+
+        let text = std::str::from_utf8(line).map_err(|e| e.to_string())?;
+        let params = serde_json::from_str::<Line<'_>>(text).map_err(|e| e.to_string())?;
+        let Some(params) = params.params.filter(|p| p.get().starts_with('{')) else {
+            return Ok(None);
+        };
+        let members = serde_json::Deserializer::from_str(params.get())
+            .deserialize_map(Map)
+            .map_err(|e| e.to_string())?;
+        Ok(Some((params.get(), members)))
+    }
+
+    /// A params reading with where each text starts, so that borrowing from
+    /// the line (not from a copy) is compared too, and whether each name is
+    /// borrowed.
+    type Placed<'a> = (usize, &'a str, Vec<(Cow<'a, str>, bool, usize, &'a str)>);
+
+    fn placed<'a>((text, members): &Members<'a>) -> Placed<'a> {
+        let at = |s: &str| s.as_ptr() as usize;
+        let members = members
+            .iter()
+            .map(|(k, v)| (k.clone(), matches!(k, Cow::Borrowed(_)), at(v), *v))
+            .collect();
+        (at(text), text, members)
+    }
+
+    /// Compares the params scan with serde on `line`; returns whether the
+    /// scan answered for it.
+    fn params_agree(line: &[u8]) -> bool {
+        let Some(fast) = params_object(line) else {
+            return false;
+        };
+        let shown = String::from_utf8_lossy(line);
+        assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok(),
+            "the params scan accepted a line that is not JSON: {shown:?}"
+        );
+        match slow_params(line) {
+            Ok(slow) => {
+                let fast = fast.map(|p| (p.text, p.members));
+                assert_eq!(
+                    fast.as_ref().map(placed),
+                    slow.as_ref().map(placed),
+                    "on {shown:?}"
+                );
+            }
+            Err(e) => panic!("the params scan accepted a line serde rejects ({e}): {shown:?}"),
+        }
+        true
+    }
+
+    #[test]
+    fn typical_params_are_scanned() {
+        for line in TYPICAL {
+            assert!(params_agree(line.as_bytes()), "left to serde: {line}");
+        }
+    }
+
+    #[test]
+    fn params_edge_cases_agree_with_serde() {
+        let cases: &[&[u8]] = &[
+            b"{\"params\":{}}",
+            b"{\"params\": { } }",
+            b"{\"params\":{\"a\":1}",
+            b"{\"params\":{\"a\":1}}}",
+            b"{\"params\":{\"a\":1,}}",
+            b"{\"params\":{\"a\"}}",
+            b"{\"params\":{\"a\":}}",
+            b"{\"params\":{a:1}}",
+            b"{\"params\":{\"a\":01}}",
+            b"{\"params\":{\"a\":\"\\q\"}}",
+            b"{\"params\":{\"a\":\"\x01\"}}",
+            b"{\"params\":{\"a\x01\":1}}",
+            b"{\"params\":{\"a\":\"\xff\"}}",
+            b"{\"params\":{\"a\":1}} x",
+            b"{\"params\":{\"a\":1}}\x0c",
+            b"[{\"a\":1}]",
+            b"[]",
+            b"\"params\"",
+            b"{\"params\":null}",
+            b"{\"params\":[1,{\"a\":2}]}",
+            b"{\"params\":\"{}\"}",
+            b"{\"params\":1}",
+            b"{\"params\":true}",
+            b"{\"params\":{\"a\":1},\"params\":{\"b\":2}}",
+            b"{\"params\":null,\"params\":{\"b\":2}}",
+            b"{\"par\\u0061ms\":{\"a\":1}}",
+            b"{\"id\":1,\"id\":2,\"params\":{\"a\":1}}",
+            b"{\"x\":{\"params\":{\"a\":1}},\"params\":{\"b\":[]}}",
+            b"{\"params\":{\"a\":1,\"a\":2,\"b\":{\"a\":3},\"a\":4}}",
+            b"{\"params\":{\"\\u0061\":1,\"b\\\"c\":2,\"\\ud83d\\ude00\":3,\"\":4}}",
+            b"{\"params\":{\"\\ud800\":1}}",
+            b"{\"params\":{\"\\udc00x\":1}}",
+            b"{\"params\":{\"\\ud83d\\u0041\":1}}",
+            b"{\"params\":{\"a\":\"\\ud800\"}}",
+            b"{\"params\":{\"\xc3\xa9\":\"\xf0\x9f\x98\x80\",\"b\":\"\\u00e9\"}}",
+            b"{\"params\":{\"\xc3\xa9\":1}}\xa9",
+            b"{\"params\":{\n\t\"a\"\r:\t1 ,\"b\" : [ ] \n}\r\n}",
+            b"{\"params\":{\"a\":-0.0e+00,\"b\":18446744073709551616123,\"c\":1e999}}",
+        ];
+        for line in cases {
+            params_agree(line);
+        }
+        // What the scan answers for itself, not leaving it to serde.
+        for line in [
+            &b"{\"params\":{}}"[..],
+            b"{\"params\":null}",
+            b"{\"params\":[1]}",
+            b"{\"id\":1}",
+            b"{\"params\":{\"a\":1,\"a\":2}}",
+            b"{\"params\":{\"\\u0061\":1}}",
+            b"{\"params\":{\"\xc3\xa9\":\"\xf0\x9f\x98\x80\",\"b\":\"\\u00e9\"}}",
+        ] {
+            assert!(params_agree(line), "{}", String::from_utf8_lossy(line));
+        }
+        // What it leaves to serde though serde reads it (or fails to read
+        // a name).
+        for line in [
+            &b"{\"params\":{\"\\ud800\":1}}"[..],
+            b"{\"params\":{},\"params\":{}}",
+            b"{\"par\\u0061ms\":{}}",
+        ] {
+            assert!(
+                params_object(line).is_none(),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn every_cut_of_a_message_agrees_on_params() {
+        for line in TYPICAL {
+            for end in 0..=line.len() {
+                params_agree(&line.as_bytes()[..end]);
+            }
+        }
+    }
+
+    #[test]
+    fn deep_params_are_left_to_serde_past_the_limit() {
+        for depth in [1, 63, 64, 65, 200] {
+            let line = format!(
+                "{{\"params\":{{\"a\":{}1{}}}}}",
+                "[".repeat(depth),
+                "]".repeat(depth)
+            );
+            assert_eq!(params_agree(line.as_bytes()), depth <= MAX_DEPTH as usize);
+            assert!(slow_params(line.as_bytes()).is_ok_and(|p| p.is_some()));
+        }
+    }
+
+    /// A message whose `params` is anything now and then, and most of the
+    /// time an object whose member names may repeat or hold escapes.
+    fn params_message(rng: &mut Rng) -> Vec<u8> {
+        const PARAMS_NAMES: &[&str] = &[
+            "name",
+            "arguments",
+            "_meta",
+            "a",
+            "a",
+            "",
+            "\\u0061",
+            "\\\"q\\\"",
+            "\\ud83d\\ude00",
+            "\\ud800",
+            "\\u00e9t\\u00e9",
+            "été",
+        ];
+        const LINE_NAMES: &[&str] = &["params", "params", "id", "method", "par\\u0061ms"];
+        let mut out = Vec::new();
+        ws(rng, &mut out);
+        out.push(b'{');
+        for i in 0..1 + rng.below(4) {
+            if i > 0 {
+                out.push(b',');
+            }
+            ws(rng, &mut out);
+            let name = *rng.pick(LINE_NAMES);
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'"');
+            ws(rng, &mut out);
+            out.push(b':');
+            if name != "params" || rng.below(4) == 0 {
+                value(rng, 1, &mut out);
+                continue;
+            }
+            ws(rng, &mut out);
+            out.push(b'{');
+            for j in 0..rng.below(5) {
+                if j > 0 {
+                    out.push(b',');
+                }
+                ws(rng, &mut out);
+                out.push(b'"');
+                out.extend_from_slice(rng.pick(PARAMS_NAMES).as_bytes());
+                out.push(b'"');
+                ws(rng, &mut out);
+                out.push(b':');
+                value(rng, 2, &mut out);
+            }
+            ws(rng, &mut out);
+            out.push(b'}');
+            ws(rng, &mut out);
+        }
+        ws(rng, &mut out);
+        out.push(b'}');
+        ws(rng, &mut out);
+        out
+    }
+
+    #[test]
+    fn random_params_agree_with_serde() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let (mut scanned, mut valid) = (0, 0);
+        for case in 0..30_000 {
+            let mut line = params_message(&mut rng);
+            if case % 2 == 1 {
+                for _ in 0..1 + rng.below(3) {
+                    mutate(&mut rng, &mut line);
+                }
+            }
+            valid += usize::from(slow_params(&line).is_ok());
+            scanned += usize::from(params_agree(&line));
+        }
+        // Most lines serde reads are the scan's own.
+        assert!(
+            scanned * 2 > valid,
+            "the params scan answered for {scanned} of {valid} valid lines"
+        );
+    }
+
     #[test]
     fn random_lines_agree_with_serde() {
         let mut rng = Rng(0x2545_F491_4F6C_DD1D);
@@ -863,6 +1238,7 @@ mod tests {
             }
             valid += usize::from(Fields::parse(&line).is_ok());
             scanned += usize::from(agrees(&line));
+            params_agree(&line);
         }
         // Most valid lines are the scan's own, not serde's.
         assert!(
