@@ -5,6 +5,10 @@
 //! `_meta`, unknown fields) must reach the other side as it came, so objects
 //! are read as an ordered list of `(key, raw value)` pairs and written back
 //! in the same order with only the named member replaced.
+//!
+//! A member's value is kept as the text it was read from, already checked
+//! as JSON by that read, not as a [`RawValue`]: borrowing one means checking
+//! the text again.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -15,7 +19,18 @@ use serde_json::value::RawValue;
 /// A JSON object as its members, in order, with raw values.
 #[derive(Debug, Default)]
 pub(crate) struct RawObject<'a> {
-    members: Vec<(Cow<'a, str>, &'a RawValue)>,
+    members: Vec<(Cow<'a, str>, &'a str)>,
+}
+
+/// A member's value as written: JSON text, checked when its object was read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The value's JSON text.
+    pub fn get(self) -> &'a str {
+        self.0
+    }
 }
 
 impl<'a> RawObject<'a> {
@@ -28,8 +43,11 @@ impl<'a> RawObject<'a> {
     }
 
     /// The raw value of `key`, if present.
-    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
-        self.members.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    pub fn get(&self, key: &str) -> Option<Raw<'a>> {
+        self.members
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| Raw(v))
     }
 
     /// The members' keys, in order.
@@ -46,32 +64,29 @@ impl<'a> RawObject<'a> {
     /// The string value of `key`, if it is a string, borrowed from the text
     /// when it has no escapes.
     pub fn str_ref(&self, key: &str) -> Option<Cow<'a, str>> {
-        self.get(key)
-            .and_then(|v| serde_json::from_str::<Cow<'a, str>>(v.get()).ok())
+        let value = self.get(key)?.get();
+        // The value is JSON already checked: quoted, it is a whole string,
+        // and without a backslash it is its own contents.
+        match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
+            _ => serde_json::from_str::<String>(value).ok().map(Cow::Owned),
+        }
     }
 
     /// Reads the `params` object of a message line in one pass over the
     /// line: its text, as written, and its members. `None` when the line
-    /// has no `params` object, or when its text cannot be told from the
-    /// members (no members, or an escaped first key): then
-    /// [`raw_params`](mcpvisor_jsonrpc::envelope::raw_params) and
+    /// has no `params` object, or when the scan behind it leaves the line to
+    /// serde (see [`params_object`](mcpvisor_jsonrpc::envelope::params_object)):
+    /// then [`raw_params`](mcpvisor_jsonrpc::envelope::raw_params) and
     /// [`RawObject::parse`] are the way, at the cost of a second pass.
     pub fn params_of(line: &'a [u8]) -> Option<(&'a str, Self)> {
-        #[derive(serde::Deserialize)]
-        struct Line<'a> {
-            #[serde(default, borrow)]
-            params: Option<Members<'a>>,
-        }
-        struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
-        impl<'de: 'a, 'a> serde::Deserialize<'de> for Members<'a> {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                d.deserialize_map(MembersVisitor).map(Members)
-            }
-        }
-        let text = std::str::from_utf8(line).ok()?;
-        let members = serde_json::from_str::<Line<'a>>(text).ok()?.params?.0;
-        let span = object_span(text, &members)?;
-        Some((&text[span], Self { members }))
+        let params = mcpvisor_jsonrpc::envelope::params_object(line)??;
+        Some((
+            params.text,
+            Self {
+                members: params.members,
+            },
+        ))
     }
 
     /// `text` (the text this object was read from) with the value of `key`
@@ -89,7 +104,7 @@ impl<'a> RawObject<'a> {
         let (Some((_, v)), None) = (found.next(), found.next()) else {
             return None;
         };
-        let old = v.get();
+        let old = *v;
         let start = (old.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
         let end = start.saturating_add(old.len());
         match (text.get(..start), text.get(end..)) {
@@ -125,7 +140,7 @@ impl<'a> RawObject<'a> {
             match edits.iter().find(|(ek, _)| ek == k) {
                 Some((_, Some(new))) => push(&mut out, k, new),
                 Some((_, None)) => {}
-                None => push(&mut out, k, v.get()),
+                None => push(&mut out, k, v),
             }
         }
         for (ek, ev) in edits {
@@ -142,38 +157,9 @@ impl<'a> RawObject<'a> {
     fn len_hint(&self) -> usize {
         self.members
             .iter()
-            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .map(|(k, v)| k.len() + v.len() + 4)
             .sum()
     }
-}
-
-/// Where, in `text`, the object whose members (read from `text`) are
-/// `members` starts and ends: from the `{` before the first key to the `}`
-/// after the last value. `None` when that cannot be told.
-fn object_span(
-    text: &str,
-    members: &[(Cow<'_, str>, &RawValue)],
-) -> Option<std::ops::Range<usize>> {
-    let (Cow::Borrowed(first), _) = members.first()? else {
-        return None;
-    };
-    let (_, last) = members.last()?;
-    let base = text.as_ptr() as usize;
-    // A key without escapes is borrowed from inside its quotes.
-    let key_at = (first.as_ptr() as usize).checked_sub(base)?;
-    let before = text.get(..key_at.checked_sub(1)?)?;
-    let start = before
-        .trim_end_matches([' ', '\t', '\n', '\r'])
-        .len()
-        .checked_sub(1)?;
-    let value = last.get();
-    let value_end = (value.as_ptr() as usize)
-        .checked_sub(base)?
-        .checked_add(value.len())?;
-    let after = text.get(value_end..)?;
-    let end = value_end + (after.len() - after.trim_start_matches([' ', '\t', '\n', '\r']).len());
-    let bytes = text.as_bytes();
-    (bytes.get(start) == Some(&b'{') && bytes.get(end) == Some(&b'}')).then_some(start..end + 1)
 }
 
 fn push_key(out: &mut String, key: &str) {
@@ -186,7 +172,7 @@ fn push_key(out: &mut String, key: &str) {
 struct MembersVisitor;
 
 impl<'de> Visitor<'de> for MembersVisitor {
-    type Value = Vec<(Cow<'de, str>, &'de RawValue)>;
+    type Value = Vec<(Cow<'de, str>, &'de str)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -196,7 +182,7 @@ impl<'de> Visitor<'de> for MembersVisitor {
         let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
         while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
-            members.push((key, value));
+            members.push((key, value.get()));
         }
         Ok(members)
     }
@@ -350,6 +336,8 @@ mod tests {
             "{\"id\":1,\"params\":{\n\t\"k\":\"\\\"}\"\r\n}\n}",
             r#"{"id":1,"params":{"a":1,"b":"ü","c":null},"extra":{"params":2}}"#,
             r#"{"id":1,"params":{"a":{}}}"#,
+            r#"{"id":1,"params":{}}"#,
+            r#"{"id":1,"params":{"\u0061":1,"a":2}}"#,
         ];
         for line in lines {
             let (text, obj) = RawObject::params_of(line.as_bytes()).expect(line);
@@ -357,24 +345,33 @@ mod tests {
             assert_eq!(text, raw.get(), "{line}");
             let again = RawObject::parse(raw.get()).expect(line);
             assert!(obj.keys().eq(again.keys()), "{line}");
-            assert!(
-                obj.members
-                    .iter()
-                    .map(|(_, v)| v.get())
-                    .eq(again.members.iter().map(|(_, v)| v.get()))
-            );
+            assert_eq!(obj.members, again.members, "{line}");
         }
-        // Left to the two-pass way: no params object, no members, an escaped
-        // first key, a line that is not JSON.
+        // Left to the two-pass way: no params object, a line that is not
+        // JSON, a line the scan leaves to serde.
         for line in [
             r#"{"id":1,"method":"m"}"#,
             r#"{"id":1,"params":[1]}"#,
-            r#"{"id":1,"params":{}}"#,
-            r#"{"id":1,"params":{"\u0061":1}}"#,
             r#"{"id":1,"params":{"a":1}"#,
             r#"{"id":1,"params":null}"#,
+            r#"{"id":1,"par\u0061ms":{"a":1}}"#,
         ] {
             assert!(RawObject::params_of(line.as_bytes()).is_none(), "{line}");
+        }
+    }
+
+    #[test]
+    fn string_values_are_borrowed_unless_escaped() {
+        let obj =
+            RawObject::parse(r#"{"a":"x y","b":"x\"y\u00e9","c":1,"d":null,"e":"","f":["x"]}"#)
+                .expect("object");
+        assert!(matches!(obj.str_ref("a"), Some(Cow::Borrowed("x y"))));
+        assert!(matches!(obj.str_ref("e"), Some(Cow::Borrowed(""))));
+        assert_eq!(obj.str_ref("b").as_deref(), Some("x\"yé"));
+        assert_eq!(obj.str("b").as_deref(), Some("x\"yé"));
+        for key in ["c", "d", "f", "g"] {
+            assert_eq!(obj.str_ref(key), None, "{key}");
+            assert_eq!(obj.str(key), None, "{key}");
         }
     }
 

@@ -86,8 +86,8 @@ impl Hub {
             return;
         }
         // The params are read once, here: what follows edits this reading.
-        // One pass over the line, when the params' text can be told from
-        // their members (as it nearly always can); two otherwise.
+        // One pass over the line, when the scan behind it vouches for the
+        // line (as it nearly always does); two with serde otherwise.
         let (params, obj) = match RawObject::params_of(line) {
             Some((text, obj)) => (Some(text), Some(obj)),
             None => {
