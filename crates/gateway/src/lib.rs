@@ -19,7 +19,10 @@
 //! union of the backends' lists, each name prefixed with its server's name
 //! (`github__search_repositories`); a call is routed by looking the
 //! exposed name up, never by parsing it. The name `mcpvisor` is kept for
-//! the gateway's own tools.
+//! the gateway's own tools. On stdio it reads and writes the client's pipes
+//! in its own loop, as `run`'s session does; HTTP sessions reach it over
+//! [`fronts`]' channels; each backend's session is handed whole lines over
+//! channels, with no pipe in between.
 //!
 //! The pure parts are modules of their own, each tested on its own:
 //!
@@ -38,6 +41,5 @@ pub mod monitor;
 pub mod naming;
 mod raw;
 pub mod search;
-mod stdio;
 
 pub use hub::{Cached, Control, Hub, Outcome, ServerPlan, Settings};

@@ -12,6 +12,7 @@ mod front;
 mod lists;
 mod observe;
 mod per_client;
+mod stdio;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -220,7 +221,7 @@ pub(crate) struct ServerReq {
 #[derive(Debug)]
 pub(crate) struct Front {
     pub info: FrontInfo,
-    pub out: mpsc::Sender<Outbound>,
+    pub out: FrontOut,
     pub subscriptions: FxHashSet<String>,
     /// Its input ended: requests in flight may still finish, until this.
     pub closing: Option<Instant>,
@@ -230,6 +231,15 @@ pub(crate) struct Front {
     /// The least severe log level it asked for with `logging/setLevel`;
     /// `None` (never asked): every log message the servers send.
     pub log_level: Option<front::LogLevel>,
+}
+
+/// Where a front's messages go.
+#[derive(Debug)]
+pub(crate) enum FrontOut {
+    /// To its transport's task (an HTTP session).
+    Channel(mpsc::Sender<Outbound>),
+    /// Written by the hub itself, to the stdio client (`Hub::stdio`).
+    Stdio,
 }
 
 /// What a front client said about itself in `initialize`.
@@ -282,6 +292,11 @@ pub struct Hub {
     primary: Option<FrontId>,
     /// How the primary front ended.
     ended: Option<Outcome>,
+    /// Lines for the stdio client (the primary front, when it is one),
+    /// which the loop hands to its pipe's writer at the end of each turn.
+    stdio_queue: VecDeque<Bytes>,
+    /// How many lines the stdio client's writer has not written yet.
+    stdio_backlog: usize,
 }
 
 impl std::fmt::Debug for Hub {
@@ -313,14 +328,11 @@ impl Hub {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (fronts_tx, fronts_rx) = mpsc::channel(1024);
         let front = FrontId(0);
-        let max = settings.max_message_bytes;
-        let stdio = tokio::spawn(crate::stdio::serve(input, output, front, max, fronts_tx));
-        let outcome = Self::serve(settings, servers, fronts_rx, control, Some(front)).await;
-        // The writer flushes what is queued once the hub has let go.
-        let _ = tokio::time::timeout(Duration::from_secs(5), stdio).await;
-        outcome
+        let stdio = stdio::Stdio::new(front, input, output, settings.max_message_bytes);
+        // No other front opens.
+        let (_, fronts) = mpsc::channel(1);
+        Self::serve_inner(settings, servers, fronts, control, Some(front), Some(stdio)).await
     }
 
     /// Serves `servers` as one MCP server to every front that opens on
@@ -329,9 +341,22 @@ impl Hub {
     pub async fn serve(
         settings: Settings,
         servers: Vec<ServerPlan>,
+        fronts: mpsc::Receiver<FrontCommand>,
+        control: mpsc::Receiver<Control>,
+        primary: Option<FrontId>,
+    ) -> Outcome {
+        Self::serve_inner(settings, servers, fronts, control, primary, None).await
+    }
+
+    /// [`Hub::serve`], with the stdio client's pipes read and written by
+    /// the hub itself when `stdio` is given (then it is the primary front).
+    async fn serve_inner(
+        settings: Settings,
+        servers: Vec<ServerPlan>,
         mut fronts: mpsc::Receiver<FrontCommand>,
         mut control: mpsc::Receiver<Control>,
         primary: Option<FrontId>,
+        stdio: Option<stdio::Stdio>,
     ) -> Outcome {
         let (events_tx, events_rx) = mpsc::channel(4096);
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
@@ -360,7 +385,15 @@ impl Hub {
             events_rx,
             primary,
             ended: None,
+            stdio_queue: VecDeque::new(),
+            stdio_backlog: 0,
         };
+        // The stdio client's pipes are the loop's own, not the hub's: they
+        // are neither `Sync` nor needed anywhere else.
+        let mut stdio = stdio;
+        if let Some(front) = stdio.as_ref().map(|s| s.front) {
+            hub.open_front(front, FrontOut::Stdio);
+        }
         for plan in servers {
             hub.add_backend(plan);
         }
@@ -375,7 +408,17 @@ impl Hub {
                 break Outcome::ClientClosed;
             }
             let drain = hub.next_drain_deadline();
+            let stdio_readable = stdio.as_ref().is_some_and(stdio::Stdio::readable);
+            let stdio_blocked = stdio.as_ref().is_some_and(|s| s.out.is_blocked());
             tokio::select! {
+                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
+                    if let Some(s) = stdio.as_mut() {
+                        match event {
+                            stdio::Event::Read(frame) => hub.on_stdio_frame(s, frame).await,
+                            stdio::Event::Written(written) => hub.on_stdio_written(s, written).await,
+                        }
+                    }
+                }
                 command = fronts.recv(), if fronts_open => match command {
                     Some(command) => hub.on_front_command(command).await,
                     None => fronts_open = false,
@@ -400,8 +443,19 @@ impl Hub {
             hub.finish_closed_fronts().await;
             while hub.stopping.try_join_next().is_some() {}
             hub.publish_changes();
+            // What is queued for the stdio client is written once no more
+            // of what was read from it waits to be handled: a burst goes
+            // out in one write.
+            if let Some(s) = stdio.as_mut() {
+                if !(s.readable() && s.has_line()) {
+                    hub.write_stdio(s).await;
+                }
+            }
         };
         hub.shutdown().await;
+        if let Some(s) = stdio.as_mut() {
+            hub.flush_stdio(s).await;
+        }
         outcome
     }
 
@@ -409,20 +463,7 @@ impl Hub {
 
     async fn on_front_command(&mut self, command: FrontCommand) {
         match command {
-            FrontCommand::Open { front, out } => {
-                self.fronts.insert(
-                    front,
-                    Front {
-                        info: FrontInfo::default(),
-                        out,
-                        subscriptions: Default::default(),
-                        closing: None,
-                        awaiting: 0,
-                        log_level: None,
-                    },
-                );
-                self.publish_sessions();
-            }
+            FrontCommand::Open { front, out } => self.open_front(front, FrontOut::Channel(out)),
             FrontCommand::Message { front, line } => {
                 if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
                     self.on_front_message(front, line).await;
@@ -435,6 +476,21 @@ impl Hub {
             }
             FrontCommand::Abandon { front } => self.drop_front(front, Outcome::ClientGone).await,
         }
+    }
+
+    fn open_front(&mut self, front: FrontId, out: FrontOut) {
+        self.fronts.insert(
+            front,
+            Front {
+                info: FrontInfo::default(),
+                out,
+                subscriptions: Default::default(),
+                closing: None,
+                awaiting: 0,
+                log_level: None,
+            },
+        );
+        self.publish_sessions();
     }
 
     /// The earliest drain deadline of a closing front.
@@ -522,7 +578,18 @@ impl Hub {
         let Some(f) = self.fronts.get(&front) else {
             return;
         };
-        let gone = match f.out.try_send(Outbound { line, related }) {
+        let sent = match &f.out {
+            FrontOut::Channel(out) => out.try_send(Outbound { line, related }),
+            FrontOut::Stdio if self.stdio_queue.len() + self.stdio_backlog < FRONT_QUEUE => {
+                self.stdio_queue.push_back(line);
+                Ok(())
+            }
+            FrontOut::Stdio => Err(mpsc::error::TrySendError::Full(Outbound {
+                line: Bytes::new(),
+                related: None,
+            })),
+        };
+        let gone = match sent {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tracing::warn!(
