@@ -1347,3 +1347,39 @@ fn many_http_sessions_call_one_server_at_once_and_each_gets_its_own_answers() {
     }
     drop(p);
 }
+
+// === the stdio client ===
+
+#[test]
+fn the_client_s_oversize_line_is_answered_with_its_id_and_the_gateway_goes_on() {
+    let (_dir, _config, mut p) = gateway(
+        "serve-oversize",
+        &[Entry::fake("s", &[])],
+        &["--max-message-bytes", "4096"],
+    );
+    initialize_with(&mut p, json!({}));
+    let big = "x".repeat(10_000);
+    p.send_raw(&format!(
+        r#"{{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{{"name":"s__echo","arguments":{{"s":"{big}"}}}}}}"#
+    ));
+    let r = p.response(&json!("big"));
+    assert_eq!(error_code(&r), -32600, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("--max-message-bytes"), "{r}");
+    // Nothing of it reached the server, and the next call goes through.
+    let r = p.call(json!(2), "s__echo", json!({"n": 2}));
+    assert_eq!(Proc::tool_json(&r), json!({"n": 2}), "{r}");
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+}
+
+#[test]
+fn a_call_in_flight_when_the_client_closes_stdin_is_still_answered() {
+    let (_dir, _config, mut p) = gateway("serve-drain", &[Entry::fake("s", &[])], &[]);
+    initialize_with(&mut p, json!({}));
+    p.send_call(json!("slow"), "s__sleep", json!({"ms": 400}));
+    p.close_stdin();
+    let r = p.response(&json!("slow"));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(p.wait_exit(WAIT).success());
+}
