@@ -72,6 +72,80 @@ fn the_handshake_is_replayed_to_every_generation_before_client_traffic() {
 }
 
 #[test]
+fn the_log_level_and_subscriptions_the_server_accepted_are_restored_to_the_next_generation() {
+    let dir = temp_dir("restore");
+    let log = dir.join("received.log");
+    let log_arg = log.display().to_string();
+    let mut p = Proc::fake(&[], &["--all-capabilities", "--log-file", &log_arg]);
+    p.initialize();
+    let ok = |r: Value| assert!(r.get("result").is_some(), "{r}");
+    ok(p.request(json!(1), "logging/setLevel", json!({"level": "info"})));
+    ok(p.request(json!(2), "logging/setLevel", json!({"level": "debug"})));
+    ok(p.request(json!(3), "resources/subscribe", json!({"uri": "file:///a"})));
+    ok(p.request(json!(4), "resources/subscribe", json!({"uri": "file:///b"})));
+    ok(p.request(
+        json!(5),
+        "resources/unsubscribe",
+        json!({"uri": "file:///a"}),
+    ));
+    let r = p.call(json!(6), "crash", json!({}));
+    assert_eq!(r["error"]["code"], -32010, "{r}");
+    let after = p.call(json!(7), "echo", json!({}));
+    assert!(after.get("result").is_some(), "{after}");
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    // The second worker got the handshake, then the last level and the one
+    // subscription left (under mcpvisor's own ids), then the client's call;
+    // the session's own list reads come after.
+    let text = std::fs::read_to_string(&log).expect("log");
+    let second: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("tools/call"))
+        .skip(1)
+        .take(5)
+        .collect();
+    let methods: Vec<&str> = second
+        .iter()
+        .map(|l| l.split(' ').next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "initialize",
+            "notifications/initialized",
+            "logging/setLevel",
+            "resources/subscribe",
+            "tools/call",
+        ],
+        "{text}"
+    );
+}
+
+#[test]
+fn state_the_server_refused_is_not_restored() {
+    let dir = temp_dir("restore-refused");
+    let log = dir.join("received.log");
+    let log_arg = log.display().to_string();
+    // Without --all-capabilities the fake worker refuses both methods.
+    let mut p = Proc::fake(&[], &["--log-file", &log_arg]);
+    p.initialize();
+    let r = p.request(json!(1), "logging/setLevel", json!({"level": "debug"}));
+    assert!(r.get("error").is_some(), "{r}");
+    let r = p.call(json!(2), "crash", json!({}));
+    assert_eq!(r["error"]["code"], -32010, "{r}");
+    let after = p.call(json!(3), "echo", json!({}));
+    assert!(after.get("result").is_some(), "{after}");
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    let text = std::fs::read_to_string(&log).expect("log");
+    let levels = text
+        .lines()
+        .filter(|l| l.starts_with("logging/setLevel"))
+        .count();
+    assert_eq!(levels, 1, "only the client's own: {text}");
+}
+
+#[test]
 fn client_eof_stops_a_worker_that_ignores_sigterm_and_its_grandchildren() {
     let mut p = Proc::fake(
         &["--stop-grace", "200ms", "--term-grace", "300ms"],

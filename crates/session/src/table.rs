@@ -7,10 +7,6 @@ use tokio_util::time::delay_queue;
 
 /// Who is waiting for the answer to a worker-side request id.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "nearly every request is a client's; boxing it would allocate per request"
-)]
 pub(crate) enum Owner {
     /// A client request. `id` is the client's id, byte for byte (borrowed
     /// from its request's line).
@@ -19,6 +15,22 @@ pub(crate) enum Owner {
     Replay,
     /// mcpvisor reading one of a generation's lists.
     List(crate::session::ListKind),
+    /// mcpvisor putting a new generation back in the state the client had
+    /// set (the method it sends: `logging/setLevel`, `resources/subscribe`).
+    Restore(&'static str),
+}
+
+/// What a client request changes in the server for the rest of the
+/// session. Once the server accepts it, a later generation is put back in
+/// that state after the replayed handshake.
+#[derive(Debug)]
+pub(crate) enum StateChange {
+    /// `logging/setLevel`, with its params.
+    LogLevel(Box<RawValue>),
+    /// `resources/subscribe` to this URI, with its params.
+    Subscribe(String, Box<RawValue>),
+    /// `resources/unsubscribe` from this URI.
+    Unsubscribe(String),
 }
 
 #[derive(Debug)]
@@ -30,6 +42,8 @@ pub(crate) struct ClientReq {
     pub initialize: Option<Box<RawValue>>,
     /// A `tools/list` whose answer must pass the configured tool filter.
     pub filter_tools: bool,
+    /// What it changes for the session, if the server accepts it.
+    pub state: Option<Box<StateChange>>,
     pub progress_token: Option<Bytes>,
     /// The request as workers see it (mcpvisor's id spliced in), kept until
     /// it ends: one of which no byte reached its generation is sent to the

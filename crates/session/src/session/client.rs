@@ -10,7 +10,7 @@ use super::lifecycle::Route;
 use super::{Phase, Session, Waiting};
 use crate::reply;
 use crate::spawner::Spawner;
-use crate::table::{ClientReq, Owner, Req};
+use crate::table::{ClientReq, Owner, Req, StateChange};
 use crate::writer::{Digits, Message, Piece};
 use mcpvisor_config::report::ErrorData;
 
@@ -145,6 +145,7 @@ impl<S: Spawner> Session<S> {
                     cancelled: false,
                     initialize,
                     filter_tools: !self.cfg.tools.is_open() && env.method() == "tools/list",
+                    state: state_change(env.method(), line),
                     progress_token,
                     line: spliced,
                     seq: 0,
@@ -243,4 +244,28 @@ fn tool_name(line: &[u8]) -> Option<String> {
 
 fn empty_object() -> Box<RawValue> {
     RawValue::from_string("{}".into()).unwrap_or_else(|_| unreachable!("{{}} is valid JSON"))
+}
+
+/// What a request of `method` changes in the server for the rest of the
+/// session, read from its `line`: `logging/setLevel` and resource
+/// subscriptions. `None` for every other request (one comparison of the
+/// method's first byte for most).
+fn state_change(method: &str, line: &[u8]) -> Option<Box<StateChange>> {
+    if !method.starts_with(['l', 'r']) {
+        return None;
+    }
+    let uri = || {
+        #[derive(serde::Deserialize)]
+        struct Uri {
+            uri: String,
+        }
+        raw_params(line).and_then(|p| serde_json::from_str::<Uri>(p.get()).ok().map(|u| u.uri))
+    };
+    let change = match method {
+        "logging/setLevel" => StateChange::LogLevel(raw_params(line)?.to_owned()),
+        "resources/subscribe" => StateChange::Subscribe(uri()?, raw_params(line)?.to_owned()),
+        "resources/unsubscribe" => StateChange::Unsubscribe(uri()?),
+        _ => return None,
+    };
+    Some(Box::new(change))
 }

@@ -150,6 +150,11 @@ pub(crate) enum Waiting {
 pub(crate) struct Handshake {
     pub init_params: Option<Box<RawValue>>,
     pub initialized: bool,
+    /// The params of the last `logging/setLevel` the server accepted.
+    pub log_level: Option<Box<RawValue>>,
+    /// The resources the client is subscribed to, with the params of each
+    /// `resources/subscribe` the server accepted, in URI order.
+    pub subscriptions: std::collections::BTreeMap<String, Box<RawValue>>,
 }
 
 /// The supervisor session. See the crate docs for the design.

@@ -9,7 +9,7 @@ use super::lifecycle::Why;
 use super::{ClientState, Phase, Session, WorkerEvent};
 use crate::config::GarbagePolicy;
 use crate::spawner::Spawner;
-use crate::table::{Owner, ServerReq, Timer};
+use crate::table::{Owner, Req, ServerReq, StateChange, Timer};
 use crate::writer::{Digits, Message, Piece};
 use serde_json::Value;
 
@@ -119,7 +119,21 @@ impl<S: Spawner> Session<S> {
         match req.owner {
             Owner::Replay => self.on_replayed_initialize(generation, line).await,
             Owner::List(kind) => self.on_list_page(generation, kind, line).await,
+            Owner::Restore(what) => {
+                if result_of(line).is_none() {
+                    tracing::warn!(
+                        generation,
+                        what,
+                        "the restarted server refused the client's state replayed to it"
+                    );
+                }
+            }
             Owner::Client(c) => {
+                if let Some(change) = c.state {
+                    if result_of(line).is_some() {
+                        self.keep_state(*change);
+                    }
+                }
                 if c.cancelled {
                     return;
                 }
@@ -167,9 +181,55 @@ impl<S: Spawner> Session<S> {
         if self.handshake.initialized {
             let note = build::notification("notifications/initialized", None);
             self.send_to(generation, note).await;
+            self.restore_state(generation).await;
         }
         tracing::debug!(generation, "replayed the client's handshake");
         self.become_ready(generation).await;
+    }
+
+    /// A change of the session's state that the server accepted: kept for
+    /// the generations to come.
+    fn keep_state(&mut self, change: StateChange) {
+        match change {
+            StateChange::LogLevel(params) => self.handshake.log_level = Some(params),
+            StateChange::Subscribe(uri, params) => {
+                self.handshake.subscriptions.insert(uri, params);
+            }
+            StateChange::Unsubscribe(uri) => {
+                self.handshake.subscriptions.remove(&uri);
+            }
+        }
+    }
+
+    /// Puts a new generation back in the state the client set with the
+    /// earlier ones, right after the replayed handshake and before anything
+    /// that waits for it: its log level and its resource subscriptions.
+    /// The answers are mcpvisor's own; a refusal is logged.
+    async fn restore_state(&mut self, generation: u64) {
+        let level = self
+            .handshake
+            .log_level
+            .iter()
+            .map(|params| ("logging/setLevel", params.clone()));
+        let subscriptions = self
+            .handshake
+            .subscriptions
+            .values()
+            .map(|params| ("resources/subscribe", params.clone()));
+        let replays: Vec<_> = level.chain(subscriptions).collect();
+        for (method, params) in replays {
+            let wid = self.next_worker_id();
+            let msg = build::request(&wid.to_string(), method, Some(&params));
+            self.reqs.insert(
+                wid,
+                Req {
+                    owner: Owner::Restore(method),
+                    generation: Some(generation),
+                    timer: None,
+                },
+            );
+            self.send_to(generation, msg).await;
+        }
     }
 
     /// The client's own `initialize` succeeded: keep what a replay needs, and
