@@ -1,6 +1,9 @@
 //! Writing pipes: an [`Outlet`] written by the task that owns the pipe's
-//! traffic (the session's pipes), or one writer task per pipe fed over a
-//! channel ([`write_lines`], for the runner's and the gateway's pipes).
+//! traffic (the session's pipes, the gateway's stdio client), or one writer
+//! task per pipe fed over a channel ([`write_lines`], for the runner's
+//! pipes and a remote server's). An [`Outlet`] can also hand its messages,
+//! whole, to a reader in the same process ([`LineSink`]): a gateway
+//! backend's session writes to the hub that way.
 //!
 //! A writer task's owner sends whole messages (without their newline)
 //! into a bounded channel. The writer takes everything already queued, writes
