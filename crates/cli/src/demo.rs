@@ -34,9 +34,24 @@ impl From<output::Error> for Stop {
 
 struct Client {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed, to end the session.
+    stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     next_id: u64,
+    /// Copies mcpvisor's stderr (its log and the server's) to ours, line by
+    /// line, while the demo runs. When the demo stops early (its own stdout
+    /// gone) the copy stops with it, and what mcpvisor logs while it winds
+    /// down goes nowhere: a closed stdout is not worth a word.
+    log: std::thread::JoinHandle<()>,
+    /// Set when the client goes away: the copy stops at once.
+    quiet: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Before the fields: mcpvisor sees its stdin close only after this.
+        self.quiet.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Client {
@@ -49,11 +64,24 @@ impl Client {
             .arg("example-server")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| format!("cannot start mcpvisor: {e}"))?;
         let stdin = child.stdin.take().ok_or("no stdin pipe")?;
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        let stderr = child.stderr.take().ok_or("no stderr pipe")?;
+        let quiet = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hush = quiet.clone();
+        let log = std::thread::spawn(move || {
+            let mut ours = std::io::stderr();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if hush.load(std::sync::atomic::Ordering::SeqCst)
+                    || writeln!(ours, "{line}").is_err()
+                {
+                    break;
+                }
+            }
+        });
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -64,14 +92,17 @@ impl Client {
         });
         Ok(Self {
             child,
-            stdin,
+            stdin: Some(stdin),
             lines,
             next_id: 1,
+            log,
+            quiet,
         })
     }
 
     fn send(&mut self, msg: &Value) -> Result<(), String> {
-        writeln!(self.stdin, "{msg}").map_err(|e| format!("mcpvisor's stdin closed: {e}"))
+        let stdin = self.stdin.as_mut().ok_or("mcpvisor's stdin is closed")?;
+        writeln!(stdin, "{msg}").map_err(|e| format!("mcpvisor's stdin closed: {e}"))
     }
 
     fn request(&mut self, method: &str, params: Value) -> Result<Value, String> {
@@ -175,8 +206,14 @@ fn run() -> Result<(), Stop> {
         text(&c.call("add", json!({"a": 40, "b": 2}))?)
     ))?;
     step(5, "close stdin: mcpvisor stops the server and exits 0")?;
-    drop(c.stdin);
+    drop(c.stdin.take());
     let status = wait_bounded(&mut c.child, Duration::from_secs(15))?;
+    // mcpvisor's last log lines land before the demo's own last words; the
+    // pipe ends once mcpvisor and its server have both exited.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !c.log.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     say(&format!("    mcpvisor exited: {status}"))?;
     say(
         "\nThat is all. Put `mcpvisor run --` in front of your own server command to get the same.",

@@ -681,3 +681,30 @@ fn a_reader_that_stops_after_the_first_line_ends_call_quietly() {
     assert!(!err.contains("panicked"), "{err}");
     assert_eq!(out.status.code(), Some(0), "{err}");
 }
+
+#[test]
+fn the_demo_runs_to_its_end_with_mcpvisor_s_log_on_stderr() {
+    let args = ["demo"];
+    let child = Command::new(mcpvisor())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    let out = finish(child, &args);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    for step in [
+        "add(40, 2) -> 42",
+        "\"generation\":2",
+        "mcpvisor exited: exit status: 0",
+    ] {
+        assert!(stdout.contains(step), "{step}: {stdout}");
+    }
+    // mcpvisor's own log and the example server's stderr come through, up
+    // to mcpvisor's last line.
+    for line in ["example-server: started", "mcpvisor stopped"] {
+        assert!(stderr.contains(line), "{line}: {stderr}");
+    }
+}
