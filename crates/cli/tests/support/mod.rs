@@ -294,8 +294,22 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// A test that ends with mcpvisor still running (it failed, or it does
+    /// not wait for the exit) stops it the way a person would, SIGTERM, so
+    /// that it stops its servers too; SIGKILL only if it does not exit.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            // Not `signal`: it may have just exited, and a panic here
+            // (perhaps while a failed test unwinds) would abort.
+            let pid = nix::unistd::Pid::from_raw(self.pid());
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
