@@ -81,12 +81,19 @@ impl<'a> RawObject<'a> {
     /// [`RawObject::parse`] are the way, at the cost of a second pass.
     pub fn params_of(line: &'a [u8]) -> Option<(&'a str, Self)> {
         let params = mcpvisor_jsonrpc::envelope::params_object(line)??;
-        Some((
+        Some(Self::from_params(params))
+    }
+
+    /// The object the scan read (see
+    /// [`params_object`](mcpvisor_jsonrpc::envelope::params_object)), with
+    /// its text.
+    pub fn from_params(params: mcpvisor_jsonrpc::envelope::ParamsObject<'a>) -> (&'a str, Self) {
+        (
             params.text,
             Self {
                 members: params.members,
             },
-        ))
+        )
     }
 
     /// `text` (the text this object was read from) with the value of `key`

@@ -270,6 +270,22 @@ impl<'a> Envelope<'a> {
         fields.envelope()
     }
 
+    /// [`Envelope::peek`], and in the same pass over the line its `params`
+    /// object as [`params_object`] reads it, for a caller that edits the
+    /// params of most messages it routes. The params are `None` when the
+    /// scan left the line to serde (then [`params_object`] or
+    /// [`raw_params`] is the way), `Some(None)` when the line has no
+    /// `params` object.
+    pub fn peek_with_params(line: &'a [u8]) -> Result<PeekedParams<'a>, EnvelopeError> {
+        let first = line.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'{') {
+            if let Some((fields, params)) = crate::scan::fields_and_params(line) {
+                return Ok((fields.envelope()?, Some(params)));
+            }
+        }
+        Self::peek(line).map(|env| (env, None))
+    }
+
     /// The method name, or `""` for a response.
     pub fn method(&self) -> &str {
         self.method.as_deref().unwrap_or("")
@@ -383,6 +399,10 @@ pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
     }
     serde_json::from_slice::<Params<'_>>(line).ok()?.params
 }
+
+/// An envelope and, when the scan read it, its line's `params` object (see
+/// [`Envelope::peek_with_params`]).
+pub type PeekedParams<'a> = (Envelope<'a>, Option<Option<ParamsObject<'a>>>);
 
 /// A message's `params` object, read in one pass over its line: its text as
 /// written and its members in order.

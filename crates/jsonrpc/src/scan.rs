@@ -42,14 +42,33 @@ pub(crate) fn fields(line: &[u8]) -> Option<Fields<'_>> {
     } else {
         None
     };
-    let mut scan = Scan {
+    let mut scan = Scan::<false> {
         bytes: line,
         text,
         pos: 0,
         controls: low < 0x20,
+        members: None,
     };
     let fields = scan.envelope()?;
     scan.end().then_some(fields)
+}
+
+/// [`fields`], and in the same pass the `params` object as
+/// [`params_object`] reads it: `Some(None)` when the line has none.
+pub(crate) fn fields_and_params(line: &[u8]) -> Option<(Fields<'_>, Option<ParamsObject<'_>>)> {
+    let (low, _) = extremes(line);
+    // As in `params_object`: the values are cut as text, one check of the
+    // whole line is the cheaper.
+    let mut scan = Scan::<true> {
+        bytes: line,
+        text: Some(std::str::from_utf8(line).ok()?),
+        pos: 0,
+        controls: low < 0x20,
+        members: None,
+    };
+    let fields = scan.envelope()?;
+    let params = scan.members.take();
+    scan.end().then_some((fields, params))
 }
 
 /// The `params` object of `line`, an object, if the scan can vouch for the
@@ -59,11 +78,12 @@ pub(crate) fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
     let (low, _) = extremes(line);
     // The members' values are cut from the line as text, and they are most
     // of it: one check of the whole line costs less than one per value.
-    let mut scan = Scan {
+    let mut scan = Scan::<false> {
         bytes: line,
         text: Some(std::str::from_utf8(line).ok()?),
         pos: 0,
         controls: low < 0x20,
+        members: None,
     };
     let params = scan.params_line()?;
     scan.end().then_some(params)
@@ -146,8 +166,10 @@ fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
     }
 }
 
-/// A position in a line known to be UTF-8.
-struct Scan<'a> {
+/// A position in a line known to be UTF-8. `KEEP`: the envelope scan
+/// keeps the `params` object's members too ([`fields_and_params`]); without
+/// it the code that keeps them is not there at all.
+struct Scan<'a, const KEEP: bool> {
     bytes: &'a [u8],
     /// The line as text, when it was checked whole (it is not ASCII).
     text: Option<&'a str>,
@@ -155,9 +177,12 @@ struct Scan<'a> {
     /// Whether the line has any byte under 0x20: whitespace between tokens
     /// (tab, carriage return) or, inside a string, an error.
     controls: bool,
+    /// The `params` object's members, once the envelope scan has kept
+    /// them (`KEEP` only).
+    members: Option<ParamsObject<'a>>,
 }
 
-impl<'a> Scan<'a> {
+impl<'a, const KEEP: bool> Scan<'a, KEEP> {
     #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
@@ -310,27 +335,41 @@ impl<'a> Scan<'a> {
     /// an array or null.
     fn params(&mut self) -> Option<ParamsFields<'a>> {
         let mut params = ParamsFields::default();
+        let start = self.pos;
         match self.peek()? {
             b'{' => self.pos += 1,
             b'[' => return self.value().map(|()| params),
             b'n' => return self.literal(b"null").map(|()| params),
             _ => return None,
         }
-        if self.empty(b'}') {
-            return Some(params);
-        }
-        loop {
-            // A repeated member overwrites the earlier one, as in serde.
-            match self.member()? {
-                b"requestId" => params.request_id = Some(self.raw()?),
-                b"progressToken" => params.progress_token = Some(self.raw()?),
-                b"_meta" => params.meta_token = self.meta()?,
-                _ => self.value()?,
+        // Kept as `params_object` keeps them, when asked: every member in
+        // order, a repeated name as many times as it appears.
+        let mut members = KEEP.then(Vec::new);
+        if !self.empty(b'}') {
+            loop {
+                // A repeated member overwrites the earlier one, as in serde.
+                let name = self.member()?;
+                let value = self.pos;
+                match name {
+                    b"requestId" => params.request_id = Some(self.raw()?),
+                    b"progressToken" => params.progress_token = Some(self.raw()?),
+                    b"_meta" => params.meta_token = self.meta()?,
+                    _ => self.value()?,
+                }
+                if let Some(members) = members.as_mut() {
+                    let name = std::str::from_utf8(name).ok()?;
+                    members.push((Cow::Borrowed(name), self.text(value, self.pos)?));
+                }
+                if !self.more()? {
+                    break;
+                }
             }
-            if !self.more()? {
-                return Some(params);
-            }
         }
+        if let Some(members) = members {
+            let text = self.text(start, self.pos)?;
+            self.members = Some(ParamsObject { text, members });
+        }
+        Some(params)
     }
 
     /// `params._meta`: its `progressToken` (`null` is none), when it is an
@@ -610,11 +649,25 @@ mod tests {
     }
 
     /// Compares the scan with serde on `line`; returns whether the scan
-    /// answered for it.
+    /// answered for it. The scan that keeps the params too must answer for
+    /// the same lines, with the same fields, and the params as
+    /// `params_object` reads them.
     fn agrees(line: &[u8]) -> bool {
+        let both = fields_and_params(line);
         let Some(fast) = fields(line) else {
+            assert!(both.is_none(), "{:?}", String::from_utf8_lossy(line));
             return false;
         };
+        let (again, params) = both.expect("the same scan");
+        assert_eq!(view(&again), view(&fast));
+        let alone =
+            params_object(line).expect("params_object answers where the envelope scan does");
+        assert_eq!(
+            params.map(|p| (p.text, p.members)),
+            alone.map(|p| (p.text, p.members)),
+            "{:?}",
+            String::from_utf8_lossy(line)
+        );
         let shown = String::from_utf8_lossy(line);
         assert!(
             serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok(),

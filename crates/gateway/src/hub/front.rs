@@ -1,7 +1,7 @@
 //! What the front client says, and the answers the gateway gives itself.
 
 use bytes::Bytes;
-use mcpvisor_jsonrpc::envelope::raw_params;
+use mcpvisor_jsonrpc::envelope::{ParamsObject, raw_params};
 use mcpvisor_jsonrpc::{
     Envelope, EnvelopeError, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND, NOT_STARTED,
     PARSE_ERROR, build, rewrite,
@@ -26,8 +26,10 @@ pub(crate) const CALL_TOOL: &str = "mcpvisor__call_tool";
 
 impl Hub {
     pub(crate) async fn on_front_message(&mut self, front: FrontId, line: Bytes) {
-        let env = match Envelope::peek(&line) {
-            Ok(env) => env,
+        // Most requests are calls whose params the hub edits: they are read
+        // in the same pass as the envelope.
+        let (env, params) = match Envelope::peek_with_params(&line) {
+            Ok(peeked) => peeked,
             Err(EnvelopeError::Json(e)) => {
                 let msg = format!("Parse error: {e}");
                 self.emit_to(front, build::error("null", PARSE_ERROR, &msg, None), None)
@@ -46,17 +48,23 @@ impl Hub {
             }
         };
         match env.kind {
-            Kind::Request => self.on_front_request(front, &line, &env, false).await,
+            Kind::Request => {
+                self.on_front_request(front, &line, &env, params, false)
+                    .await
+            }
             Kind::Notification => self.on_front_notification(front, &line, &env).await,
             Kind::Response => self.on_front_response(front, &line, &env),
         }
     }
 
+    /// A request from a front. `params`: its params object as the envelope
+    /// scan read it (`Some(None)`: it has none), or `None` to read it here.
     async fn on_front_request(
         &mut self,
         front: FrontId,
         line: &Bytes,
         env: &Envelope<'_>,
+        params: Option<Option<ParamsObject<'_>>>,
         retry: bool,
     ) {
         let Some(raw_id) = env.id else { return };
@@ -88,7 +96,13 @@ impl Hub {
         // The params are read once, here: what follows edits this reading.
         // One pass over the line, when the scan behind it vouches for the
         // line (as it nearly always does); two with serde otherwise.
-        let (params, obj) = match RawObject::params_of(line) {
+        // Params that are not an object (an array, null) are still
+        // forwarded as written: those take the second pass.
+        let read = match params {
+            Some(read) => read.map(RawObject::from_params),
+            None => RawObject::params_of(line),
+        };
+        let (params, obj) = match read {
             Some((text, obj)) => (Some(text), Some(obj)),
             None => {
                 let params = raw_params(line).map(|p| p.get());
@@ -446,7 +460,7 @@ impl Hub {
     pub(crate) async fn answer_parked(&mut self, p: Parked) {
         if let Some(line) = &p.line {
             if let Ok(env) = Envelope::peek(line) {
-                self.on_front_request(p.front, line, &env, true).await;
+                self.on_front_request(p.front, line, &env, None, true).await;
             }
             return;
         }
