@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::Args;
 use mcpvisor_config::ServerDef;
 use mcpvisor_runner::ServerSpec;
-use mcpvisor_session::{EventSink, Outcome, Session};
+use mcpvisor_session::Outcome;
 use tokio::sync::mpsc;
 
 use crate::cli::{Logging, Supervision, parse_header};
@@ -39,21 +39,14 @@ pub struct ConnectArgs {
 pub fn main(args: ConnectArgs) -> ExitCode {
     let def = match definition(&args) {
         Ok(def) => def,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     let config = match args.sup.session_config() {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     if let Err(e) = crate::run::init_logging(&args.log) {
-        eprintln!("mcpvisor: {e}");
-        return ExitCode::from(2);
+        return crate::refuse(e);
     }
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
@@ -66,18 +59,7 @@ pub fn main(args: ConnectArgs) -> ExitCode {
     // Every ending (stdin closed, stdout gone, a signal) is a clean one.
     let _: Outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(4);
-        let signals = tokio::spawn(crate::run::forward_signals(control_tx));
-        let outcome = Session::run(
-            config,
-            spawner,
-            crate::stdio::client_stdin(),
-            crate::stdio::client_stdout(),
-            control_rx,
-            EventSink::none(),
-        )
-        .await;
-        signals.abort();
-        outcome
+        crate::run::on_stdio(config, spawner, control_tx, control_rx).await
     });
     ExitCode::SUCCESS
 }

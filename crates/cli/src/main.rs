@@ -25,6 +25,13 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
+/// A start that cannot go on (bad arguments, a config that does not
+/// load): the reason on stderr, one line, and exit code 2.
+fn refuse(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("mcpvisor: {e}");
+    ExitCode::from(2)
+}
+
 /// The single-threaded runtime every subcommand runs on: one thread makes
 /// each hop between tasks a cheap wake-up (see BENCHMARKS.md).
 /// `MCPVISOR_RUNTIME=multi-thread` picks tokio's multi-threaded runtime

@@ -10,14 +10,10 @@ use crate::cli::RunArgs;
 pub fn main(args: RunArgs) -> ExitCode {
     let resolved = match args.resolve() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     if let Err(e) = init_logging(&args.log) {
-        eprintln!("mcpvisor: {e}");
-        return ExitCode::from(2);
+        return crate::refuse(e);
     }
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
@@ -34,10 +30,7 @@ pub fn main(args: RunArgs) -> ExitCode {
         false,
     ) {
         Ok(http) => http,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     if let Some((addr, cfg)) = http {
         return http_main(addr, cfg, resolved, reload_plan, runtime);
@@ -49,19 +42,9 @@ pub fn main(args: RunArgs) -> ExitCode {
             Some(Ok(task)) => Some(task),
             None => None,
         };
-        let signals = tokio::spawn(forward_signals(control_tx));
         let spawner =
             mcpvisor_runner::spawner(&resolved.server.spec, &resolved.config, resolved.stderr);
-        let outcome = Session::run(
-            resolved.config,
-            spawner,
-            crate::stdio::client_stdin(),
-            crate::stdio::client_stdout(),
-            control_rx,
-            EventSink::none(),
-        )
-        .await;
-        signals.abort();
+        let outcome = on_stdio(resolved.config, spawner, control_tx, control_rx).await;
         if let Some(task) = watcher {
             task.abort();
         }
@@ -69,10 +52,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     // Blocking stdin reads cannot be cancelled; do not wait for them.
     runtime.shutdown_background();
@@ -167,11 +147,31 @@ fn http_main(
             tracing::info!("mcpvisor stopped");
             ExitCode::SUCCESS
         }
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            ExitCode::from(2)
-        }
+        Err(e) => crate::refuse(e),
     }
+}
+
+/// A session over mcpvisor's own stdin and stdout, with SIGTERM, SIGINT
+/// and SIGHUP forwarded to it as controls, until it ends: `run` and
+/// `connect`.
+pub(crate) async fn on_stdio<S: mcpvisor_session::Spawner>(
+    config: mcpvisor_session::Config,
+    spawner: S,
+    control_tx: mpsc::Sender<Control>,
+    control_rx: mpsc::Receiver<Control>,
+) -> Outcome {
+    let signals = tokio::spawn(forward_signals(control_tx));
+    let outcome = Session::run(
+        config,
+        spawner,
+        crate::stdio::client_stdin(),
+        crate::stdio::client_stdout(),
+        control_rx,
+        EventSink::none(),
+    )
+    .await;
+    signals.abort();
+    outcome
 }
 
 /// SIGTERM and SIGINT stop the session; SIGHUP reloads the server.

@@ -71,14 +71,10 @@ pub fn main(args: ServeArgs) -> ExitCode {
     let loaded = load(&args);
     let (settings, plans) = match loaded {
         Ok(done) => done,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     if let Err(e) = crate::run::init_logging(&args.log) {
-        eprintln!("mcpvisor: {e}");
-        return ExitCode::from(2);
+        return crate::refuse(e);
     }
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
@@ -89,19 +85,13 @@ pub fn main(args: ServeArgs) -> ExitCode {
         args.ui.is_some(),
     ) {
         Ok(http) => http,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     let ui = match args.ui {
         Some(addr) => {
             match UiPlan::new(addr, args.http.auth_token_file.as_deref(), &args.configs) {
                 Ok(plan) => Some(plan),
-                Err(e) => {
-                    eprintln!("mcpvisor: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return crate::refuse(e),
             }
         }
         None => None,
@@ -184,10 +174,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
     });
     let outcome = match outcome {
         Ok(outcome) => outcome,
-        Err(e) => {
-            eprintln!("mcpvisor: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return crate::refuse(e),
     };
     runtime.shutdown_background();
     match outcome {

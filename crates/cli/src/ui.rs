@@ -218,10 +218,7 @@ pub fn status(args: StatusArgs) -> ExitCode {
     let (url, token) = match (&args.url, &args.token_file) {
         (Some(url), Some(file)) => match crate::http::read_token_text(file) {
             Ok(token) => (url.clone(), token),
-            Err(e) => {
-                eprintln!("mcpvisor: {e}");
-                return ExitCode::from(2);
-            }
+            Err(e) => return crate::refuse(e),
         },
         _ => match find_running() {
             Some(found) => found,

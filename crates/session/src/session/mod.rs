@@ -611,15 +611,25 @@ impl<T> Quiet<T> {
             if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
                 return std::task::Poll::Pending;
             }
-            let polled = {
-                let recv = std::pin::pin!(tokio::task::unconstrained(self.rx.recv()));
-                std::future::Future::poll(recv, cx)
-            };
-            self.registered = polled.is_pending();
-            polled
+            poll_registering(&mut self.registered, self.rx.recv(), cx)
         })
         .await
     }
+}
+
+/// Polls `fut` once outside tokio's cooperative budget, so that `Pending`
+/// always means its waker is registered, and notes in `registered` whether
+/// it is: a caller that sees it set (and nothing changed) need not poll
+/// again until woken.
+pub(crate) fn poll_registering<F: std::future::Future>(
+    registered: &mut bool,
+    fut: F,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<F::Output> {
+    let fut = std::pin::pin!(tokio::task::unconstrained(fut));
+    let polled = std::future::Future::poll(fut, cx);
+    *registered = polled.is_pending();
+    polled
 }
 
 /// The first generation whose full stdin has taken everything queued, or

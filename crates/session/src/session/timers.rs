@@ -68,12 +68,7 @@ impl Sweep {
             if self.waiting && !self.sleep.is_elapsed() {
                 return std::task::Poll::Pending;
             }
-            let polled = {
-                let sleep = std::pin::pin!(tokio::task::unconstrained(self.sleep.as_mut()));
-                std::future::Future::poll(sleep, cx)
-            };
-            self.waiting = polled.is_pending();
-            polled
+            super::poll_registering(&mut self.waiting, self.sleep.as_mut(), cx)
         })
         .await
     }
