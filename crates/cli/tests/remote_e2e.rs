@@ -21,14 +21,7 @@ const TOKEN: &str = "tok-SENTINEL-5150";
 /// `mcpvisor <args>` serving HTTP; returns it and its `host:port`.
 fn listening(args: &[String]) -> (Proc, String) {
     let mut p = Proc::spawn(args);
-    let line = p.wait_stderr("mcpvisor: listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("an address")
-        .trim()
-        .to_owned();
+    let addr = p.http_address();
     (p, addr)
 }
 

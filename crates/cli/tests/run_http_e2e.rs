@@ -77,33 +77,8 @@ fn the_servers_log_lines_keep_their_own_logger() {
         .map(|s| s.to_string())
         .collect();
     let mut p = Proc::spawn(&args);
-    let line = p.wait_stderr("mcpvisor: listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("an address")
-        .trim()
-        .to_owned();
-
-    let (head, _) = post(
-        &addr,
-        None,
-        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
-    );
-    let session = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}"));
-    post(
-        &addr,
-        Some(&session),
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    );
+    let addr = p.http_address();
+    let session = open_session(&addr);
     let (head, body) = post(
         &addr,
         Some(&session),
@@ -177,14 +152,7 @@ fn readiness_waits_for_the_server_and_the_drain_turns_it_off() {
     .map(|s| s.to_string())
     .collect();
     let mut p = Proc::spawn_with_env(&args, &[("GATE", gate.display().to_string())]);
-    let line = p.wait_stderr("mcpvisor: listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("an address")
-        .trim()
-        .to_owned();
+    let addr = p.http_address();
 
     // Alive, and not ready while the server's initialize is unanswered.
     let (status, body) = probe(&addr, "/healthz");
@@ -302,16 +270,6 @@ impl Listener {
     }
 }
 
-fn listening_addr(p: &mut Proc) -> String {
-    let line = p.wait_stderr("mcpvisor: listening on http://");
-    line.split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("an address")
-        .trim()
-        .to_owned()
-}
-
 fn open_session(addr: &str) -> String {
     let (head, _) = post(
         addr,
@@ -368,7 +326,7 @@ fn each_session_gets_the_log_messages_its_own_level_admits() {
         .map(|s| s.to_string())
         .collect();
     let mut p = Proc::spawn(&args);
-    let addr = listening_addr(&mut p);
+    let addr = p.http_address();
     let severe = open_session(&addr);
     let verbose = open_session(&addr);
     let unset = open_session(&addr);
@@ -472,7 +430,7 @@ fn a_per_client_server_logs_at_its_own_client_s_level() {
             dir.join("cache").display().to_string(),
         )],
     );
-    let addr = listening_addr(&mut p);
+    let addr = p.http_address();
     let severe = open_session(&addr);
     let verbose = open_session(&addr);
     let mut severe_l = Listener::open(&addr, &severe);

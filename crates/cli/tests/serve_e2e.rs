@@ -1289,14 +1289,7 @@ fn many_http_sessions_call_one_server_at_once_and_each_gets_its_own_answers() {
         &[Entry::fake("a", &[])],
         &["--http", "127.0.0.1:0"],
     );
-    let line = p.wait_stderr("mcpvisor: listening on http://");
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split('/').next())
-        .expect("an address")
-        .trim()
-        .to_owned();
+    let addr = p.http_address();
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
     let sessions: Vec<String> = (0..SESSIONS)
         .map(|_| {

@@ -288,6 +288,18 @@ impl Proc {
         }
     }
 
+    /// The `host:port` an mcpvisor started with `--http` listens on, from
+    /// the line it logs once it does.
+    pub fn http_address(&mut self) -> String {
+        let line = self.wait_stderr("mcpvisor: listening on http://");
+        line.split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .expect("an address")
+            .trim()
+            .to_owned()
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
