@@ -295,8 +295,8 @@ mod tests {
             let peeked = mcpvisor_jsonrpc::Envelope::peek(&line).expect("valid");
             assert_eq!(from_spans.kind, peeked.kind);
             assert_eq!(
-                from_spans.id.map(RawValue::get),
-                peeked.id.map(RawValue::get)
+                from_spans.id.map(mcpvisor_jsonrpc::Raw::get),
+                peeked.id.map(mcpvisor_jsonrpc::Raw::get)
             );
             assert_eq!(from_spans.method, peeked.method);
             assert!(peeked.progress_token.is_none() && peeked.request_id.is_none());

@@ -78,7 +78,7 @@ mod tests {
             Envelope::peek(&c)
                 .expect("valid")
                 .request_id
-                .map(RawValue::get),
+                .map(crate::Raw::get),
             Some("5")
         );
         let p = RawValue::from_string("{\"a\":1}".into()).expect("raw");
@@ -87,7 +87,7 @@ mod tests {
         let ok = result("\"a\"", "{\"x\":1}");
         let env = Envelope::peek(&ok).expect("valid");
         assert_eq!(
-            (env.kind, env.id.map(RawValue::get)),
+            (env.kind, env.id.map(crate::Raw::get)),
             (Kind::Response, Some("\"a\""))
         );
     }

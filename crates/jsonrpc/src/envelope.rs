@@ -7,6 +7,8 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
+use crate::Raw;
+
 /// What a message is, judged by which envelope fields it carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -23,13 +25,13 @@ pub enum Kind {
 pub struct Envelope<'a> {
     pub kind: Kind,
     /// The id exactly as written (it may be `null` on an error response).
-    pub id: Option<&'a RawValue>,
+    pub id: Option<Raw<'a>>,
     pub method: Option<Cow<'a, str>>,
     /// `params.requestId` (cancellation and acknowledgement notifications).
-    pub request_id: Option<&'a RawValue>,
+    pub request_id: Option<Raw<'a>>,
     /// `params.progressToken` (progress notifications) or
     /// `params._meta.progressToken` (requests).
-    pub progress_token: Option<&'a RawValue>,
+    pub progress_token: Option<Raw<'a>>,
 }
 
 /// Why a line is not a routable message.
@@ -170,14 +172,10 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::
     <&RawValue>::deserialize(d).map(Some)
 }
 
-fn is_null(raw: &RawValue) -> bool {
-    raw.get() == "null"
-}
-
 /// The members of a message that routing looks at, however they were found.
 #[derive(Debug, Default)]
 pub(crate) struct Fields<'a> {
-    pub id: Option<&'a RawValue>,
+    pub id: Option<Raw<'a>>,
     pub method: Option<Cow<'a, str>>,
     pub params: ParamsFields<'a>,
     pub result: bool,
@@ -188,11 +186,11 @@ pub(crate) struct Fields<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct ParamsFields<'a> {
     /// `params.requestId`.
-    pub request_id: Option<&'a RawValue>,
+    pub request_id: Option<Raw<'a>>,
     /// `params.progressToken`.
-    pub progress_token: Option<&'a RawValue>,
+    pub progress_token: Option<Raw<'a>>,
     /// `params._meta.progressToken`.
-    pub meta_token: Option<&'a RawValue>,
+    pub meta_token: Option<Raw<'a>>,
 }
 
 impl<'a> Fields<'a> {
@@ -209,12 +207,12 @@ impl<'a> Fields<'a> {
         let wire: Wire<'a> = serde_json::from_str(text)?;
         let params = wire.params.unwrap_or_default();
         Ok(Fields {
-            id: wire.id,
+            id: wire.id.map(Raw::from),
             method: wire.method,
             params: ParamsFields {
-                request_id: params.request_id,
-                progress_token: params.progress_token,
-                meta_token: params.meta.and_then(|m| m.progress_token),
+                request_id: params.request_id.map(Raw::from),
+                progress_token: params.progress_token.map(Raw::from),
+                meta_token: params.meta.and_then(|m| m.progress_token).map(Raw::from),
             },
             result: wire.result.is_some(),
             error: wire.error.is_some(),
@@ -223,7 +221,7 @@ impl<'a> Fields<'a> {
 
     fn envelope(self) -> Result<Envelope<'a>, EnvelopeError> {
         let kind = match (&self.method, self.id) {
-            (Some(_), Some(id)) if is_null(id) => {
+            (Some(_), Some(id)) if id.is_null() => {
                 return Err(EnvelopeError::Invalid("request id is null"));
             }
             (Some(_), Some(_)) => Kind::Request,
@@ -319,7 +317,7 @@ impl Spans {
             Some(Cow::Borrowed(m)) => Some(crate::rewrite::span_of(line, m.as_bytes())),
             Some(Cow::Owned(_)) => return None,
         };
-        let span = |raw: Option<&RawValue>| raw.map(|r| crate::rewrite::span(line, r));
+        let span = |raw: Option<Raw<'_>>| raw.map(|r| crate::rewrite::span(line, r));
         Some(Self {
             kind: env.kind,
             id: span(env.id),
@@ -364,12 +362,12 @@ impl Spans {
     /// is not in `line` or does not hold what it should (a bug in whoever
     /// made the spans: the caller then peeks the line).
     pub fn envelope<'a>(&self, line: &'a [u8]) -> Option<Envelope<'a>> {
-        let raw = |r: &Option<Range<usize>>| -> Option<Option<&'a RawValue>> {
+        let raw = |r: &Option<Range<usize>>| -> Option<Option<Raw<'a>>> {
             match r {
                 None => Some(None),
                 Some(r) => {
                     let text = std::str::from_utf8(line.get(r.clone())?).ok()?;
-                    serde_json::from_str::<&RawValue>(text).ok().map(Some)
+                    Raw::recut(text).map(Some)
                 }
             }
         };
@@ -506,16 +504,16 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":"t1"},"arguments":{"progressToken":9}}}"#,
         );
         assert_eq!(env.kind, Kind::Request);
-        assert_eq!(env.id.map(RawValue::get), Some("18446744073709551616"));
+        assert_eq!(env.id.map(Raw::get), Some("18446744073709551616"));
         assert_eq!(env.method(), "tools/call");
-        assert_eq!(env.progress_token.map(RawValue::get), Some("\"t1\""));
+        assert_eq!(env.progress_token.map(Raw::get), Some("\"t1\""));
     }
 
     #[test]
     fn ids_keep_their_spelling() {
         for id in ["1", "1.0", "\"1\"", "-0", "1e3", "\"a\\u0062\""] {
             let line = format!(r#"{{"method":"m","id":{id}}}"#);
-            assert_eq!(peek(&line).id.map(RawValue::get), Some(id));
+            assert_eq!(peek(&line).id.map(Raw::get), Some(id));
         }
     }
 
@@ -523,10 +521,10 @@ mod tests {
     fn response_in_any_key_order() {
         let env = peek(r#"{"result":{"a":[1,2]},"jsonrpc":"2.0","id":3}"#);
         assert_eq!(env.kind, Kind::Response);
-        assert_eq!(env.id.map(RawValue::get), Some("3"));
+        assert_eq!(env.id.map(Raw::get), Some("3"));
         let env = peek(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#);
         assert_eq!(env.kind, Kind::Response);
-        assert_eq!(env.id.map(RawValue::get), Some("null"));
+        assert_eq!(env.id.map(Raw::get), Some("null"));
     }
 
     #[test]
@@ -535,11 +533,11 @@ mod tests {
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"abc","reason":"x"}}"#,
         );
         assert_eq!(env.kind, Kind::Notification);
-        assert_eq!(env.request_id.map(RawValue::get), Some("\"abc\""));
+        assert_eq!(env.request_id.map(Raw::get), Some("\"abc\""));
         let env = peek(
             r#"{"method":"notifications/progress","params":{"progressToken":5,"progress":1}}"#,
         );
-        assert_eq!(env.progress_token.map(RawValue::get), Some("5"));
+        assert_eq!(env.progress_token.map(Raw::get), Some("5"));
         let env = peek(r#"{"method":"notifications/m\u0065ssage","params":[1]}"#);
         assert_eq!(env.method(), "notifications/message");
     }
@@ -596,7 +594,7 @@ mod tests {
 
     /// What routing sees of an envelope, owned, for comparisons.
     fn seen(env: &Envelope<'_>) -> (Kind, Vec<Option<String>>) {
-        let raw = |r: Option<&RawValue>| r.map(|r| r.get().to_owned());
+        let raw = |r: Option<Raw<'_>>| r.map(|r| r.get().to_owned());
         (
             env.kind,
             vec![
@@ -663,6 +661,6 @@ mod tests {
         let good = Spans::plain(Kind::Response, 22..23, None)
             .envelope(line)
             .expect("fits");
-        assert_eq!(good.id.map(RawValue::get), Some("7"));
+        assert_eq!(good.id.map(Raw::get), Some("7"));
     }
 }

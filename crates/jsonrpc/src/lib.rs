@@ -6,9 +6,8 @@
 //! message: [`frame::LineCodec`] cuts the byte stream into lines with a hard
 //! size bound, and [`envelope::Envelope::peek`] borrows the few fields that
 //! route a message (`id`, `method`, and the `params` members used for
-//! cancellation and progress) straight out of the line with
-//! [`serde_json::value::RawValue`], in one structural scan that also checks
-//! the line is JSON (`scan`; serde for the rare lines the scan leaves to
+//! cancellation and progress) straight out of the line as [`Raw`] text, in
+//! one structural scan that also checks the line is JSON (`scan`; serde for the rare lines the scan leaves to
 //! it, and for every error message). When an id must change on the way
 //! through, [`rewrite::splice`] replaces exactly the bytes of the old id and
 //! copies the rest of the line untouched. [`build`] makes the few messages
@@ -17,11 +16,13 @@
 pub mod build;
 pub mod envelope;
 pub mod frame;
+mod raw;
 pub mod rewrite;
 mod scan;
 
 pub use envelope::{Envelope, EnvelopeError, Kind, Spans};
 pub use frame::{Frame, LineCodec};
+pub use raw::Raw;
 
 /// JSON-RPC: the line was not valid JSON.
 pub const PARSE_ERROR: i64 = -32700;

@@ -1,14 +1,15 @@
 //! Replacing one member's bytes inside a line and copying the rest.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::value::RawValue;
+
+use crate::Raw;
 
 /// Returns `line` with the bytes of `part` (which must borrow from `line`,
 /// as every field of an [`crate::Envelope`] does) replaced by `with`.
 ///
 /// # Panics
 /// If `part` does not point into `line`: that is a bug in the caller.
-pub fn splice(line: &[u8], part: &RawValue, with: &[u8]) -> Bytes {
+pub fn splice(line: &[u8], part: Raw<'_>, with: &[u8]) -> Bytes {
     let start = offset_of(line, part);
     let end = start + part.get().len();
     let mut out = BytesMut::with_capacity(line.len() - part.get().len() + with.len());
@@ -22,7 +23,7 @@ pub fn splice(line: &[u8], part: &RawValue, with: &[u8]) -> Bytes {
 ///
 /// # Panics
 /// If `part` does not point into `line`: that is a bug in the caller.
-pub fn span(line: &[u8], part: &RawValue) -> std::ops::Range<usize> {
+pub fn span(line: &[u8], part: Raw<'_>) -> std::ops::Range<usize> {
     let start = offset_of(line, part);
     start..start + part.get().len()
 }
@@ -41,7 +42,7 @@ pub fn span_of(line: &[u8], part: &[u8]) -> std::ops::Range<usize> {
     at - base..at - base + part.len()
 }
 
-fn offset_of(line: &[u8], part: &RawValue) -> usize {
+fn offset_of(line: &[u8], part: Raw<'_>) -> usize {
     span_of(line, part.get().as_bytes()).start
 }
 

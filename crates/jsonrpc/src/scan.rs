@@ -23,8 +23,7 @@
 
 use std::borrow::Cow;
 
-use serde_json::value::RawValue;
-
+use crate::Raw;
 use crate::envelope::{Fields, ParamsFields, ParamsObject};
 
 /// Containers nested deeper than this are left to serde.
@@ -374,7 +373,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
 
     /// `params._meta`: its `progressToken` (`null` is none), when it is an
     /// object or null.
-    fn meta(&mut self) -> Option<Option<&'a RawValue>> {
+    fn meta(&mut self) -> Option<Option<Raw<'a>>> {
         match self.peek()? {
             b'{' => self.pos += 1,
             b'n' => return self.literal(b"null").map(|()| None),
@@ -401,13 +400,11 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         }
     }
 
-    /// The next value, borrowed as raw JSON.
-    fn raw(&mut self) -> Option<&'a RawValue> {
+    /// The next value, as the text the scan has just checked.
+    fn raw(&mut self) -> Option<Raw<'a>> {
         let start = self.pos;
         self.value()?;
-        // Already checked: this only wraps the text (a few bytes, as ids
-        // and tokens are), there being no other way to borrow a RawValue.
-        serde_json::from_str(self.text(start, self.pos)?).ok()
+        self.text(start, self.pos).map(Raw::checked)
     }
 
     /// The line's bytes from `start` to `end` as text.
@@ -495,11 +492,13 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
     /// Past one value of any kind, however nested (up to [`MAX_DEPTH`]).
     #[inline(always)]
     fn value(&mut self) -> Option<()> {
-        // Strings are the usual values, and short: no call for them.
-        if self.peek()? == b'"' {
-            return self.string().map(drop);
+        // Strings and numbers are the usual values (ids are one or the
+        // other), and short: no call for them.
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => self.any_value(),
         }
-        self.any_value()
     }
 
     /// [`Self::value`], out of line.
@@ -621,18 +620,19 @@ mod tests {
 
     use super::*;
 
-    type Raw<'a> = Option<(usize, &'a str)>;
+    /// A value's text and where it lies.
+    type Place<'a> = Option<(usize, &'a str)>;
     type View<'a> = (
-        Raw<'a>,
+        Place<'a>,
         Option<String>,
-        Raw<'a>,
-        Raw<'a>,
-        Raw<'a>,
+        Place<'a>,
+        Place<'a>,
+        Place<'a>,
         bool,
         bool,
     );
 
-    fn raw(r: Option<&RawValue>) -> Raw<'_> {
+    fn raw(r: Option<Raw<'_>>) -> Place<'_> {
         r.map(|r| (r.get().as_ptr() as usize, r.get()))
     }
 
@@ -1010,7 +1010,7 @@ mod tests {
         #[derive(serde::Deserialize)]
         struct Line<'a> {
             #[serde(default, borrow)]
-            params: Option<&'a RawValue>,
+            params: Option<&'a serde_json::value::RawValue>,
         }
         struct Map;
         impl<'de> Visitor<'de> for Map {
@@ -1021,7 +1021,10 @@ mod tests {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut members = Vec::new();
                 while let Some(Name(name)) = map.next_key()? {
-                    members.push((name, map.next_value::<&RawValue>()?.get()));
+                    members.push((
+                        name,
+                        map.next_value::<&serde_json::value::RawValue>()?.get(),
+                    ));
                 }
                 Ok(members)
             }

@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
-use serde_json::value::RawValue;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -165,7 +164,7 @@ impl Message {
     ///
     /// # Panics
     /// If `part` does not point into `line`: that is a bug in the caller.
-    pub fn spliced(line: &Bytes, part: &RawValue, with: Piece) -> Self {
+    pub fn spliced(line: &Bytes, part: mcpvisor_jsonrpc::Raw<'_>, with: Piece) -> Self {
         let range = mcpvisor_jsonrpc::rewrite::span(line, part);
         Message::Spliced {
             line: line.clone(),

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::envelope::{raw_params, scan_id};
-use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind, Spans};
+use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Frame, Kind, Raw, Spans};
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
@@ -117,7 +117,7 @@ impl<S: Spawner> Session<S> {
     fn record_request(
         &mut self,
         id: Bytes,
-        raw_id: &RawValue,
+        raw_id: Raw<'_>,
         env: &Envelope<'_>,
         line: &Bytes,
     ) -> u64 {
