@@ -33,6 +33,10 @@ pub enum Via {
     /// Client ↔ `mcpvisor serve -q --no-watch --config FILE`, the fake
     /// worker among FILE's servers ([`crate::gateway::Gateway`]).
     Serve,
+    /// Client ↔ `cat | fake-worker | cat`: a process in each direction that
+    /// only copies bytes, the floor for anything that sits between the two
+    /// as its own process.
+    Relay,
 }
 
 impl Via {
@@ -65,6 +69,11 @@ impl Binaries {
             Via::Mcpvisor => {
                 let mut c = Command::new(&self.mcpvisor);
                 c.args(["run", "-q", "--no-watch", "--"]).arg(&self.worker);
+                Ok(c)
+            }
+            Via::Relay => {
+                let mut c = Command::new("sh");
+                c.args(["-c", r#"cat | "$0" | cat"#]).arg(&self.worker);
                 Ok(c)
             }
             Via::Serve => bail!("a serve peer starts from its config file (Gateway::spawn)"),

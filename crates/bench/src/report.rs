@@ -30,6 +30,39 @@ struct Row {
     ratio: Option<f64>,
 }
 
+/// One figure of a throughput cell as a ratio to direct, for the relay
+/// floor and for mcpvisor.
+struct Floor {
+    figure: String,
+    relay: f64,
+    mcpvisor: f64,
+}
+
+fn floor_rows(r: &Results) -> Vec<Floor> {
+    let mut rows = Vec::new();
+    for c in &r.cells {
+        let name = cell_name(c);
+        let (d, m, relay) = (&c.figures.direct, &c.figures.mcpvisor, &c.relay);
+        rows.push(Floor {
+            figure: format!("{name}: throughput"),
+            relay: relay.per_second / d.per_second,
+            mcpvisor: m.per_second / d.per_second,
+        });
+        rows.push(Floor {
+            figure: format!("{name}: p50 latency"),
+            relay: relay.p50_us / d.p50_us,
+            mcpvisor: m.p50_us / d.p50_us,
+        });
+    }
+    rows
+}
+
+/// What the floor rows mean, for both renderings.
+const FLOOR_NOTE: &str = "The floor: the same loads, in the same rounds, through `cat | \
+     mcpvisor-fake-worker | cat`, a process in each direction that only copies bytes: about \
+     the least a relay that runs as its own process costs on this machine. It tells the cost \
+     of the extra hop apart from mcpvisor's own work.";
+
 /// One goal and whether this run met it.
 pub struct Target {
     pub what: String,
@@ -371,6 +404,17 @@ pub fn text(r: &Results) -> String {
             ratio(row.ratio)
         );
     }
+    let _ = writeln!(out, "\n{FLOOR_NOTE}\n");
+    let _ = writeln!(out, "{:<width$}  {:>10}  {:>10}", "", "relay", "mcpvisor");
+    for row in floor_rows(r) {
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:>10}  {:>10}",
+            row.figure,
+            ratio(Some(row.relay)),
+            ratio(Some(row.mcpvisor))
+        );
+    }
     let _ = writeln!(out);
     out.push_str(&targets_text(&targets(r)));
     if let InspectOutcome::Skipped { reason } = &r.inspect {
@@ -490,6 +534,20 @@ fn markdown(r: &Results, plan: &Plan) -> String {
             "| {} | {direct} | {mcpvisor} | {} |",
             row.figure,
             ratio(row.ratio)
+        );
+    }
+    let _ = writeln!(out, "\n### The floor\n\n{FLOOR_NOTE}\n");
+    let _ = writeln!(
+        out,
+        "| figure | relay ÷ direct | mcpvisor ÷ direct |\n| --- | ---: | ---: |"
+    );
+    for row in floor_rows(r) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            row.figure,
+            ratio(Some(row.relay)),
+            ratio(Some(row.mcpvisor))
         );
     }
     let _ = writeln!(out);

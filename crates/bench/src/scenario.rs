@@ -94,6 +94,9 @@ pub struct Cell {
     pub concurrency: usize,
     #[serde(flatten)]
     pub figures: Pair<Throughput>,
+    /// The same load through [`Via::Relay`]: the floor for a process in
+    /// between, measured in the same rounds.
+    pub relay: Throughput,
 }
 
 #[derive(Debug, Serialize)]
@@ -241,12 +244,12 @@ async fn cell(
     concurrency: usize,
 ) -> anyhow::Result<Cell> {
     let payloads = Payloads::new(payload);
-    let mut totals = [
-        (0u64, Duration::ZERO, Latencies::default()),
-        Default::default(),
-    ];
+    let sides = [Via::Direct, Via::Mcpvisor, Via::Relay];
+    let mut totals: [(u64, Duration, Latencies); 3] = Default::default();
     for round in 0..plan.rounds {
-        for via in Via::order(round) {
+        // Each side goes first in turn.
+        for side in (0..sides.len()).map(|k| (round + k) % sides.len()) {
+            let via = sides[side];
             let mut peer = ready_peer(bins, via).await?;
             let warmup = Load {
                 payload,
@@ -260,18 +263,19 @@ async fn cell(
             };
             let outcome = load::run(&mut peer, measured, &payloads).await?;
             peer.close().await?;
-            let total = &mut totals[via as usize];
+            let total = &mut totals[side];
             total.0 += outcome.requests;
             total.1 += outcome.elapsed;
             total.2.extend(&outcome.latencies);
         }
     }
-    let [direct, mcpvisor] =
+    let [direct, mcpvisor, relay] =
         totals.map(|(requests, elapsed, latencies)| Throughput::of(requests, elapsed, &latencies));
     Ok(Cell {
         payload_bytes: payload,
         concurrency,
         figures: Pair { direct, mcpvisor },
+        relay,
     })
 }
 

@@ -35,15 +35,18 @@ enum ViaArg {
     Mcpvisor,
     /// `mcpvisor serve` with the fake worker as its one server.
     Serve,
+    /// `cat | fake-worker | cat`: the floor for a relay process.
+    Relay,
 }
 
 pub async fn run(bins: &Binaries, args: &SoakArgs) -> anyhow::Result<()> {
     // Held while the load runs: the config file of `serve`.
     let mut served = None;
     let (mut peer, echo) = match args.via {
-        ViaArg::Direct | ViaArg::Mcpvisor => {
+        ViaArg::Direct | ViaArg::Mcpvisor | ViaArg::Relay => {
             let via = match args.via {
                 ViaArg::Direct => Via::Direct,
+                ViaArg::Relay => Via::Relay,
                 _ => Via::Mcpvisor,
             };
             let echo = if args.tool {
