@@ -32,6 +32,24 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     status_kib(pid, "VmRSS:")
 }
 
+/// What a process has resident now, split by where it comes from.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Resident {
+    /// `RssAnon`: its own memory (heap, stacks), private to it.
+    pub anon_kib: u64,
+    /// `RssFile`: pages of files it maps (its code and read-only data, the
+    /// libraries'), shared with every process that maps the same files.
+    pub file_kib: u64,
+}
+
+/// A process's resident memory now, private and file-backed apart.
+pub fn resident(pid: u32) -> anyhow::Result<Resident> {
+    Ok(Resident {
+        anon_kib: status_kib(pid, "RssAnon:")?,
+        file_kib: status_kib(pid, "RssFile:")?,
+    })
+}
+
 fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
@@ -125,5 +143,7 @@ mod tests {
     #[test]
     fn our_own_peak_memory_is_readable() {
         assert!(peak_rss_kib(std::process::id()).expect("VmHWM") > 0);
+        let now = resident(std::process::id()).expect("RssAnon and RssFile");
+        assert!(now.anon_kib > 0 && now.file_kib > 0, "{now:?}");
     }
 }

@@ -150,6 +150,23 @@ fn rows(r: &Results) -> Vec<Row> {
             ratio: None,
         });
     }
+    if let Some(last) = r.memory.marks.last() {
+        let n = count_name(last.requests);
+        rows.push(Row {
+            figure: format!("of its RSS after {n} requests: private (RssAnon, MiB)"),
+            direct: None,
+            mcpvisor: Some(mib(last.now.anon_kib)),
+            ratio: None,
+        });
+        rows.push(Row {
+            figure: format!(
+                "of its RSS after {n} requests: mapped from files, shared (RssFile, MiB)"
+            ),
+            direct: None,
+            mcpvisor: Some(mib(last.now.file_kib)),
+            ratio: None,
+        });
+    }
     if let InspectOutcome::Measured(i) = &r.inspect {
         let n = i.mcpvisor_output.samples_ms.len();
         rows.push(Row {
@@ -499,7 +516,10 @@ fn markdown(r: &Results, plan: &Plan) -> String {
          side that goes first alternates.\n\
          - Memory: VmHWM of the mcpvisor process (not the worker) under 64 B requests at \
          concurrency 32, with file watching on as by default (`mcpvisor run -q -- \
-         mcpvisor-fake-worker`: the worker's own file is watched).\n\
+         mcpvisor-fake-worker`: the worker's own file is watched). What is resident at the \
+         last mark is split into mcpvisor's private memory and the pages it maps from \
+         files (its code, the libraries'), which the page cache holds once for every \
+         process of the same binary.\n\
          - {}\n\
          - Every answer was checked byte for byte against its own request's payload; each \
          request was answered exactly once.\n",

@@ -148,6 +148,8 @@ pub struct Memory {
 pub struct MemoryMark {
     pub requests: u64,
     pub peak_kib: u64,
+    /// What is resident at the mark, private and file-backed apart.
+    pub now: machine::Resident,
 }
 
 #[derive(Debug, Serialize)]
@@ -338,6 +340,7 @@ async fn memory(bins: &Binaries, plan: &Plan) -> anyhow::Result<Memory> {
         marks.push(MemoryMark {
             requests: done,
             peak_kib: machine::peak_rss_kib(peer.pid)?,
+            now: machine::resident(peer.pid)?,
         });
     }
     peer.close().await?;
