@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use mcpvisor_config::report::{CrashReport, ErrorData};
 use mcpvisor_jsonrpc::{INTERNAL_ERROR, NOT_STARTED, WORKER_LOST};
-use mcpvisor_session::writer::write_lines;
-use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, SessionEvent, Spawner};
+use mcpvisor_session::{Config, Control, EventSink, Outcome, SessionEvent, Spawner};
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -16,10 +15,15 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::driver::{Command, Driver, Outputs};
+use crate::link::{ChannelSink, Link};
 
 /// Status events the session may queue before the connection's task reads
 /// them, and that a caller may leave unread before they are dropped.
 const EVENTS: usize = 64;
+
+/// Lines of the session's output that wait for the connection's task; the
+/// session's own bounded queue holds more behind them.
+const FROM_SESSION: usize = 64;
 
 /// Why a request got no result.
 #[derive(Debug, thiserror::Error)]
@@ -115,21 +119,12 @@ impl Connection {
     /// first request.
     pub fn start<S: Spawner>(spawner: S, cfg: Config, roots: Option<PathBuf>) -> Self {
         let cfg = runner_config(cfg);
-        let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
-        let (ours_in, session_in) = tokio::io::duplex(1 << 20);
-        let (session_out, ours_out) = tokio::io::duplex(1 << 20);
-        let (control, control_rx) = mpsc::channel(4);
         let (status, status_rx) = EventSink::channel(EVENTS);
-        let session = tokio::spawn(Session::run(
-            cfg,
-            spawner,
-            session_in,
-            session_out,
-            control_rx,
-            status,
-        ));
-        let (out, out_rx) = mpsc::channel(64);
-        tokio::spawn(write_lines(ours_in, out_rx, None));
+        // The session runs as the gateway's backends run it: lines in over
+        // the link's queue, lines out through a sink, no pipe between.
+        let (sink, from_session) = ChannelSink::channel(FROM_SESSION);
+        let link = Link::start(spawner, cfg, status, Box::new(sink));
+        let (out, control, session, stop_bound) = link.into_parts();
         let (notes_tx, notes) = mpsc::channel(1024);
         let (observer, events) = mpsc::channel(EVENTS);
         let (auth_tx, auth) = watch::channel(None);
@@ -140,7 +135,7 @@ impl Connection {
             observer,
         };
         let driver = Driver::new(out, outputs, roots);
-        tokio::spawn(driver.run(ours_out, commands_rx, status_rx));
+        tokio::spawn(driver.run(from_session, commands_rx, status_rx));
         Self {
             commands,
             next_id: AtomicU64::new(1),

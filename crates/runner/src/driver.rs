@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use mcpvisor_jsonrpc::METHOD_NOT_FOUND;
 use mcpvisor_session::SessionEvent;
+use mcpvisor_session::input::Line;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::connection::{CallError, Notification};
@@ -53,8 +53,8 @@ pub(crate) struct Driver {
     /// Lines for the session's stdin in order, each with the id of the
     /// request it is (if it is one).
     outbox: VecDeque<(Bytes, Option<u64>)>,
-    /// Feeds the writer of the session's stdin; `None` once that is closed.
-    out: Option<mpsc::Sender<Bytes>>,
+    /// The session's input queue; `None` once it is closed.
+    out: Option<mpsc::Sender<Line>>,
     notes: mpsc::Sender<Notification>,
     /// Offered to the server when it asks for roots.
     roots: Option<PathBuf>,
@@ -75,7 +75,7 @@ pub(crate) struct Outputs {
 }
 
 impl Driver {
-    pub(crate) fn new(out: mpsc::Sender<Bytes>, outputs: Outputs, roots: Option<PathBuf>) -> Self {
+    pub(crate) fn new(out: mpsc::Sender<Line>, outputs: Outputs, roots: Option<PathBuf>) -> Self {
         Self {
             waiting: HashMap::new(),
             outbox: VecDeque::new(),
@@ -92,15 +92,12 @@ impl Driver {
     /// with [`CallError::Closed`]. When every caller is gone, the session's
     /// stdin is closed once the queued lines are written, so the session
     /// ends too.
-    pub(crate) async fn run<R>(
+    pub(crate) async fn run(
         mut self,
-        from: R,
+        mut from: mpsc::Receiver<Bytes>,
         mut commands: mpsc::Receiver<Command>,
         mut events: mpsc::Receiver<SessionEvent>,
-    ) where
-        R: AsyncRead + Unpin,
-    {
-        let mut lines = BufReader::new(from).lines();
+    ) {
         let mut callers = true;
         let mut session = true;
         loop {
@@ -117,9 +114,9 @@ impl Driver {
                         None => callers = false,
                     }
                 }
-                line = lines.next_line() => match line {
-                    Ok(Some(line)) => self.on_line(&line),
-                    Ok(None) | Err(_) => break,
+                line = from.recv() => match line {
+                    Some(line) => self.on_line(&line),
+                    None => break,
                 },
                 event = events.recv(), if session => match event {
                     Some(event) => self.on_event(event),
@@ -172,11 +169,11 @@ impl Driver {
 
     /// Writes the first queued line, or, when the session's stdin is closed
     /// (`permit` is `None`), fails every queued request: none will be sent.
-    pub(crate) fn write(&mut self, permit: Option<mpsc::OwnedPermit<Bytes>>) {
+    pub(crate) fn write(&mut self, permit: Option<mpsc::OwnedPermit<Line>>) {
         match permit {
             Some(permit) => {
                 if let Some((msg, _)) = self.outbox.pop_front() {
-                    permit.send(msg);
+                    permit.send((msg, None));
                 }
             }
             None => {
@@ -192,8 +189,8 @@ impl Driver {
 
     /// One line of the session's output: an answer goes to its waiter, a
     /// notification to the caller, and the server's own request is answered.
-    pub(crate) fn on_line(&mut self, line: &str) {
-        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+    pub(crate) fn on_line(&mut self, line: &[u8]) {
+        let Ok(msg) = serde_json::from_slice::<Value>(line) else {
             return;
         };
         let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
@@ -257,7 +254,7 @@ impl Driver {
 
 /// Room for one line on the way to the session's stdin; `None` once it is
 /// closed.
-async fn reserve(out: Option<mpsc::Sender<Bytes>>) -> Option<mpsc::OwnedPermit<Bytes>> {
+async fn reserve(out: Option<mpsc::Sender<Line>>) -> Option<mpsc::OwnedPermit<Line>> {
     out?.reserve_owned().await.ok()
 }
 

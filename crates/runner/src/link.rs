@@ -8,15 +8,17 @@
 //! copy through a pipe buffer. Every byte is the owner's to route. The
 //! gateway's backends stand on it.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
 use mcpvisor_session::input::{Line, Lines};
-use mcpvisor_session::writer::{LineSink, Outlet};
+use mcpvisor_session::writer::{Gone, LineSink, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::PollSender;
 
 /// Lines the owner can queue for the session before [`Link::try_send`]
 /// refuses one.
@@ -75,6 +77,21 @@ impl Link {
         self.control.try_send(control).is_ok()
     }
 
+    /// The link's parts, for an owner that keeps the session's input and
+    /// its end itself: the line queue (the session's stdin closes once
+    /// every sender of it is dropped), the controls, the session's task,
+    /// and how long a stop may take.
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        mpsc::Sender<Line>,
+        mpsc::Sender<Control>,
+        JoinHandle<Outcome>,
+        Duration,
+    ) {
+        (self.lines, self.control, self.session, self.stop_bound)
+    }
+
     /// Stops the server in layers and waits, bounded, until the session
     /// has ended.
     pub async fn stop(self) -> Option<Outcome> {
@@ -92,5 +109,29 @@ impl Link {
             .await
             .ok()
             .and_then(Result::ok)
+    }
+}
+
+/// A [`LineSink`] over a bounded channel: the reader receives each line the
+/// session writes, whole, and the session waits (bounded, as for a pipe)
+/// while the channel is full.
+#[derive(Debug)]
+pub struct ChannelSink(PollSender<Bytes>);
+
+impl ChannelSink {
+    /// A sink and the receiver of its lines, which holds at most `bound`.
+    pub fn channel(bound: usize) -> (Self, mpsc::Receiver<Bytes>) {
+        let (tx, rx) = mpsc::channel(bound);
+        (Self(PollSender::new(tx)), rx)
+    }
+}
+
+impl LineSink for ChannelSink {
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Gone>> {
+        self.0.poll_reserve(cx).map_err(|_| Gone)
+    }
+
+    fn send(&mut self, line: Bytes, _spans: Option<Spans>) -> Result<(), Gone> {
+        self.0.send_item(line).map_err(|_| Gone)
     }
 }

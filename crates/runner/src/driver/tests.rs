@@ -1,13 +1,11 @@
 use std::time::Duration;
 
-use tokio::io::{AsyncWriteExt, DuplexStream};
-
 use super::*;
 
 /// Bound on every wait: paused time, so it costs nothing unless broken.
 const WAIT: Duration = Duration::from_secs(60);
 
-fn driver() -> (Driver, mpsc::Receiver<Bytes>) {
+fn driver() -> (Driver, mpsc::Receiver<Line>) {
     let (out, out_rx) = mpsc::channel(8);
     let (notes, _) = mpsc::channel(8);
     let (auth, _) = watch::channel(None);
@@ -33,26 +31,26 @@ async fn answer(rx: oneshot::Receiver<Result<Value, CallError>>) -> Result<Value
         .expect("answered, not dropped")
 }
 
-async fn next_line(out: &mut mpsc::Receiver<Bytes>) -> Value {
-    let line = tokio::time::timeout(WAIT, out.recv())
+async fn next_line(out: &mut mpsc::Receiver<Line>) -> Value {
+    let (line, _) = tokio::time::timeout(WAIT, out.recv())
         .await
         .expect("a line in time")
         .expect("a line");
     serde_json::from_slice(&line).expect("json")
 }
 
-/// A driver task over in-memory pipes: the session's output end, the
-/// commands, and what it writes to the session's stdin.
+/// A driver task over channels: the session's output, the commands, and
+/// what it queues for the session's input.
 struct Running {
-    session_out: DuplexStream,
+    session_out: mpsc::Sender<Bytes>,
     commands: mpsc::Sender<Command>,
-    written: mpsc::Receiver<Bytes>,
+    written: mpsc::Receiver<Line>,
     task: tokio::task::JoinHandle<()>,
 }
 
 fn running() -> Running {
     let (d, written) = driver();
-    let (session_out, ours) = tokio::io::duplex(1 << 16);
+    let (session_out, ours) = mpsc::channel(8);
     let (commands, commands_rx) = mpsc::channel(8);
     let (_events, events_rx) = mpsc::channel(8);
     let task = tokio::spawn(d.run(ours, commands_rx, events_rx));
@@ -112,10 +110,15 @@ async fn answers_reach_their_waiters_and_the_server_is_answered() {
     let (command, rx) = request(7);
     r.commands.send(command).await.expect("task alive");
     assert_eq!(next_line(&mut r.written).await["id"], 7);
-    r.session_out
-        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ping\"}\n{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"ok\":true}}\n")
-        .await
-        .expect("write");
+    for line in [
+        r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#,
+        r#"{"jsonrpc":"2.0","id":7,"result":{"ok":true}}"#,
+    ] {
+        r.session_out
+            .send(Bytes::from_static(line.as_bytes()))
+            .await
+            .expect("the task reads");
+    }
     let answer = answer(rx).await.expect("an answer");
     assert_eq!(answer["result"]["ok"], true);
     let pong = next_line(&mut r.written).await;
@@ -141,7 +144,7 @@ async fn a_cancelled_request_is_forgotten_and_the_server_told() {
     assert_eq!(note["method"], "notifications/cancelled");
     assert_eq!(note["params"]["requestId"], 1);
     // Its late answer is dropped; the waiter was released.
-    d.on_line(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
+    d.on_line(br#"{"jsonrpc":"2.0","id":1,"result":{}}"#);
     assert!(rx.await.is_err());
     // A request cancelled before it was written is never sent at all.
     let (command, _rx) = request(2);
