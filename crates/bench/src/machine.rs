@@ -38,7 +38,8 @@ pub struct Resident {
     /// `RssAnon`: its own memory (heap, stacks), private to it.
     pub anon_kib: u64,
     /// `RssFile`: pages of files it maps (its code and read-only data, the
-    /// libraries'), shared with every process that maps the same files.
+    /// libraries'), which the page cache holds once for every process that
+    /// maps the same files.
     pub file_kib: u64,
 }
 

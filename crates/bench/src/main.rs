@@ -3,13 +3,15 @@
 //!
 //! # Theory of operation
 //!
-//! The benchmark is an MCP client. It runs every load twice in one run, on
-//! the same machine within seconds: once on the fake worker's own pipes
-//! ("direct") and once through `mcpvisor run -q --no-watch --` in front of
-//! the same fake worker, and reports each figure with its ratio to direct.
-//! Other work on the machine moves both sides alike, so the ratios are what
-//! to trust; the absolute figures only hold for this machine at this
-//! moment. The side that goes first alternates from round to round.
+//! The benchmark is an MCP client. It runs every load at least twice in one
+//! run, on the same machine within seconds: once on the fake worker's own
+//! pipes ("direct") and once through `mcpvisor run -q --no-watch --` in
+//! front of the same fake worker, and reports each figure with its ratio to
+//! direct. The throughput cells run a third time through `cat |
+//! fake-worker | cat`, the floor for any relay that is a process of its
+//! own. Other work on the machine moves every side alike, so the ratios are
+//! what to trust; the absolute figures only hold for this machine at this
+//! moment. The side that goes first changes from round to round.
 //!
 //! The load ([`load`]) is the fake worker's `bench/echo` method, which
 //! answers with the request's params as sent and does no other work, so

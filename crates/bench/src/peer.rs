@@ -1,6 +1,6 @@
 //! One peer process on the other end of a pair of pipes: the fake worker
-//! itself ("direct"), `mcpvisor run` in front of it, or `mcpvisor serve`
-//! with it in a config file.
+//! itself ("direct"), `mcpvisor run` in front of it, `mcpvisor serve` with
+//! it in a config file, or the relay floor (`cat | fake-worker | cat`).
 
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};

@@ -513,7 +513,7 @@ fn markdown(r: &Results, plan: &Plan) -> String {
          - Throughput cells: `bench/echo` with a params string of the payload size; the \
          concurrency is the number of requests kept in flight on the one pipe. Each side \
          runs {} s per round after a {} s warm-up on a fresh process, in {} round{}; the \
-         side that goes first alternates.\n\
+         side that goes first rotates.\n\
          - Memory: VmHWM of the mcpvisor process (not the worker) under 64 B requests at \
          concurrency 32, with file watching on as by default (`mcpvisor run -q -- \
          mcpvisor-fake-worker`: the worker's own file is watched). What is resident at the \

@@ -13,24 +13,14 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use mcpvisor_jsonrpc::Raw;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// A JSON object as its members, in order, with raw values.
 #[derive(Debug, Default)]
 pub(crate) struct RawObject<'a> {
-    members: Vec<(Cow<'a, str>, &'a str)>,
-}
-
-/// A member's value as written: JSON text, checked when its object was read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Raw<'a>(&'a str);
-
-impl<'a> Raw<'a> {
-    /// The value's JSON text.
-    pub fn get(self) -> &'a str {
-        self.0
-    }
+    members: Vec<(Cow<'a, str>, Raw<'a>)>,
 }
 
 impl<'a> RawObject<'a> {
@@ -44,10 +34,7 @@ impl<'a> RawObject<'a> {
 
     /// The raw value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<Raw<'a>> {
-        self.members
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| Raw(v))
+        self.members.iter().find(|(k, _)| k == key).map(|&(_, v)| v)
     }
 
     /// The members' keys, in order.
@@ -111,7 +98,7 @@ impl<'a> RawObject<'a> {
         let (Some((_, v)), None) = (found.next(), found.next()) else {
             return None;
         };
-        let old = *v;
+        let old = v.get();
         let start = (old.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
         let end = start.saturating_add(old.len());
         match (text.get(..start), text.get(end..)) {
@@ -147,7 +134,7 @@ impl<'a> RawObject<'a> {
             match edits.iter().find(|(ek, _)| ek == k) {
                 Some((_, Some(new))) => push(&mut out, k, new),
                 Some((_, None)) => {}
-                None => push(&mut out, k, v),
+                None => push(&mut out, k, v.get()),
             }
         }
         for (ek, ev) in edits {
@@ -164,7 +151,7 @@ impl<'a> RawObject<'a> {
     fn len_hint(&self) -> usize {
         self.members
             .iter()
-            .map(|(k, v)| k.len() + v.len() + 4)
+            .map(|(k, v)| k.len() + v.get().len() + 4)
             .sum()
     }
 }
@@ -179,7 +166,7 @@ fn push_key(out: &mut String, key: &str) {
 struct MembersVisitor;
 
 impl<'de> Visitor<'de> for MembersVisitor {
-    type Value = Vec<(Cow<'de, str>, &'de str)>;
+    type Value = Vec<(Cow<'de, str>, Raw<'de>)>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -189,7 +176,7 @@ impl<'de> Visitor<'de> for MembersVisitor {
         let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
         while let Some(Key(key)) = map.next_key()? {
             let value: &'de RawValue = map.next_value()?;
-            members.push((key, value.get()));
+            members.push((key, Raw::from(value)));
         }
         Ok(members)
     }
@@ -294,10 +281,7 @@ mod tests {
             let from_spans = spans.envelope(&line).expect("fits");
             let peeked = mcpvisor_jsonrpc::Envelope::peek(&line).expect("valid");
             assert_eq!(from_spans.kind, peeked.kind);
-            assert_eq!(
-                from_spans.id.map(mcpvisor_jsonrpc::Raw::get),
-                peeked.id.map(mcpvisor_jsonrpc::Raw::get)
-            );
+            assert_eq!(from_spans.id.map(Raw::get), peeked.id.map(Raw::get));
             assert_eq!(from_spans.method, peeked.method);
             assert!(peeked.progress_token.is_none() && peeked.request_id.is_none());
         }

@@ -411,7 +411,7 @@ pub struct ParamsObject<'a> {
     /// Each member's name (borrowed when it has no escapes, decoded
     /// otherwise) and value as written, in order. A repeated name is kept
     /// as many times as it appears.
-    pub members: Vec<(Cow<'a, str>, &'a str)>,
+    pub members: Vec<(Cow<'a, str>, Raw<'a>)>,
 }
 
 /// The `params` object of `line`, in the structural scan behind

@@ -7,8 +7,8 @@
 //! size bound, and [`envelope::Envelope::peek`] borrows the few fields that
 //! route a message (`id`, `method`, and the `params` members used for
 //! cancellation and progress) straight out of the line as [`Raw`] text, in
-//! one structural scan that also checks the line is JSON (`scan`; serde for the rare lines the scan leaves to
-//! it, and for every error message). When an id must change on the way
+//! one structural scan that also checks the line is JSON (`scan`; serde
+//! for the rare lines the scan leaves to it, and for every error message). When an id must change on the way
 //! through, [`rewrite::splice`] replaces exactly the bytes of the old id and
 //! copies the rest of the line untouched. [`build`] makes the few messages
 //! mcpvisor writes itself (errors, cancellations, replayed handshakes).

@@ -291,7 +291,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 let name = self.name()?;
                 let value = self.pos;
                 self.value()?;
-                members.push((name, self.text(value, self.pos)?));
+                members.push((name, self.text(value, self.pos).map(Raw::checked)?));
                 if !self.more()? {
                     break;
                 }
@@ -357,7 +357,8 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 }
                 if let Some(members) = members.as_mut() {
                     let name = std::str::from_utf8(name).ok()?;
-                    members.push((Cow::Borrowed(name), self.text(value, self.pos)?));
+                    let value = self.text(value, self.pos).map(Raw::checked)?;
+                    members.push((Cow::Borrowed(name), value));
                 }
                 if !self.more()? {
                     break;
@@ -493,7 +494,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
     #[inline(always)]
     fn value(&mut self) -> Option<()> {
         // Strings and numbers are the usual values (ids are one or the
-        // other), and short: no call for them.
+        // other), and short: they are read here, not in `any_value`'s loop.
         match self.peek()? {
             b'"' => self.string().map(drop),
             b'-' | b'0'..=b'9' => self.number(),
@@ -1087,7 +1088,10 @@ mod tests {
         );
         match slow_params(line) {
             Ok(slow) => {
-                let fast = fast.map(|p| (p.text, p.members));
+                let fast = fast.map(|p| {
+                    let members = p.members.into_iter().map(|(k, v)| (k, v.get()));
+                    (p.text, members.collect())
+                });
                 assert_eq!(
                     fast.as_ref().map(placed),
                     slow.as_ref().map(placed),

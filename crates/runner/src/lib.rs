@@ -5,10 +5,10 @@
 //!
 //! The runner does not drive a worker process itself. It starts the same
 //! [`mcpvisor_session::Session`] that `mcpvisor run` uses, in-process, on a
-//! [`Link`]: whole lines in over a bounded queue, whole lines out through a
-//! [`mcpvisor_session::writer::LineSink`], no pipe between. The gateway's
-//! backends and [`Connection`] both stand on it, and play the client on the
-//! other end. So spawning
+//! [`Link`] (whole lines in over a bounded queue, whole lines out through a
+//! [`mcpvisor_session::writer::LineSink`], no pipe between), and plays the
+//! client on the other end: [`Connection`] here, each backend in the
+//! gateway. So spawning
 //! in a process group, framing, the handshake, timeouts, layered stops,
 //! authorization prompts and crash reports are the session's code, not a
 //! second copy: a crash reaches the runner as the session's `-32010` (or

@@ -6,7 +6,8 @@
 //! channel and is handed the session's lines, one at a time, through a
 //! [`LineSink`]: no pipe between them, so no framing on either side and no
 //! copy through a pipe buffer. Every byte is the owner's to route. The
-//! gateway's backends stand on it.
+//! gateway's backends stand on it, and so does the runner's
+//! [`crate::Connection`].
 
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -133,5 +134,27 @@ impl LineSink for ChannelSink {
 
     fn send(&mut self, line: Bytes, _spans: Option<Spans>) -> Result<(), Gone> {
         self.0.send_item(line).map_err(|_| Gone)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn ready(sink: &mut ChannelSink) -> Result<(), Gone> {
+        std::future::poll_fn(|cx| sink.poll_ready(cx)).await
+    }
+
+    #[tokio::test]
+    async fn a_channel_sink_hands_over_whole_lines_in_order_until_its_reader_is_gone() {
+        let (mut sink, mut rx) = ChannelSink::channel(1);
+        for line in ["{\"id\":1}", "{\"id\":2}"] {
+            ready(&mut sink).await.expect("the reader is there");
+            sink.send(Bytes::from_static(line.as_bytes()), None)
+                .expect("taken");
+            assert_eq!(rx.recv().await.as_deref(), Some(line.as_bytes()));
+        }
+        drop(rx);
+        assert!(ready(&mut sink).await.is_err(), "Gone once the reader is");
     }
 }

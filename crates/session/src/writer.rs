@@ -1,9 +1,10 @@
 //! Writing pipes: an [`Outlet`] written by the task that owns the pipe's
 //! traffic (the session's pipes, the gateway's stdio client), or one writer
-//! task per pipe fed over a channel ([`write_lines`], for the runner's
-//! pipes and a remote server's). An [`Outlet`] can also hand its messages,
-//! whole, to a reader in the same process ([`LineSink`]): a gateway
-//! backend's session writes to the hub that way.
+//! task per pipe fed over a channel ([`write_lines`], for the pipes a
+//! remote server's generation reads). An [`Outlet`] can also hand its
+//! messages, whole, to a reader in the same process ([`LineSink`]): a
+//! session run on the runner's `Link` (a gateway backend's, the runner's
+//! own connection) writes to its owner that way.
 //!
 //! A writer task's owner sends whole messages (without their newline)
 //! into a bounded channel. The writer takes everything already queued, writes

@@ -129,6 +129,25 @@ async fn answers_reach_their_waiters_and_the_server_is_answered() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_line_that_is_not_json_is_skipped_and_the_next_answer_still_arrives() {
+    let mut r = running();
+    let (command, rx) = request(3);
+    r.commands.send(command).await.expect("task alive");
+    assert_eq!(next_line(&mut r.written).await["id"], 3);
+    for line in [
+        &b"\xff\xfe not json"[..],
+        br#"{"jsonrpc":"2.0","id":3,"result":{}}"#,
+    ] {
+        r.session_out
+            .send(Bytes::copy_from_slice(line))
+            .await
+            .expect("the task reads");
+    }
+    assert_eq!(answer(rx).await.expect("an answer")["id"], 3);
+    assert!(!r.task.is_finished(), "the task goes on");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_request_is_forgotten_and_the_server_told() {
     let (mut d, mut written) = driver();
     let (command, rx) = request(1);
