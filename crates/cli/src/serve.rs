@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
@@ -96,6 +97,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
         }
         None => None,
     };
+    let source = ReloadSource::from(&args);
     let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(16);
         let mut settings = settings;
@@ -107,11 +109,17 @@ pub fn main(args: ServeArgs) -> ExitCode {
         if let Some(plan) = ui {
             let (monitor, tap) = Monitor::new(control_tx.clone());
             settings.monitor = Some(tap);
-            let source = ReloadSource::from(&args);
+            let source = source.clone();
             let control = control_tx.clone();
             let ui_addr = plan.addr;
             let start = move |local: std::net::SocketAddr| {
-                let cfg = plan.config(monitor, control, move || source.try_plans(), local);
+                let plans = move |added: Option<&str>| {
+                    if let Some(name) = added {
+                        source.serve_also(name);
+                    }
+                    source.try_plans()
+                };
+                let cfg = plan.config(monitor, control, plans, local);
                 let file = crate::ui::announce(local, &plan.token);
                 (mcpvisor_ui::router(cfg), file)
             };
@@ -136,11 +144,11 @@ pub fn main(args: ServeArgs) -> ExitCode {
             }
         }
         if !args.no_watch {
-            tasks.extend(watch_configs(&args, control_tx.clone()));
+            tasks.extend(watch_configs(&args, source.clone(), control_tx.clone()));
         }
         let outcome = match http {
             Some((addr, cfg)) => {
-                let source = ReloadSource::from(&args);
+                let source = source.clone();
                 crate::http::serve(
                     addr,
                     cfg,
@@ -155,7 +163,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
             None => {
                 tasks.push(tokio::spawn(forward_signals(
                     control_tx.clone(),
-                    ReloadSource::from(&args),
+                    source.clone(),
                 )));
                 Ok(Hub::run(
                     settings,
@@ -184,11 +192,14 @@ pub fn main(args: ServeArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// What a config reload needs, cloned into the tasks that trigger one.
+/// What a config reload needs, cloned into the tasks that trigger one
+/// (SIGHUP, the config files' watcher, the HTTP front's reload, the UI's
+/// edits). The clones share the names served under `--only`.
 #[derive(Debug, Clone)]
 struct ReloadSource {
     configs: Vec<PathBuf>,
-    only: Option<Vec<String>>,
+    /// `--only`, and every server added from the UI since the start.
+    only: Option<Arc<Mutex<Vec<String>>>>,
     defaults: Defaults,
 }
 
@@ -196,7 +207,7 @@ impl From<&ServeArgs> for ReloadSource {
     fn from(args: &ServeArgs) -> Self {
         Self {
             configs: args.configs.clone(),
-            only: args.only.clone(),
+            only: args.only.clone().map(|names| Arc::new(Mutex::new(names))),
             defaults: Defaults::from(args),
         }
     }
@@ -216,10 +227,30 @@ impl ReloadSource {
 
     /// Reads the config files again, or says why they cannot be served.
     fn try_plans(&self) -> Result<Vec<ServerPlan>, String> {
-        let set =
-            ServerSet::load(&self.configs, self.only.as_deref()).map_err(|e| e.to_string())?;
+        let only = self.only.as_ref().map(|names| names_of(names).clone());
+        let set = ServerSet::load(&self.configs, only.as_deref()).map_err(|e| e.to_string())?;
         Ok(self.defaults.plans(&set))
     }
+
+    /// Serves `name` from now on, and across every later reload, even
+    /// under `--only`: a person has just added it from the UI. Without
+    /// `--only` every server is served already.
+    fn serve_also(&self, name: &str) {
+        if let Some(names) = &self.only {
+            let mut names = names_of(names);
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+}
+
+/// The `--only` names; a panic elsewhere while they were held leaves them
+/// as they were, a list of names, still usable.
+fn names_of(names: &Mutex<Vec<String>>) -> std::sync::MutexGuard<'_, Vec<String>> {
+    names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The flags every server starts from.
@@ -372,9 +403,9 @@ async fn forward_signals(control: mpsc::Sender<Control>, source: ReloadSource) {
 /// Watches the config files; a debounced change reloads them.
 fn watch_configs(
     args: &ServeArgs,
+    source: ReloadSource,
     control: mpsc::Sender<Control>,
 ) -> Option<tokio::task::JoinHandle<()>> {
-    let source = ReloadSource::from(args);
     let config = mcpvisor_watch::WatchConfig {
         paths: args.configs.clone(),
         ignore: Vec::new(),

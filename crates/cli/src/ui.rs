@@ -60,20 +60,25 @@ impl UiPlan {
     }
 
     /// The UI's configuration for a gateway reached through `monitor` and
-    /// `control`; `plans` reads the config files again.
+    /// `control`; `plans` reads the config files again, serving from then
+    /// on the server it names (one a person just added), whatever `--only`
+    /// said.
     pub fn config(
         &self,
         monitor: Monitor,
         control: mpsc::Sender<Control>,
-        plans: impl Fn() -> Result<Vec<mcpvisor_gateway::ServerPlan>, String> + Send + Sync + 'static,
+        plans: impl Fn(Option<&str>) -> Result<Vec<mcpvisor_gateway::ServerPlan>, String>
+        + Send
+        + Sync
+        + 'static,
         local: SocketAddr,
     ) -> UiConfig {
         let plans = Arc::new(plans);
-        let reconfigure: Reconfigure = Arc::new(move || {
+        let reconfigure: Reconfigure = Arc::new(move |added: Option<String>| {
             let plans = plans.clone();
             let control = control.clone();
             Box::pin(async move {
-                let plans = plans()?;
+                let plans = plans(added.as_deref())?;
                 control
                     .send(Control::Reconfigure(plans))
                     .await

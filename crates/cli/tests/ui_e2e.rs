@@ -1024,6 +1024,59 @@ async fn a_server_added_through_the_wizard_is_served() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_added_under_only_is_served_and_stays_served_across_reloads() {
+    let mut g = start(
+        "only",
+        json!({"echo": fake(&[]), "other": fake(&[])}),
+        &["--only", "echo"],
+    );
+    g.proc.initialize();
+    g.wait_row("echo", "became ready", |r| r["state"] == "ready")
+        .await;
+    let source = shell_quote(&fake_worker().display().to_string());
+    let (status, job) = g.post("/api/inspect", json!({ "source": source })).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    let id = job["job"].as_str().expect("job id").to_owned();
+    assert_eq!(wait_job(&g, &id).await["state"], "done");
+    let (status, body) = g
+        .post("/api/servers", json!({"job": id, "name": "added"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    g.wait_row("added", "started", |r| r["state"] == "ready")
+        .await;
+
+    // A later reload of the files (here the one disabling and enabling
+    // `echo` asks for; SIGHUP and the files' watcher read the same names)
+    // keeps it, and still leaves out what `--only` left out.
+    for action in ["disable", "enable"] {
+        let (status, body) = g
+            .post(&format!("/api/servers/echo/{action}"), json!({}))
+            .await;
+        assert!(status.is_success(), "{action}: {body}");
+    }
+    g.wait_row("echo", "became ready again", |r| r["state"] == "ready")
+        .await;
+    let names = tool_names(&mut g, 100);
+    assert!(names.iter().any(|n| n == "added__echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("other__")), "{names:?}");
+    let r = g
+        .proc
+        .call(json!("c1"), "added__echo", json!({"text": "hi"}));
+    assert_ne!(r["result"]["isError"], true, "{r}");
+}
+
+/// The tool names the gateway lists to its stdio client now.
+fn tool_names(g: &mut Gateway, id: u64) -> Vec<String> {
+    let r = g.proc.request(json!(id), "tools/list", json!({}));
+    r["result"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
 async fn wait_job(g: &Gateway, id: &str) -> Value {
     let deadline = Instant::now() + WAIT;
     loop {

@@ -378,7 +378,7 @@ async fn set_enabled(shared: &Shared, name: &str, enabled: bool) -> ApiResult {
     let (_, source) = shared.member(name)?.ok_or_else(|| no_server(name))?;
     edit::set_disabled(&source, name, !enabled)?;
     tracing::info!(server = %name, enabled, file = %source.display(), "config entry changed from the UI");
-    shared.reconfigure().await?;
+    shared.reconfigure(None).await?;
     Ok(accepted())
 }
 
@@ -422,7 +422,7 @@ async fn set_secret(
     if new_file {
         let field = edit::env_file_field(&source)?;
         edit::set_server_field(&source, &name, field, &json!(format!("{name}.env")))?;
-        shared.reconfigure().await?;
+        shared.reconfigure(None).await?;
     }
     // On the server's page: the key and the file, never the value.
     let message = format!("{key} set in {}", env_file.display());
@@ -553,7 +553,7 @@ async fn add_server(
     }
     edit::add_server(&config, &add.name, &entry)?;
     tracing::info!(server = %add.name, file = %config.display(), "server added from the UI");
-    shared.reconfigure().await?;
+    shared.reconfigure(Some(add.name.clone())).await?;
     Ok((
         StatusCode::CREATED,
         axum::Json(json!({"ok": true, "name": add.name, "config_file": config})),
@@ -612,9 +612,10 @@ impl Shared {
             .map(|m| (m.def.clone(), m.source.clone())))
     }
 
-    /// Applies the files' new content, as SIGHUP would.
-    async fn reconfigure(&self) -> ApiResult<()> {
-        (self.cfg.reconfigure)().await.map_err(|e| {
+    /// Applies the files' new content, as SIGHUP would; `added` is a
+    /// server just added, to serve whatever `--only` said.
+    async fn reconfigure(&self, added: Option<String>) -> ApiResult<()> {
+        (self.cfg.reconfigure)(added).await.map_err(|e| {
             ApiError::new(
                 StatusCode::CONFLICT,
                 format!("the file was changed, but the gateway did not take it: {e}"),

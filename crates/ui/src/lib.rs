@@ -48,9 +48,14 @@ use mcpvisor_gateway::monitor::Monitor;
 pub use auth::Token;
 
 /// Reads the config files again and hands the hub the new plans: what
-/// SIGHUP does. The error is one line for the person who asked.
-pub type Reconfigure =
-    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+/// SIGHUP does. `added` names a server the person has just added to a file:
+/// it is served from then on even when the gateway serves only some of the
+/// files' servers (`--only`). The error is one line for the person who asked.
+pub type Reconfigure = Arc<
+    dyn Fn(Option<String>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// What the UI serves and how.
 #[derive(Clone)]
