@@ -336,6 +336,15 @@ scenario('a crash shows with its reason', 60000, async ({ browser, gw }) => {
   assert(await page.locator('.stderr').isHidden(), 'stderr is hidden until asked for');
   await page.getByRole('button', { name: 'Show stderr (may contain secrets)' }).click();
   await page.waitForSelector('.stderr .warning');
+  // Restarted, it crashes again: the first crash moves to the list of
+  // earlier ones, each with its own stderr on request.
+  await page.getByRole('button', { name: 'Restart', exact: true }).click();
+  await page.waitForSelector('[data-earlier-crash]');
+  await page.waitForSelector('.stderr', { state: 'hidden' });
+  const earlier = await page.$$eval('[data-earlier-crash]', (lis) => lis.map((li) => li.dataset.earlierCrash));
+  assert(earlier.length === 1, `the first crash is listed as an earlier one: ${earlier.join(',')}`);
+  await page.locator('[data-earlier-crash]').first().getByRole('button', { name: 'Show its stderr (may contain secrets)' }).click();
+  await page.waitForSelector('[data-earlier-crash] .earlier-stderr .warning');
   await shot(page, 'crashy');
   assert(problems.length === 0, problems.join('\n'));
   await context.close();

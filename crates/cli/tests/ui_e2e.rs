@@ -718,6 +718,25 @@ async fn actions_and_enable_disable_edit_the_config() {
     let (_, detail) = g.get("/api/servers/bad").await;
     assert!(detail["last_crash"].is_object(), "{detail}");
     assert!(!detail.to_string().contains("oops-42"), "{detail}");
+    // Each kept crash's stderr by its generation; a crash not kept has none.
+    assert_eq!(detail["crashes"][0], detail["last_crash"], "{detail}");
+    let generation = detail["last_crash"]["generation"]
+        .as_u64()
+        .expect("a generation");
+    let (status, body) = g
+        .get(&format!("/api/servers/bad/stderr?generation={generation}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body["lines"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l == "oops-42")),
+        "{body}"
+    );
+    let (status, body) = g.get("/api/servers/bad/stderr?generation=999").await;
+    assert_eq!((status, body["lines"].clone()), (StatusCode::OK, json!([])));
+    let (status, body) = g.get("/api/servers/bad/stderr?generation=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let (status, _) = g.get("/api/servers/nope/stderr").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = g.post("/api/servers/nope/reload", json!({})).await;

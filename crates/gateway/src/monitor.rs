@@ -25,6 +25,8 @@ use crate::hub::Control;
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Events kept per server for its page.
 pub const EVENTS_KEPT: usize = 100;
+/// Crashes kept per server for its page, each with its stderr tail.
+pub const CRASHES_KEPT: usize = 5;
 /// Room in the broadcast channel of [`MonitorEvent`]s.
 pub const EVENTS_CHANNEL: usize = 1024;
 /// Upper bounds of the latency histogram's buckets, in seconds (Prometheus'
@@ -128,8 +130,14 @@ pub struct ServerDetail {
     /// Its recent events, oldest first, at most [`EVENTS_KEPT`].
     pub events: Vec<EventRecord>,
     /// The report of its last exit that was not asked for (a crash), as the
-    /// `error.data` its requests got, without the stderr tail.
+    /// `error.data` its requests got, without the stderr tail, and with
+    /// `at_ms`, when it exited.
     pub last_crash: Option<Value>,
+    /// Its last crashes, newest first, at most [`CRASHES_KEPT`], each as
+    /// [`ServerDetail::last_crash`] is (the first is that one). The stderr
+    /// tail of each is asked for by its `generation`
+    /// ([`Monitor::stderr`]).
+    pub crashes: Vec<Value>,
     /// The config file its entry is in.
     pub config_file: Option<std::path::PathBuf>,
     pub env_file: Option<std::path::PathBuf>,
@@ -224,9 +232,10 @@ pub enum Query {
     Snapshot(oneshot::Sender<Snapshot>),
     Server(String, oneshot::Sender<Option<ServerDetail>>),
     Act(String, Action, oneshot::Sender<Result<(), ActionError>>),
-    /// The stderr tail of the server's last crash (empty when it has not
-    /// crashed); `None` for an unknown name.
-    Stderr(String, oneshot::Sender<Option<Vec<String>>>),
+    /// The stderr tail of one of the server's kept crashes: the crash of
+    /// that generation, or the last one (empty when there is none);
+    /// `None` for an unknown name.
+    Stderr(String, Option<u64>, oneshot::Sender<Option<Vec<String>>>),
     /// Adds an event to a server's ring (something done outside the hub,
     /// such as a secret written to its env file); `false` for an unknown
     /// name.
@@ -281,12 +290,17 @@ impl Monitor {
         self.ask(|tx| Query::Server(name, tx)).await
     }
 
-    /// The last lines its stderr printed before its last crash: empty when
-    /// it has not crashed, `None` for an unknown name. They may hold
-    /// secrets: show them only to a person who asks.
-    pub async fn stderr(&self, name: &str) -> Result<Option<Vec<String>>, ActionError> {
+    /// The last lines its stderr printed before a crash: its last crash,
+    /// or the kept crash of `generation`. Empty when there is no such
+    /// crash, `None` for an unknown name. They may hold secrets: show them
+    /// only to a person who asks.
+    pub async fn stderr(
+        &self,
+        name: &str,
+        generation: Option<u64>,
+    ) -> Result<Option<Vec<String>>, ActionError> {
         let name = name.to_owned();
-        self.ask(|tx| Query::Stderr(name, tx)).await
+        self.ask(|tx| Query::Stderr(name, generation, tx)).await
     }
 
     /// Adds an event to a server's ring and publishes it, for what is done

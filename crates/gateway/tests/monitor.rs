@@ -340,7 +340,7 @@ async fn a_crash_is_seen_as_restarting_then_ready_again_with_its_reason() {
     // The stderr tail is asked for on its own.
     let tail = gw
         .monitor
-        .stderr("a")
+        .stderr("a", None)
         .await
         .expect("answers")
         .expect("known");
@@ -348,7 +348,10 @@ async fn a_crash_is_seen_as_restarting_then_ready_again_with_its_reason() {
         tail.iter().any(|l| l.contains("fake-worker: pid=")),
         "{tail:?}"
     );
-    assert_eq!(gw.monitor.stderr("nobody").await.expect("answers"), None);
+    assert_eq!(
+        gw.monitor.stderr("nobody", None).await.expect("answers"),
+        None
+    );
     gw.stop().await;
 }
 
@@ -396,11 +399,37 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     );
     let tail = gw
         .monitor
-        .stderr("loop")
+        .stderr("loop", None)
         .await
         .expect("answers")
         .expect("known");
     assert_eq!(tail, ["boom: no config"]);
+    // Every crash of the loop is kept, newest first, each with its stderr.
+    let detail = gw
+        .monitor
+        .server("loop")
+        .await
+        .expect("answers")
+        .expect("known");
+    let generations: Vec<u64> = detail
+        .crashes
+        .iter()
+        .filter_map(|c| c["generation"].as_u64())
+        .collect();
+    assert_eq!(generations, [3, 2, 1], "{:?}", detail.crashes);
+    assert_eq!(detail.last_crash.as_ref(), detail.crashes.first());
+    assert!(detail.crashes.iter().all(|c| c["at_ms"].as_u64().is_some()));
+    for generation in [1, 2] {
+        let tail = gw
+            .monitor
+            .stderr("loop", Some(generation))
+            .await
+            .expect("answers")
+            .expect("known");
+        assert_eq!(tail, ["boom: no config"], "generation {generation}");
+    }
+    let none = gw.monitor.stderr("loop", Some(9)).await.expect("answers");
+    assert_eq!(none, Some(Vec::new()), "a crash not kept has no lines");
     // The other server is not held up.
     gw.state("ok", ServerState::Ready).await;
     gw.stop().await;

@@ -511,7 +511,10 @@
       h('div', { class: 'grid' },
         h('div', { class: 'col' }, toolsSec.el, promptsSec.el, resourcesSec.el),
         h('div', { class: 'col' }, secretsSec.el, crashSec.el, eventsSec.el)));
-    append(crashSec.el, h('div', { class: 'stderr-wrap' }, stderrBtn, stderrBox));
+    // The crashes before the last one, each with its own stderr on request.
+    const earlierBox = h('div', { class: 'earlier-crashes' });
+    let earlierKey = '';
+    append(crashSec.el, h('div', { class: 'stderr-wrap' }, stderrBtn, stderrBox), earlierBox);
     focusHeading(main);
 
     function section(label, key) {
@@ -622,7 +625,14 @@
         r.description ? h('p', { class: 'item-desc', text: r.description }) : null))));
     }
 
+    let crashShown = null;
     function renderCrash(c) {
+      // A new crash: the stderr open below is the previous one's.
+      const generation = c ? c.generation : null;
+      if (generation !== crashShown) {
+        crashShown = generation;
+        if (stderrShown) hideStderr();
+      }
       clear(crashSec.body);
       if (!c) {
         crashSec.body.appendChild(h('p', { class: 'muted', text: 'No crash since the gateway started.' }));
@@ -639,6 +649,57 @@
       append(crashSec.body,
         h('dl', { class: 'kv', 'data-crash': '' }, rows.map(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })])),
         h('details', null, h('summary', { text: 'Full report (JSON)' }), h('pre', { class: 'json', text: JSON.stringify(c, null, 2) })));
+    }
+
+    function renderEarlier(crashes) {
+      const older = (crashes || []).slice(1);
+      // Re-drawn only when the kept crashes change, so that a stderr the
+      // person opened stays open across refreshes.
+      const key = older.map((c) => c.generation).join(',');
+      if (key === earlierKey) return;
+      earlierKey = key;
+      clear(earlierBox);
+      if (!older.length) return;
+      const list = h('ol', { class: 'crashes' });
+      for (const c of older) {
+        const box = h('div', { class: 'earlier-stderr', hidden: true });
+        const btn = h('button', { type: 'button', class: 'warn', 'aria-expanded': 'false' },
+          'Show its stderr (may contain secrets)');
+        btn.onclick = () => toggleEarlier(c.generation, btn, box);
+        const what = [c.reason, c.exit ? fmtExit(c.exit) : null].filter(Boolean).join(' · ');
+        list.appendChild(h('li', { class: 'event', 'data-earlier-crash': String(c.generation) },
+          h('time', { datetime: new Date(c.at_ms || Date.now()).toISOString(), text: fmtTime(c.at_ms) }),
+          h('span', { class: 'event-gen', text: `gen ${c.generation}` }),
+          h('span', { class: 'event-msg', text: what }),
+          h('div', { class: 'earlier-actions' }, btn, box)));
+      }
+      append(earlierBox, h('h3', { text: `Earlier crashes (${older.length})` }), list);
+    }
+
+    async function toggleEarlier(generation, btn, box) {
+      if (!box.hidden) {
+        box.hidden = true;
+        clear(box);
+        btn.textContent = 'Show its stderr (may contain secrets)';
+        btn.setAttribute('aria-expanded', 'false');
+        return;
+      }
+      btn.disabled = true;
+      try {
+        const d = await api('GET', `/api/servers/${enc(name)}/stderr?generation=${enc(String(generation))}`);
+        const lines = (d && d.lines) || [];
+        clear(box);
+        box.appendChild(h('p', { class: 'warning', text: `Shown on request: ${d && d.warning ? d.warning : 'may contain secrets'}.` }));
+        box.appendChild(lines.length ? h('pre', { class: 'log', tabindex: '0', text: lines.join('\n') }) : h('p', { class: 'muted', text: 'No stderr lines.' }));
+        box.hidden = false;
+        btn.textContent = 'Hide its stderr';
+        btn.setAttribute('aria-expanded', 'true');
+      } catch (e) {
+        clear(box).appendChild(h('p', { class: 'error', text: `Could not read stderr: ${e.message}` }));
+        box.hidden = false;
+      } finally {
+        btn.disabled = false;
+      }
     }
 
     function fmtExit(e) {
@@ -813,13 +874,17 @@
       }
     }
 
+    function hideStderr() {
+      stderrShown = false;
+      stderrBox.hidden = true;
+      clear(stderrBox);
+      stderrBtn.textContent = 'Show stderr (may contain secrets)';
+      stderrBtn.setAttribute('aria-expanded', 'false');
+    }
+
     async function toggleStderr() {
       if (stderrShown) {
-        stderrShown = false;
-        stderrBox.hidden = true;
-        clear(stderrBox);
-        stderrBtn.textContent = 'Show stderr (may contain secrets)';
-        stderrBtn.setAttribute('aria-expanded', 'false');
+        hideStderr();
         return;
       }
       stderrBtn.disabled = true;
@@ -853,6 +918,7 @@
         renderPrompts(d.prompts || []);
         renderResources(d.resources || []);
         renderCrash(d.last_crash);
+        renderEarlier(d.crashes);
         renderSecrets(d);
         if (first) renderEvents(d.events);
       } catch (e) {

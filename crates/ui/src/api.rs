@@ -341,8 +341,27 @@ fn env_key_states(def: &mcpvisor_config::ServerDef) -> Vec<EnvKey> {
         .collect()
 }
 
-async fn stderr(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> ApiResult {
-    let Some(lines) = shared.cfg.monitor.stderr(&name).await? else {
+/// Which crash's stderr: `?generation=N`, or the last crash's.
+#[derive(Debug, serde::Deserialize)]
+struct StderrQuery {
+    generation: Option<u64>,
+}
+
+async fn stderr(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(name): UrlPath<String>,
+    query: Result<Query<StderrQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult {
+    let generation = match query {
+        Ok(Query(q)) => q.generation,
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "generation must be a whole number (a crash's generation)",
+            ));
+        }
+    };
+    let Some(lines) = shared.cfg.monitor.stderr(&name, generation).await? else {
         return Err(no_server(&name));
     };
     Ok(axum::Json(json!({"lines": lines, "warning": "may contain secrets"})).into_response())

@@ -24,8 +24,9 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::monitor::{
-    Action, ActionError, EVENTS_KEPT, EnvKey, EventKind, EventRecord, LATENCY_BUCKETS, Latency,
-    MonitorEvent, Query, ServerDetail, ServerState, ServerStatus, Snapshot,
+    Action, ActionError, CRASHES_KEPT, EVENTS_KEPT, EnvKey, EventKind, EventRecord,
+    LATENCY_BUCKETS, Latency, MonitorEvent, Query, ServerDetail, ServerState, ServerStatus,
+    Snapshot,
 };
 
 use super::backend::{Backend, BackendId, State};
@@ -63,10 +64,11 @@ pub(crate) struct Observed {
     pub revision: u64,
     pub stats: Stats,
     pub events: VecDeque<EventRecord>,
-    /// The `error.data` of its last unrequested exit, without stderr.
-    pub last_crash: Option<Value>,
-    /// The stderr tail of that exit.
-    pub last_stderr: Option<Vec<String>>,
+    /// Its last unrequested exits, oldest first, at most [`CRASHES_KEPT`].
+    pub crashes: VecDeque<Crash>,
+    /// The stderr tail the session reported for a generation that is
+    /// ending, until its exit arrives: (the session's generation, lines).
+    stderr_pending: Option<(u64, Vec<String>)>,
     /// The row key last published, to publish only changes.
     published: Option<RowKey>,
     /// Counters changed since the last publication.
@@ -91,6 +93,17 @@ pub(crate) enum Worker {
         restarting: bool,
         next_try_at_ms: Option<u64>,
     },
+}
+
+/// One unrequested exit of a server, kept for its page.
+#[derive(Debug, Clone)]
+pub(crate) struct Crash {
+    /// The generation that exited, counted across the server's sessions.
+    pub generation: u64,
+    /// Its `error.data`, without stderr, with `at_ms`.
+    pub report: Value,
+    /// The stderr tail the session kept of it.
+    pub stderr: Vec<String>,
 }
 
 /// A backend's counters. Recording never allocates, except the first time
@@ -137,10 +150,33 @@ impl Observed {
             restarts: old.restarts,
             stats: old.stats,
             events: old.events,
-            last_crash: old.last_crash,
-            last_stderr: old.last_stderr,
+            crashes: old.crashes,
             ..Self::default()
         }
+    }
+
+    /// Keeps the report of generation `generation`'s crash (without its
+    /// stderr, which is asked for apart) and its stderr tail, dropping the
+    /// oldest kept one past [`CRASHES_KEPT`].
+    fn crashed(&mut self, generation: u64, data: &ErrorData, stderr: Vec<String>) {
+        let mut report = data.clone();
+        report.generation = Some(generation);
+        report.stderr = None;
+        report.stray_stdout.heads.clear();
+        let Ok(mut report) = serde_json::to_value(&report) else {
+            return;
+        };
+        if let Some(fields) = report.as_object_mut() {
+            fields.insert("at_ms".to_owned(), now_ms().into());
+        }
+        if self.crashes.len() == CRASHES_KEPT {
+            self.crashes.pop_front();
+        }
+        self.crashes.push_back(Crash {
+            generation,
+            report,
+            stderr,
+        });
     }
 
     /// The worker is gone: no pid, no uptime.
@@ -236,13 +272,14 @@ impl Hub {
                 };
                 let _ = tx.send(detail);
             }
-            Query::Stderr(name, tx) => {
+            Query::Stderr(name, generation, tx) => {
                 let lines = self.find(&name).map(|id| {
-                    self.backends[&id]
-                        .obs
-                        .last_stderr
-                        .clone()
-                        .unwrap_or_default()
+                    let crashes = &self.backends[&id].obs.crashes;
+                    let crash = match generation {
+                        Some(g) => crashes.iter().find(|c| c.generation == g),
+                        None => crashes.back(),
+                    };
+                    crash.map(|c| c.stderr.clone()).unwrap_or_default()
                 });
                 let _ = tx.send(lines);
             }
@@ -309,7 +346,14 @@ impl Hub {
             resources: list(2),
             errors_by_code: b.obs.stats.by_code.iter().copied().collect(),
             events: b.obs.events.iter().cloned().collect(),
-            last_crash: b.obs.last_crash.clone(),
+            last_crash: b.obs.crashes.back().map(|c| c.report.clone()),
+            crashes: b
+                .obs
+                .crashes
+                .iter()
+                .rev()
+                .map(|c| c.report.clone())
+                .collect(),
             config_file: b.plan.def.source.clone(),
             env_file: b.plan.def.env_file.clone(),
             env_keys,
@@ -429,22 +473,24 @@ impl Hub {
                 "waiting for a person to authorize it (the link is on its row)".to_owned(),
             ),
             SessionEvent::Authorized { .. } => (EventKind::Authorized, "authorized".to_owned()),
-            SessionEvent::StderrTail { lines, .. } => {
-                obs.last_stderr = Some(lines.clone());
+            SessionEvent::StderrTail { generation, lines } => {
+                obs.stderr_pending = Some((*generation, lines.clone()));
                 return;
             }
             SessionEvent::Exited { generation, data } => {
                 obs.down();
+                let stderr = obs
+                    .stderr_pending
+                    .take()
+                    .filter(|(g, _)| g == generation)
+                    .map(|(_, lines)| lines)
+                    .unwrap_or_default();
                 if obs.reloading {
                     obs.worker = Worker::Starting;
                     (EventKind::Exited, "stopped for a reload".to_owned())
                 } else {
                     let message = exit_text(data);
-                    let mut crash = data.clone();
-                    crash.generation = Some(obs.base + generation);
-                    crash.stderr = None;
-                    crash.stray_stdout.heads.clear();
-                    obs.last_crash = serde_json::to_value(&crash).ok();
+                    obs.crashed(obs.base + generation, data, stderr);
                     // A session restarts an exit by itself (`always`), but
                     // not a spawn that failed: that waits for a request.
                     let restarting = b.plan.session.restart == RestartPolicy::Always
@@ -785,6 +831,23 @@ async fn read_small(path: &std::path::Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_crashes_are_kept_each_with_its_stderr_the_oldest_dropped_first() {
+        let mut obs = Observed::new();
+        for generation in 1..=CRASHES_KEPT as u64 + 2 {
+            let lines = vec![format!("crash {generation}")];
+            obs.crashed(generation, &ErrorData::reason("exited"), lines);
+        }
+        let kept: Vec<u64> = obs.crashes.iter().map(|c| c.generation).collect();
+        assert_eq!(kept, (3..=CRASHES_KEPT as u64 + 2).collect::<Vec<_>>());
+        for c in &obs.crashes {
+            assert_eq!(c.stderr, [format!("crash {}", c.generation)]);
+            assert_eq!(c.report["generation"], c.generation);
+            assert!(c.report.get("stderr").is_none(), "{}", c.report);
+            assert!(c.report["at_ms"].as_u64().is_some(), "{}", c.report);
+        }
+    }
 
     #[test]
     fn quantiles_come_from_the_buckets_and_never_pass_the_slowest() {
