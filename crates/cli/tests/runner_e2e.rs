@@ -684,15 +684,7 @@ fn a_reader_that_stops_after_the_first_line_ends_call_quietly() {
 
 #[test]
 fn the_demo_runs_to_its_end_with_mcpvisor_s_log_on_stderr() {
-    let args = ["demo"];
-    let child = Command::new(mcpvisor())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start");
-    let out = finish(child, &args);
+    let out = run(&["demo"]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     for step in [

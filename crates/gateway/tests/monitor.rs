@@ -87,6 +87,15 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// The stderr tail of a kept crash of `name`, a known server.
+    async fn stderr(&self, name: &str, generation: Option<u64>) -> Vec<String> {
+        self.monitor
+            .stderr(name, generation)
+            .await
+            .expect("answers")
+            .expect("known")
+    }
+
     async fn start(plans: Vec<ServerPlan>) -> Self {
         let (control, control_rx) = mpsc::channel(16);
         let (monitor, tap) = Monitor::new(control.clone());
@@ -338,12 +347,7 @@ async fn a_crash_is_seen_as_restarting_then_ready_again_with_its_reason() {
         detail.tools
     );
     // The stderr tail is asked for on its own.
-    let tail = gw
-        .monitor
-        .stderr("a", None)
-        .await
-        .expect("answers")
-        .expect("known");
+    let tail = gw.stderr("a", None).await;
     assert!(
         tail.iter().any(|l| l.contains("fake-worker: pid=")),
         "{tail:?}"
@@ -397,12 +401,7 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
             .any(|(k, m)| *k == EventKind::Exited && m.contains("exited with code 1")),
         "{events:?}"
     );
-    let tail = gw
-        .monitor
-        .stderr("loop", None)
-        .await
-        .expect("answers")
-        .expect("known");
+    let tail = gw.stderr("loop", None).await;
     assert_eq!(tail, ["boom: no config"]);
     // Every crash of the loop is kept, newest first, each with its stderr.
     let detail = gw
@@ -420,12 +419,7 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     assert_eq!(detail.last_crash.as_ref(), detail.crashes.first());
     assert!(detail.crashes.iter().all(|c| c["at_ms"].as_u64().is_some()));
     for generation in [1, 2] {
-        let tail = gw
-            .monitor
-            .stderr("loop", Some(generation))
-            .await
-            .expect("answers")
-            .expect("known");
+        let tail = gw.stderr("loop", Some(generation)).await;
         assert_eq!(tail, ["boom: no config"], "generation {generation}");
     }
     let none = gw.monitor.stderr("loop", Some(9)).await.expect("answers");

@@ -296,7 +296,7 @@ impl Connection {
         let Self {
             commands, closer, ..
         } = self;
-        // The last caller is gone: the task closes the session's stdin.
+        // The last caller is gone: the task closes the session's input.
         drop(commands);
         closer.wait().await;
     }

@@ -2,7 +2,7 @@
 //!
 //! Callers never touch the table. They send the task a [`Command`] with a
 //! oneshot for the answer; the task records the request, queues its line for
-//! the session's stdin, and resolves the oneshot when the answer arrives, when
+//! the session's input, and resolves the oneshot when the answer arrives, when
 //! the line cannot be written, or when the session's output ends. So every
 //! waiter is answered exactly once, and nothing is left behind by a send that
 //! failed.
@@ -42,7 +42,7 @@ pub(crate) enum Command {
     Cancel { id: u64 },
 }
 
-/// Most lines queued for the session's stdin; callers wait beyond that.
+/// Most lines queued for the session's input; callers wait beyond that.
 const OUTBOX: usize = 64;
 
 /// The state the connection's task owns.
@@ -50,7 +50,7 @@ const OUTBOX: usize = 64;
 pub(crate) struct Driver {
     /// Requests sent or queued, by id, with their waiters.
     waiting: HashMap<u64, Reply>,
-    /// Lines for the session's stdin in order, each with the id of the
+    /// Lines for the session's input in order, each with the id of the
     /// request it is (if it is one).
     outbox: VecDeque<(Bytes, Option<u64>)>,
     /// The session's input queue; `None` once it is closed.
@@ -90,7 +90,7 @@ impl Driver {
 
     /// Runs until the session's output ends, then answers every waiter
     /// with [`CallError::Closed`]. When every caller is gone, the session's
-    /// stdin is closed once the queued lines are written, so the session
+    /// input is closed once the queued lines are written, so the session
     /// ends too.
     pub(crate) async fn run(
         mut self,
@@ -167,7 +167,7 @@ impl Driver {
         }
     }
 
-    /// Writes the first queued line, or, when the session's stdin is closed
+    /// Writes the first queued line, or, when the session's input is closed
     /// (`permit` is `None`), fails every queued request: none will be sent.
     pub(crate) fn write(&mut self, permit: Option<mpsc::OwnedPermit<Line>>) {
         match permit {
@@ -252,7 +252,7 @@ impl Driver {
     }
 }
 
-/// Room for one line on the way to the session's stdin; `None` once it is
+/// Room for one line on the way to the session's input; `None` once it is
 /// closed.
 async fn reserve(out: Option<mpsc::Sender<Line>>) -> Option<mpsc::OwnedPermit<Line>> {
     out?.reserve_owned().await.ok()
