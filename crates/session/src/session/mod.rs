@@ -1,6 +1,7 @@
 //! The owning task and the lifecycle of worker generations.
 
 mod client;
+mod gate;
 mod lifecycle;
 mod lists;
 mod restart;
@@ -256,6 +257,7 @@ impl<S: Spawner> Session<S> {
     ) -> Outcome {
         let (events_tx, events_rx) = mpsc::channel(1024);
         let mut control = Quiet::new(control);
+        let mut input_gate = gate::Gate::default();
         let mut s = Session {
             cfg: Arc::new(cfg),
             spawner,
@@ -296,7 +298,7 @@ impl<S: Spawner> Session<S> {
             let blocked = s.client_out.is_blocked();
             let stdin_blocked = s.gens.values().any(|g| g.stdin.is_blocked());
             tokio::select! {
-                frame = std::future::poll_fn(|cx| input.poll_frame(cx)), if s.client == ClientState::Open && caught_up => match frame {
+                frame = std::future::poll_fn(|cx| input_gate.poll(cx, |cx| input.poll_frame(cx))), if s.client == ClientState::Open && caught_up => match frame {
                     Some(Ok((frame, spans))) => s.on_client_frame(frame, spans).await,
                     Some(Err(e)) => {
                         tracing::debug!(error = %e, "client stdin failed");

@@ -16,6 +16,7 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::FramedRead;
 
 use super::WorkerEvent;
+use super::gate::Gate;
 
 /// One generation's framed stdout.
 struct Reader {
@@ -32,6 +33,8 @@ pub(crate) struct Stdouts {
     /// Which reader is asked first, turn by turn, so that one busy
     /// generation cannot starve another.
     turn: usize,
+    /// The readers are asked only once one of them may have something.
+    gate: Gate,
 }
 
 impl std::fmt::Debug for Stdouts {
@@ -46,6 +49,7 @@ impl Stdouts {
     pub fn push(&mut self, generation: u64, stdout: Pin<Box<dyn AsyncRead + Send>>, max: usize) {
         let frames = FramedRead::new(stdout, LineCodec::new(max));
         self.readers.push(Reader { generation, frames });
+        self.gate.open();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -64,28 +68,35 @@ impl Stdouts {
     /// read error ends it too). Pending forever while none is open.
     pub async fn next(&mut self) -> (u64, WorkerEvent) {
         poll_fn(|cx| {
-            let n = self.readers.len();
-            for k in 0..n {
-                let i = (self.turn + k) % n;
-                let reader = &mut self.readers[i];
-                match reader.frames.poll_next_unpin(cx) {
-                    Poll::Ready(Some(Ok(frame))) => {
-                        self.turn = (i + 1) % n;
-                        return Poll::Ready((reader.generation, WorkerEvent::Frame(frame)));
+            let Self {
+                readers,
+                turn,
+                gate,
+            } = self;
+            gate.poll(cx, |cx| {
+                let n = readers.len();
+                for k in 0..n {
+                    let i = (*turn + k) % n;
+                    let reader = &mut readers[i];
+                    match reader.frames.poll_next_unpin(cx) {
+                        Poll::Ready(Some(Ok(frame))) => {
+                            *turn = (i + 1) % n;
+                            return Poll::Ready((reader.generation, WorkerEvent::Frame(frame)));
+                        }
+                        Poll::Ready(Some(Err(e))) => {
+                            tracing::debug!(generation = reader.generation, error = %e, "worker stdout failed");
+                            let generation = readers.swap_remove(i).generation;
+                            return Poll::Ready((generation, WorkerEvent::StdoutClosed));
+                        }
+                        Poll::Ready(None) => {
+                            let generation = readers.swap_remove(i).generation;
+                            return Poll::Ready((generation, WorkerEvent::StdoutClosed));
+                        }
+                        Poll::Pending => {}
                     }
-                    Poll::Ready(Some(Err(e))) => {
-                        tracing::debug!(generation = reader.generation, error = %e, "worker stdout failed");
-                        let generation = self.readers.swap_remove(i).generation;
-                        return Poll::Ready((generation, WorkerEvent::StdoutClosed));
-                    }
-                    Poll::Ready(None) => {
-                        let generation = self.readers.swap_remove(i).generation;
-                        return Poll::Ready((generation, WorkerEvent::StdoutClosed));
-                    }
-                    Poll::Pending => {}
                 }
-            }
-            Poll::Pending
+                Poll::Pending
+            })
         })
         .await
     }
