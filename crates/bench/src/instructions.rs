@@ -54,6 +54,12 @@ pub struct InstructionsArgs {
     /// The valgrind binary.
     #[arg(long, value_name = "PATH", default_value = "valgrind")]
     valgrind: PathBuf,
+    /// Measure only this scenario (run, serve, run-http, tokio-relay; may
+    /// be repeated):
+    /// a quicker count while working on one path. Not with --check or
+    /// --write, which need every figure.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["check", "write"])]
+    scenario: Vec<String>,
 }
 
 /// How the client reaches mcpvisor in a scenario.
@@ -79,6 +85,10 @@ pub enum Launch {
     /// follows mcpvisor's arguments; the client calls the tool
     /// `bench__echo` (the gateway routes only MCP's own methods).
     Gateway,
+    /// Not mcpvisor: `mcpvisor-bench relay --` ([`crate::relay`]) in front
+    /// of the fake worker, traced the same way. The floor of any relay on
+    /// tokio; the client sends `bench/echo`.
+    Relay,
 }
 
 /// One way of putting mcpvisor in front of the fake worker.
@@ -95,14 +105,17 @@ pub struct Scenario {
 impl Scenario {
     /// Its command line, as the baseline records it.
     fn command(&self) -> String {
-        let mut words = vec!["mcpvisor"];
+        let mut words = vec![match self.launch {
+            Launch::Relay => "mcpvisor-bench",
+            Launch::Wrap | Launch::Gateway => "mcpvisor",
+        }];
         words.extend(self.args);
         match self.launch {
             Launch::Wrap if self.front == Front::Http => words.extend([
                 "mcpvisor-fake-worker",
                 "(HTTP POSTs on one keep-alive connection; tools/call echo)",
             ]),
-            Launch::Wrap => words.push("mcpvisor-fake-worker"),
+            Launch::Wrap | Launch::Relay => words.push("mcpvisor-fake-worker"),
             Launch::Gateway => words.extend([
                 "FILE",
                 "(FILE: one server, bench, the mcpvisor-fake-worker; tools/call bench__echo)",
@@ -114,10 +127,10 @@ impl Scenario {
     /// The requests of one load on this scenario.
     fn payloads(&self, payload: usize) -> Payloads {
         match (self.launch, self.front) {
-            (Launch::Wrap, Front::Stdio) => Payloads::new(payload),
+            (Launch::Wrap | Launch::Relay, Front::Stdio) => Payloads::new(payload),
             // The HTTP front is the gateway's hub, which routes only MCP's
             // own methods.
-            (Launch::Wrap, Front::Http) => {
+            (Launch::Wrap | Launch::Relay, Front::Http) => {
                 Payloads::with(payload, Echo::Tool(vec!["echo".to_owned()]))
             }
             (Launch::Gateway, _) => {
@@ -147,6 +160,12 @@ pub const SCENARIOS: &[Scenario] = &[
         launch: Launch::Wrap,
         front: Front::Http,
     },
+    Scenario {
+        name: "tokio-relay",
+        args: &["relay", "--"],
+        launch: Launch::Relay,
+        front: Front::Stdio,
+    },
 ];
 
 /// Payload sizes at concurrency 1, measured for every scenario.
@@ -161,6 +180,7 @@ const REQUESTS: u64 = 2000;
 pub const TOLERANCE_PERCENT: f64 = 10.0;
 
 pub async fn run(bins: &Binaries, args: &InstructionsArgs) -> anyhow::Result<()> {
+    let scenarios = chosen(&args.scenario)?;
     let valgrind = valgrind_version(&args.valgrind).await?;
     let requests = args.requests.unwrap_or(REQUESTS).max(1);
     let dir = match &args.keep {
@@ -172,7 +192,7 @@ pub async fn run(bins: &Binaries, args: &InstructionsArgs) -> anyhow::Result<()>
         valgrind: args.valgrind.clone(),
         dir: dir.clone(),
     };
-    let measured = measure_all(bins, &tracer, requests).await;
+    let measured = measure_all(bins, &tracer, &scenarios, requests).await;
     if args.keep.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -197,13 +217,32 @@ pub async fn run(bins: &Binaries, args: &InstructionsArgs) -> anyhow::Result<()>
     Ok(())
 }
 
+/// The scenarios `names` asks for, in report order; every one when empty.
+fn chosen(names: &[String]) -> anyhow::Result<Vec<&'static Scenario>> {
+    if let Some(unknown) = names
+        .iter()
+        .find(|name| !SCENARIOS.iter().any(|s| s.name == name.as_str()))
+    {
+        let known: Vec<_> = SCENARIOS.iter().map(|s| s.name).collect();
+        anyhow::bail!(
+            "--scenario {unknown}: no such scenario (known: {})",
+            known.join(", ")
+        );
+    }
+    Ok(SCENARIOS
+        .iter()
+        .filter(|s| names.is_empty() || names.iter().any(|name| name == s.name))
+        .collect())
+}
+
 async fn measure_all(
     bins: &Binaries,
     tracer: &Tracer,
+    scenarios: &[&Scenario],
     requests: u64,
 ) -> anyhow::Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    for scenario in SCENARIOS {
+    for scenario in scenarios {
         for &(payload, concurrency) in LOADS {
             eprintln!(
                 "mcpvisor-bench: instructions: {}, {payload} B at concurrency {concurrency}, \
@@ -251,7 +290,7 @@ impl Tracer {
         let label = format!("{}-{payload}-c{concurrency}-{requests}", scenario.name);
         // Held until the run is over: its config file and list cache.
         let served = match scenario.launch {
-            Launch::Wrap => None,
+            Launch::Wrap | Launch::Relay => None,
             Launch::Gateway => Some(Gateway::new(
                 bins,
                 &format!("instructions-{label}"),
@@ -268,10 +307,18 @@ impl Tracer {
                 &label,
                 "callgrind",
             ))
-            .arg(flag("--log-file=", &self.dir, &label, "log"))
-            .arg(&bins.mcpvisor)
-            .args(scenario.args);
+            .arg(flag("--log-file=", &self.dir, &label, "log"));
+        match scenario.launch {
+            Launch::Relay => command
+                .arg(std::env::current_exe().context("cannot find mcpvisor-bench's own path")?),
+            Launch::Wrap | Launch::Gateway => command.arg(&bins.mcpvisor),
+        };
+        command.args(scenario.args);
         let via = match &served {
+            None if scenario.launch == Launch::Relay => {
+                command.arg(&bins.worker);
+                Via::Relay
+            }
             None => {
                 command.arg(&bins.worker);
                 Via::Mcpvisor
@@ -492,5 +539,21 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), SCENARIOS.len());
+    }
+
+    #[test]
+    fn scenarios_are_chosen_by_name_in_report_order() {
+        let names = |chosen: Vec<&Scenario>| chosen.iter().map(|s| s.name).collect::<Vec<_>>();
+        let all = names(chosen(&[]).expect("every one"));
+        assert_eq!(all, ["run", "serve", "run-http", "tokio-relay"]);
+        let asked = ["run-http".to_owned(), "run".to_owned()];
+        assert_eq!(names(chosen(&asked).expect("known")), ["run", "run-http"]);
+        let err = chosen(&["gateway".to_owned()]).expect_err("unknown");
+        assert!(
+            err.to_string().contains(
+                "--scenario gateway: no such scenario (known: run, serve, run-http, tokio-relay)"
+            ),
+            "{err}"
+        );
     }
 }

@@ -43,7 +43,9 @@
 //! `mcpvisor-bench instructions` ([`instructions`]) is separate from all of
 //! this: it counts mcpvisor's own instructions per request under callgrind
 //! and compares them with a committed [`baseline`], a figure that the rest
-//! of the machine cannot move.
+//! of the machine cannot move. Beside mcpvisor it counts `mcpvisor-bench
+//! relay` ([`relay`]), a relay on tokio that only copies bytes: the floor
+//! under every figure.
 
 mod baseline;
 mod gateway;
@@ -56,6 +58,7 @@ mod machine;
 mod payload;
 mod peer;
 mod peers;
+mod relay;
 mod report;
 mod scenario;
 mod soak;
@@ -120,6 +123,9 @@ enum Command {
     /// the same fake worker, with direct stdio as the floor (installs the
     /// peers under .cache/bench-peers/ first).
     Peers(peers::PeersArgs),
+    /// Copies bytes between its own pipes and CMD's on tokio, and does
+    /// nothing else: the floor `instructions` measures beside mcpvisor.
+    Relay(relay::RelayArgs),
 }
 
 fn main() -> ExitCode {
@@ -151,6 +157,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         }
         Some(Command::Http(args)) => return runtime.block_on(http::run(&binaries, args)),
         Some(Command::Peers(args)) => return runtime.block_on(peers::run(&binaries, args)),
+        Some(Command::Relay(args)) => return runtime.block_on(relay::run(args)),
         None => {}
     }
     let plan = if args.quick {
