@@ -2,6 +2,9 @@
 fixture with `--http PORT`) as a remote server of mcpvisor: `serve` with a
 `url` entry (the SDK's client over stdio, with sampling answered through the
 gateway), `inspect --url` and `call --url`, and `connect` in front of it.
+Then the SDK's server over the old HTTP+SSE transport (`--sse PORT`): a
+`"type": "sse"` entry through `serve`, and `inspect --url` and `call --url`
+on its event stream, which fall back to that transport by themselves.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def sdk_http_server(errlog: TextIO) -> Iterator[str]:
-    """The fixture served by the SDK's own Streamable HTTP; yields its URL."""
+def sdk_http_server(errlog: TextIO, transport: str = "--http") -> Iterator[str]:
+    """The fixture served by the SDK's own Streamable HTTP (or, with
+    `--sse`, its HTTP+SSE transport); yields its URL."""
     port = _free_port()
     env = {**os.environ, TAG_VAR: process_tag()}
     proc = subprocess.Popen(
-        [sys.executable, "-u", str(FIXTURE), "--http", str(port)],
+        [sys.executable, "-u", str(FIXTURE), transport, str(port)],
         stdout=errlog,
         stderr=errlog,
         env=env,
@@ -51,7 +55,7 @@ def sdk_http_server(errlog: TextIO) -> Iterator[str]:
             assert proc.poll() is None, "the SDK server ended before it listened"
             assert time.monotonic() < deadline, "the SDK server did not listen within 20 s"
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/" + ("sse" if transport == "--sse" else "mcp")
     finally:
         proc.terminate()
         try:
@@ -114,6 +118,50 @@ async def test_connect_in_front_of_the_sdk_http_server(errlog) -> None:
 
 def test_inspect_and_call_url(errlog) -> None:
     with sdk_http_server(errlog) as url:
+        env = {**os.environ, TAG_VAR: process_tag()}
+        out = subprocess.run(
+            [str(mcpvisor_bin()), "inspect", "--json", "--url", url],
+            capture_output=True, text=True, timeout=60, env=env,
+        )
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["server"]["name"] == "mcpvisor-conformance-fixture"
+        assert "test_simple_text" in {t["name"] for t in report["tools"]}
+        out = subprocess.run(
+            [str(mcpvisor_bin()), "call", "--url", url, "test_simple_text"],
+            capture_output=True, text=True, timeout=60, env=env,
+        )
+        assert (out.returncode, out.stdout.strip()) == (0, "This is a simple text response for testing."), out.stderr
+
+
+async def test_serve_type_sse_entry_over_the_sdk_sse_server(tmp_path: Path, errlog) -> None:
+    with sdk_http_server(errlog, "--sse") as url:
+        config = tmp_path / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {"old": {"type": "sse", "url": url}}}))
+        async with connect(
+            serve_params(config), errlog, mode="legacy", sampling_callback=_sampling
+        ) as c:
+            names = {t.name for t in (await c.list_tools()).tools}
+            assert {"old__test_simple_text", "old__test_tool_with_progress", "old__test_sampling"} <= names
+            assert _text(await c.call_tool("old__test_simple_text", {})) == (
+                "This is a simple text response for testing."
+            )
+            progress: list[float] = []
+
+            async def on_progress(value: float, total: float | None, message: str | None) -> None:
+                progress.append(value)
+
+            result = await c.call_tool("old__test_tool_with_progress", {}, progress_callback=on_progress)
+            assert _text(result) == "Tool with progress executed successfully"
+            assert progress == [0, 50, 100]
+            # The server's own request comes on the event stream, and its
+            # answer goes back as a POST.
+            sampled = _text(await c.call_tool("old__test_sampling", {"prompt": "hi"}))
+            assert SAMPLED in sampled, sampled
+
+
+def test_inspect_and_call_url_fall_back_to_the_sdk_sse_server(errlog) -> None:
+    with sdk_http_server(errlog, "--sse") as url:
         env = {**os.environ, TAG_VAR: process_tag()}
         out = subprocess.run(
             [str(mcpvisor_bin()), "inspect", "--json", "--url", url],

@@ -198,7 +198,9 @@ pub struct ServerArgs {
     /// Show the server's stderr as it runs (it is always in crash reports).
     #[arg(long)]
     pub show_stderr: bool,
-    /// A remote server's Streamable HTTP endpoint, instead of a command or --config.
+    /// A remote server's URL, instead of a command or --config: its Streamable
+    /// HTTP endpoint, or the event stream of an older HTTP+SSE server (tried
+    /// when the server refuses Streamable HTTP).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
     /// A header for a remote server (--url, or a config entry with a url); repeatable; `${VAR}` is taken from the environment.

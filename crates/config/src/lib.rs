@@ -55,7 +55,7 @@ pub use report::{
 };
 pub use secrets::{Secret, SecretsError};
 pub use server::{
-    ConfigEntry, ConfigError, ConfigFile, Dialect, RestartMode, ServerDef, SessionMode, StartMode,
-    Supervision, Timer, ToolFilter, UnsupportedServer,
+    ConfigEntry, ConfigError, ConfigFile, Dialect, RemoteTransport, RestartMode, ServerDef,
+    SessionMode, StartMode, Supervision, Timer, ToolFilter, UnsupportedServer,
 };
 pub use set::{Member, ServerSet, SetError, SkipReason, Skipped};

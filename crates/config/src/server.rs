@@ -22,14 +22,15 @@
 //! in a remote server's header values.
 //!
 //! An entry with a `url` and no `command` (Claude and Cursor), `"type":
-//! "http"` (VS Code, also `"streamable-http"`) or a Codex `url` is a remote
-//! server spoken to over Streamable HTTP: [`ServerDef::url`] and
-//! [`ServerDef::headers`] (`headers`, Codex's `http_headers`, and Codex's
-//! `bearer_token_env_var` as an `Authorization: Bearer ${VAR}` header).
-//! Header values may hold `${VAR}` placeholders, filled at every connect.
-//! Entries for other transports (`"type": "sse"`, the old HTTP+SSE one) are
-//! kept as [`UnsupportedServer`]s, so that asking for one by name says why it
-//! cannot run instead of claiming it does not exist.
+//! "http"` (VS Code, also `"streamable-http"`), `"type": "sse"` or a Codex
+//! `url` is a remote server: [`ServerDef::url`] and [`ServerDef::headers`]
+//! (`headers`, Codex's `http_headers`, and Codex's `bearer_token_env_var` as
+//! an `Authorization: Bearer ${VAR}` header), spoken to as
+//! [`ServerDef::transport`] says. Header values may hold `${VAR}`
+//! placeholders, filled at every connect. Entries for other transports
+//! (`"type": "ws"`, say) are kept as [`UnsupportedServer`]s, so that asking
+//! for one by name says why it cannot run instead of claiming it does not
+//! exist.
 //!
 //! Every [`ConfigError`] is one line that names the file, the entry when
 //! there is one, and for syntax errors the line and column.
@@ -81,10 +82,12 @@ pub struct ServerDef {
     /// How this server wants to be supervised where it differs from the
     /// defaults; see [`Supervision`].
     pub supervision: Supervision,
-    /// A remote server's Streamable HTTP endpoint (`url`); `None` for a
-    /// stdio server. A remote server has no `command`, `args`, `cwd` or
-    /// `env`.
+    /// A remote server's endpoint (`url`); `None` for a stdio server. A
+    /// remote server has no `command`, `args`, `cwd` or `env`.
     pub url: Option<String>,
+    /// How a remote server is spoken to (`type`); unused for a stdio
+    /// server.
+    pub transport: RemoteTransport,
     /// Headers sent with every request to a remote server (`headers`, or
     /// Codex's `http_headers`). Values may hold `${VAR}` placeholders,
     /// filled from `env_file` and the environment at every connect (see
@@ -96,6 +99,34 @@ pub struct ServerDef {
     /// The config file the entry was read from (`None` for a definition
     /// built from the command line).
     pub source: Option<PathBuf>,
+}
+
+/// How a remote server is spoken to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RemoteTransport {
+    /// Streamable HTTP, or the old HTTP+SSE transport when the server
+    /// refuses Streamable HTTP's `initialize` with 400, 404 or 405 (what the
+    /// protocol's section on backwards compatibility advises a client to
+    /// do): an entry with a `url` and no `type`, and `--url`.
+    #[default]
+    Auto,
+    /// Streamable HTTP only: `"type": "http"` (or `"streamable-http"`).
+    Http,
+    /// The old HTTP+SSE transport of protocol version 2024-11-05: `"type":
+    /// "sse"`. The `url` is the event stream; the server names the endpoint
+    /// that takes the messages in its first event.
+    Sse,
+}
+
+impl RemoteTransport {
+    /// The `type` that asks for it in a config file (`None`: none given).
+    pub fn config_type(self) -> Option<&'static str> {
+        match self {
+            Self::Auto => None,
+            Self::Http => Some("http"),
+            Self::Sse => Some("sse"),
+        }
+    }
 }
 
 /// Which tools of a server are let through.
@@ -217,7 +248,7 @@ pub enum ConfigError {
     },
     /// [`ConfigFile::get`] was asked for a server of another transport.
     #[error(
-        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio and Streamable HTTP servers only",
+        "{}: server {name:?} uses the {transport:?} transport; mcpvisor runs stdio, Streamable HTTP and HTTP+SSE servers only",
         path.display()
     )]
     Unsupported {
@@ -425,7 +456,7 @@ impl ServerDef {
         }
     }
 
-    /// Whether this is a remote (Streamable HTTP) server.
+    /// Whether this is a remote server (Streamable HTTP or HTTP+SSE).
     pub fn is_remote(&self) -> bool {
         self.url.is_some()
     }
@@ -448,6 +479,7 @@ impl fmt::Debug for ServerDef {
             .field("tools", &self.tools)
             .field("supervision", &self.supervision)
             .field("url", &self.url.as_ref().map(|_| "***"))
+            .field("transport", &self.transport)
             .field("headers", &Redacted(self.headers.keys()))
             .field("extra", &Redacted(self.extra.keys()))
             .field("source", &self.source)

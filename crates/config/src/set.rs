@@ -15,8 +15,8 @@
 //! * Disabled entries are kept, with [`ServerDef::disabled`] set.
 //! * The name `mcpvisor` is reserved for the gateway's own tools.
 //! * Entries that cannot be served are skipped and reported as data for the
-//!   caller to log: other transports (`"type": "sse"`, the old HTTP+SSE
-//!   one; remote Streamable HTTP entries are served), and entries
+//!   caller to log: transports mcpvisor does not speak (remote entries
+//!   over Streamable HTTP or the old HTTP+SSE are served), and entries
 //!   that would start this very gateway (`mcpvisor serve --config F` where
 //!   `F` is one of the files being loaded), which would otherwise start
 //!   itself over and over.
@@ -64,10 +64,9 @@ pub struct Skipped {
 /// Why an entry was left out of a [`ServerSet`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkipReason {
-    /// It uses another transport (the old HTTP+SSE one, ...), which
-    /// mcpvisor does not serve.
+    /// It uses a transport mcpvisor does not speak.
     Remote {
-        /// The transport it asks for, e.g. `"sse"`.
+        /// The transport it asks for, e.g. `"ws"`.
         transport: String,
     },
     /// It would start this gateway itself.
@@ -288,6 +287,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         tools,
         supervision,
         url,
+        transport,
         headers,
         extra: _,
         source: _,
@@ -305,6 +305,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *tools == b.tools
         && *supervision == b.supervision
         && *url == b.url
+        && *transport == b.transport
         && *headers == b.headers
 }
 
@@ -381,7 +382,7 @@ impl fmt::Display for SkipReason {
         match self {
             SkipReason::Remote { transport } => write!(
                 f,
-                "it uses the {transport:?} transport; mcpvisor serves stdio and Streamable HTTP servers only"
+                "it uses the {transport:?} transport; mcpvisor serves stdio, Streamable HTTP and HTTP+SSE servers only"
             ),
             SkipReason::SelfReference { config } => write!(
                 f,

@@ -195,6 +195,7 @@ async fn read_stream(
             id,
             retry: asked,
             oversize,
+            ..
         } in events.drain(..)
         {
             if id.is_some() {
@@ -301,7 +302,11 @@ pub(crate) async fn post_quiet(shared: &Shared, line: Bytes) -> Result<(), HttpE
 
 /// Writes out one message the server sent. When it is the answer to
 /// `answer_to`, returns it.
-async fn emit(shared: &Shared, message: Bytes, answer_to: Option<&str>) -> Option<Bytes> {
+pub(crate) async fn emit(
+    shared: &Shared,
+    message: Bytes,
+    answer_to: Option<&str>,
+) -> Option<Bytes> {
     // A line out must be one line: a pretty-printed message is made compact.
     let message = if message.iter().any(|&b| b == b'\n' || b == b'\r') {
         match serde_json::from_slice::<serde_json::Value>(&message) {
@@ -344,7 +349,7 @@ async fn body(mut response: Response, max: usize) -> Result<Option<Bytes>, reqwe
 }
 
 /// The head of an error's body, for the report (bounded in time and size).
-async fn error_body(mut response: Response) -> String {
+pub(crate) async fn error_body(mut response: Response) -> String {
     let mut head = Vec::new();
     let read = async {
         while let Ok(Some(chunk)) = response.chunk().await {
@@ -359,7 +364,7 @@ async fn error_body(mut response: Response) -> String {
     String::from_utf8_lossy(&head).trim().to_owned()
 }
 
-fn is_sse(response: &Response) -> bool {
+pub(crate) fn is_sse(response: &Response) -> bool {
     response
         .headers()
         .get(CONTENT_TYPE)

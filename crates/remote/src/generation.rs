@@ -16,6 +16,7 @@
 //! generation, which sends `initialize` again.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +36,20 @@ use tokio_util::sync::CancellationToken;
 use crate::http::Http;
 
 use crate::exchange::{Exchange, exchange, listen, post_quiet};
+use crate::legacy::{self, Posted};
+
+/// How a generation speaks to its server.
+#[derive(Debug, Clone)]
+pub(crate) enum Transport {
+    /// Streamable HTTP.
+    Streamable,
+    /// The old HTTP+SSE transport ([`crate::legacy`]).
+    Legacy,
+    /// Streamable HTTP, or the old transport when the server refuses
+    /// `initialize` with 400, 404 or 405. `learned` is set when it did, so
+    /// that the server's later generations go to the old transport at once.
+    Auto { learned: Arc<AtomicBool> },
+}
 /// What every task of a generation shares.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -50,6 +65,17 @@ pub(crate) struct Shared {
     pub tail: Arc<Mutex<StderrTail>>,
     /// Tells the session of requests that never reached the server.
     pub reporter: WorkerReporter,
+    pub transport: Transport,
+}
+
+/// Why the Streamable HTTP loop stopped sending.
+enum Halt {
+    /// The remote session is over.
+    End(HttpEnd),
+    /// The server refused `initialize` as a server of the old transport
+    /// would (how, in the `HttpEnd`): this line (the `initialize`) goes to
+    /// it that way.
+    Legacy(Bytes, HttpEnd),
 }
 /// The generation's owning task.
 pub(crate) struct Generation {
@@ -79,6 +105,9 @@ impl Generation {
         stop: CancellationToken,
         mut fatal: mpsc::Receiver<HttpEnd>,
     ) -> Exit {
+        if matches!(self.shared.transport, Transport::Legacy) {
+            return self.run_legacy(input, stop, fatal, None).await;
+        }
         loop {
             tokio::select! {
                 biased;
@@ -95,8 +124,13 @@ impl Generation {
                             () = stop.cancelled() => return self.close().await,
                             sent = self.send(line) => sent,
                         };
-                        if let Err(end) = sent {
-                            return self.end(end, &mut input);
+                        match sent {
+                            Ok(()) => {}
+                            Err(Halt::End(end)) => return self.end(end, &mut input),
+                            Err(Halt::Legacy(initialize, refused)) => {
+                                let first = Some((initialize, refused));
+                                return self.run_legacy(input, stop, fatal, first).await;
+                            }
                         }
                     }
                     Some(Ok(Frame::Oversize { len, .. })) => {
@@ -109,7 +143,7 @@ impl Generation {
     }
 
     /// Sends one line from the session.
-    async fn send(&mut self, line: Bytes) -> Result<(), HttpEnd> {
+    async fn send(&mut self, line: Bytes) -> Result<(), Halt> {
         let (kind, method, id, cancelled) = match Envelope::peek(&line) {
             Ok(env) => (
                 env.kind,
@@ -120,7 +154,12 @@ impl Generation {
             Err(_) => (Kind::Notification, None, None, None),
         };
         match (kind, method.as_deref(), id) {
-            (Kind::Request, Some("initialize"), Some(id)) => self.initialize(line, &id).await,
+            (Kind::Request, Some("initialize"), Some(id)) => {
+                match self.initialize(line.clone(), &id).await {
+                    Err(end) if self.falls_back(&end) => Err(Halt::Legacy(line, end)),
+                    done => done.map_err(Halt::End),
+                }
+            }
             (Kind::Request, _, Some(id)) => {
                 let shared = Arc::clone(&self.shared);
                 let key = id.clone();
@@ -131,7 +170,7 @@ impl Generation {
                 Ok(())
             }
             (_, method, _) => {
-                post_quiet(&self.shared, line).await?;
+                post_quiet(&self.shared, line).await.map_err(Halt::End)?;
                 if method == Some("notifications/cancelled") {
                     // The server was told; nobody waits for this answer.
                     if let Some(handle) = cancelled.and_then(|id| self.waiting.remove(&id)) {
@@ -151,6 +190,155 @@ impl Generation {
                     }
                 }
                 Ok(())
+            }
+        }
+    }
+
+    /// Whether a refused `initialize` sends this generation to the old
+    /// transport: a 400, 404 or 405 from a server whose transport is not
+    /// known, as the protocol's section on backwards compatibility says.
+    fn falls_back(&self, end: &HttpEnd) -> bool {
+        if !matches!(self.shared.transport, Transport::Auto { .. }) {
+            return false;
+        }
+        if !matches!(end.status, Some(400 | 404 | 405)) {
+            return false;
+        }
+        note(
+            &self.shared,
+            &format!(
+                "initialize over Streamable HTTP: HTTP {}; trying the HTTP+SSE transport",
+                end.status.unwrap_or_default()
+            ),
+        );
+        tracing::info!(
+            generation = self.shared.generation,
+            status = end.status,
+            "the server refused Streamable HTTP; trying the HTTP+SSE transport"
+        );
+        true
+    }
+
+    /// The generation over the old HTTP+SSE transport: the event stream is
+    /// opened (and read by a task of its own until it ends, which ends the
+    /// generation), then each line of the session is POSTed to the endpoint
+    /// it named, in order. `first` is a line to send before the session's
+    /// next: the `initialize` that Streamable HTTP refused, with how it was
+    /// refused. Then, if the old transport does not answer either, the
+    /// generation ends on that refusal (a server that speaks Streamable
+    /// HTTP is best described by it), with the old transport's failure
+    /// added; and only once it does is the server taken to speak it.
+    async fn run_legacy(
+        mut self,
+        mut input: FramedRead<DuplexStream, LineCodec>,
+        stop: CancellationToken,
+        mut fatal: mpsc::Receiver<HttpEnd>,
+        first: Option<(Bytes, HttpEnd)>,
+    ) -> Exit {
+        let opened = tokio::select! {
+            () = stop.cancelled() => return self.close().await,
+            opened = tokio::time::timeout(legacy::ENDPOINT_WAIT, legacy::open(&self.shared)) => opened,
+        };
+        let opened = opened.unwrap_or_else(|_| {
+            let detail = format!(
+                "the event stream named no endpoint within {:?}",
+                legacy::ENDPOINT_WAIT
+            );
+            Err(end(None, HttpStage::Listen, detail))
+        });
+        let stream = match (opened, first.as_ref()) {
+            (Ok(stream), _) => stream,
+            (Err(failed), None) => return self.end(failed, &mut input),
+            (Err(failed), Some((_, refused))) => {
+                let mut refused = refused.clone();
+                let status = failed
+                    .status
+                    .map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
+                let tried = format!("as HTTP+SSE, {status}: {}", failed.detail);
+                refused.detail = if refused.detail.is_empty() {
+                    tried
+                } else {
+                    format!("{}; {tried}", refused.detail)
+                };
+                return self.end(refused, &mut input);
+            }
+        };
+        if let Transport::Auto { learned } = &self.shared.transport {
+            learned.store(true, Ordering::Relaxed);
+        }
+        let endpoint = stream.endpoint.clone();
+        let shared = Arc::clone(&self.shared);
+        self.tasks.spawn(async move {
+            let over = legacy::read(&shared, stream).await;
+            let _ = shared.fatal.send(over).await;
+            None
+        });
+        if let Some((line, _)) = first {
+            if let Err(end) = self.post_legacy(&endpoint, line).await {
+                return self.end(end, &mut input);
+            }
+        }
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return self.close().await,
+                Some(end) = fatal.recv() => return self.end(end, &mut input),
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
+                frame = input.next() => match frame {
+                    Some(Ok(Frame::Line(line))) => {
+                        let posted = tokio::select! {
+                            () = stop.cancelled() => return self.close().await,
+                            posted = self.post_legacy(&endpoint, line) => posted,
+                        };
+                        if let Err(end) = posted {
+                            return self.end(end, &mut input);
+                        }
+                    }
+                    Some(Ok(Frame::Oversize { len, .. })) => {
+                        tracing::warn!(len, "a message over the size bound was not sent");
+                    }
+                    None | Some(Err(_)) => return self.close().await,
+                },
+            }
+        }
+    }
+
+    /// POSTs one line over the old transport. A request that the server
+    /// refused, or that may not have reached it, is answered by us once;
+    /// `Err` when the session is over.
+    async fn post_legacy(&mut self, endpoint: &reqwest::Url, line: Bytes) -> Result<(), HttpEnd> {
+        let request = Envelope::peek(&line)
+            .ok()
+            .filter(|env| env.kind == Kind::Request)
+            .and_then(|env| env.id.map(|id| id.get().to_owned()));
+        match legacy::post(&self.shared, endpoint, line).await {
+            Posted::Accepted => Ok(()),
+            Posted::Refused(end) => {
+                match request {
+                    Some(id) => {
+                        let message = format!("the remote server refused the request: {end}");
+                        reply(&self.shared, &id, INTERNAL_ERROR, &message, end).await;
+                    }
+                    None => tracing::warn!(
+                        status = end.status,
+                        "the remote server refused a notification"
+                    ),
+                }
+                Ok(())
+            }
+            Posted::Unknown(end) => {
+                note(&self.shared, &format!("POST: {end}"));
+                if let Some(id) = request {
+                    let message = "the connection to the remote server broke while the request                                    was sent; the outcome is uncertain: check state before                                    retrying a mutation";
+                    reply(&self.shared, &id, WORKER_LOST, message, end).await;
+                }
+                Ok(())
+            }
+            Posted::Undelivered(end) => {
+                if let Some(wid) = request.and_then(|id| id.parse::<u64>().ok()) {
+                    self.shared.reporter.undelivered(wid);
+                }
+                Err(end)
             }
         }
     }

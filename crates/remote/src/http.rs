@@ -88,10 +88,21 @@ impl Http {
         headers
     }
 
+    /// The URL the entry names: the Streamable HTTP endpoint, or the old
+    /// transport's event stream.
+    pub(crate) fn url(&self) -> &Url {
+        &self.url
+    }
+
     /// POSTs one message.
     pub(crate) async fn post(&self, body: Bytes) -> Result<Response, reqwest::Error> {
+        self.post_to(&self.url, body).await
+    }
+
+    /// POSTs one message to `url` (the old transport's message endpoint).
+    pub(crate) async fn post_to(&self, url: &Url, body: Bytes) -> Result<Response, reqwest::Error> {
         self.client
-            .post(self.url.clone())
+            .post(url.clone())
             .headers(self.session_headers())
             .header(CONTENT_TYPE, "application/json")
             .body(body)

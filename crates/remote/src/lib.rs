@@ -1,4 +1,5 @@
-//! Remote MCP servers over Streamable HTTP, supervised like local ones.
+//! Remote MCP servers over Streamable HTTP (or the old HTTP+SSE transport,
+//! `legacy.rs`), supervised like local ones.
 //!
 //! # Theory of operation
 //!
@@ -37,6 +38,7 @@
 mod exchange;
 mod generation;
 mod http;
+mod legacy;
 mod spawner;
 mod sse;
 

@@ -1,11 +1,12 @@
 //! From a remote server's definition to worker generations.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mcpvisor_config::ServerDef;
 use mcpvisor_config::report::StderrTail;
 use mcpvisor_config::secrets::expand_headers;
+use mcpvisor_config::{RemoteTransport, ServerDef};
 use mcpvisor_jsonrpc::LineCodec;
 use mcpvisor_process::Exit;
 use mcpvisor_session::writer::write_lines;
@@ -16,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::generation::{Generation, Shared};
+use crate::generation::{Generation, Shared, Transport};
 use crate::http::Http;
 
 /// Room in each in-memory pipe between the session and a generation.
@@ -33,6 +34,9 @@ pub struct RemoteSpawner {
     client: reqwest::Client,
     max_message_bytes: usize,
     ceiling: Duration,
+    /// An entry without a `type` whose server turned out to speak the old
+    /// HTTP+SSE transport: its later generations go there at once.
+    learned_legacy: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for RemoteSpawner {
@@ -86,7 +90,22 @@ impl RemoteSpawner {
             client,
             max_message_bytes,
             ceiling,
+            learned_legacy: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// How the next generation speaks to the server.
+    fn transport(&self) -> Transport {
+        match self.def.transport {
+            RemoteTransport::Http => Transport::Streamable,
+            RemoteTransport::Sse => Transport::Legacy,
+            RemoteTransport::Auto if self.learned_legacy.load(Ordering::Relaxed) => {
+                Transport::Legacy
+            }
+            RemoteTransport::Auto => Transport::Auto {
+                learned: Arc::clone(&self.learned_legacy),
+            },
+        }
     }
 
     /// The headers, filled in now; errors name the header, never a value.
@@ -131,6 +150,7 @@ impl Spawner for RemoteSpawner {
             fatal,
             tail: Arc::clone(&tail),
             reporter,
+            transport: self.transport(),
         };
         let stop = CancellationToken::new();
         let (exit_tx, exit_rx) = oneshot::channel();

@@ -1,8 +1,8 @@
 //! A bounded `text/event-stream` parser.
 //!
 //! Fed the body's chunks as they come, it yields one [`Event`] per blank
-//! line. Only `data`, `id` and `retry` matter to MCP; `event` names and
-//! comments are skipped. An event whose data passes the bound is reported
+//! line: its `data`, `id`, `retry` and `event` name (which only the old
+//! HTTP+SSE transport uses); comments are skipped. An event whose data passes the bound is reported
 //! as [`Event::oversize`] with its data dropped, and a line longer than the
 //! bound is discarded as it streams by, so a server cannot make the parser
 //! hold more than about one bound's worth of bytes.
@@ -21,6 +21,9 @@ pub(crate) struct Event {
     pub id: Option<String>,
     /// The `retry` field, when the event set one.
     pub retry: Option<Duration>,
+    /// The `event` field, when the event set one (`None` means
+    /// `message`).
+    pub name: Option<String>,
     /// The data was over the bound and was dropped.
     pub oversize: bool,
 }
@@ -36,6 +39,7 @@ pub(crate) struct Parser {
     has_data: bool,
     id: Option<String>,
     retry: Option<Duration>,
+    name: Option<String>,
     oversize: bool,
 }
 
@@ -50,6 +54,7 @@ impl Parser {
             has_data: false,
             id: None,
             retry: None,
+            name: None,
             oversize: false,
         }
     }
@@ -121,6 +126,9 @@ impl Parser {
             b"id" if !value.contains(&0) => {
                 self.id = Some(String::from_utf8_lossy(value).into_owned());
             }
+            b"event" => {
+                self.name = Some(String::from_utf8_lossy(value).into_owned());
+            }
             b"retry" => {
                 if let Some(ms) = std::str::from_utf8(value)
                     .ok()
@@ -142,6 +150,7 @@ impl Parser {
             },
             id: self.id.take(),
             retry: self.retry.take(),
+            name: self.name.take(),
             oversize: self.oversize,
         };
         self.data.clear();
@@ -181,6 +190,25 @@ mod tests {
         assert_eq!(&events[0].data[..], br#"{"a":1}"#);
         assert_eq!(events[1].id, None);
         assert_eq!(&events[1].data[..], b"x");
+        assert_eq!(events[0].name, None);
+        assert_eq!(events[1].name.as_deref(), Some("message"));
+    }
+
+    #[test]
+    fn an_event_name_belongs_to_its_own_event_only() {
+        let events = parse(
+            1024,
+            &[b"event: endpoint
+data: /messages?s=1
+
+data: {}
+
+"],
+        );
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].name.as_deref(), Some("endpoint"));
+        assert_eq!(&events[0].data[..], b"/messages?s=1");
+        assert_eq!(events[1].name, None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Format, ServerDef, ToolFilter, UnsupportedServer, supervision};
+use super::{Format, RemoteTransport, ServerDef, ToolFilter, UnsupportedServer, supervision};
 use crate::duration::{parse_duration, seconds};
 
 /// What one entry turned out to be.
@@ -62,10 +62,14 @@ pub(super) fn parse(
     let fields = Fields { map, format };
 
     let kind = fields.string("type")?;
-    let remote = match kind {
-        None => !map.contains_key("command") && map.contains_key("url"),
-        Some("http" | "streamable-http" | "streamableHttp") => true,
-        Some("stdio") => false,
+    let (remote, transport) = match kind {
+        None => (
+            !map.contains_key("command") && map.contains_key("url"),
+            RemoteTransport::Auto,
+        ),
+        Some("http" | "streamable-http" | "streamableHttp") => (true, RemoteTransport::Http),
+        Some("sse") => (true, RemoteTransport::Sse),
+        Some("stdio") => (false, RemoteTransport::Auto),
         Some(other) => {
             return Ok(Entry::Unsupported(UnsupportedServer {
                 name: name.to_owned(),
@@ -135,6 +139,7 @@ pub(super) fn parse(
         tools: fields.tools()?,
         supervision: supervision::parse(&fields)?,
         url,
+        transport,
         headers,
         extra: map
             .iter()

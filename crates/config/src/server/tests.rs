@@ -114,6 +114,8 @@ fn vscode_file_with_comments_and_remote_entries() -> Result<(), ConfigError> {
             },
             "remote": {"type": "http", "url": "https://api.example.com/mcp"},
             "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+            "either": {"url": "https://new-or-old.example.com/mcp"},
+            "socket": {"type": "ws", "url": "wss://example.com/mcp"},
           },
         }"#,
     )?;
@@ -128,15 +130,22 @@ fn vscode_file_with_comments_and_remote_entries() -> Result<(), ConfigError> {
         .unsupported()
         .map(|s| (s.name.as_str(), s.transport.as_str()))
         .collect();
-    assert_eq!(unsupported, [("legacy", "sse")]);
+    assert_eq!(unsupported, [("socket", "ws")]);
     let remote = file.get("remote")?;
     assert_eq!(remote.url.as_deref(), Some("https://api.example.com/mcp"));
     assert!(remote.command.is_empty() && remote.is_remote());
+    assert_eq!(remote.transport, RemoteTransport::Http);
+    let legacy = file.get("legacy")?;
+    assert_eq!(legacy.url.as_deref(), Some("https://old.example.com/sse"));
+    assert!(legacy.is_remote());
+    assert_eq!(legacy.transport, RemoteTransport::Sse);
+    assert_eq!(file.get("either")?.transport, RemoteTransport::Auto);
+    assert_eq!(memory.transport, RemoteTransport::Auto, "unused for stdio");
     assert_eq!(
-        file.get("legacy").map(drop).map_err(|e| e.to_string()),
+        file.get("socket").map(drop).map_err(|e| e.to_string()),
         Err(
-            "/srv/proj/.vscode/mcp.json: server \"legacy\" uses the \"sse\" transport; \
-             mcpvisor runs stdio and Streamable HTTP servers only"
+            "/srv/proj/.vscode/mcp.json: server \"socket\" uses the \"ws\" transport; \
+             mcpvisor runs stdio, Streamable HTTP and HTTP+SSE servers only"
                 .to_owned()
         )
     );
@@ -495,7 +504,7 @@ fn errors_never_quote_env_values() {
 fn unknown_server_lists_the_names() -> Result<(), ConfigError> {
     let file = parse_at(
         "config.json",
-        r#"{"mcpServers": {"github": {"command": "g"}, "files": {"command": "f"}, "web": {"type": "sse", "url": "u"}}}"#,
+        r#"{"mcpServers": {"github": {"command": "g"}, "files": {"command": "f"}, "web": {"type": "sse", "url": "https://x/sse"}}}"#,
     )?;
     let err = file.get("gh").map(drop).map_err(|e| e.to_string());
     assert_eq!(

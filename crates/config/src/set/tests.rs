@@ -187,7 +187,7 @@ fn the_gateway_name_is_reserved() -> Result {
     let b = write(
         dir.path(),
         "b.json",
-        r#"{"mcpServers": {"mcpvisor": {"type": "sse", "url": "https://x/sse"}}}"#,
+        r#"{"mcpServers": {"mcpvisor": {"type": "ws", "url": "wss://x/mcp"}}}"#,
     )?;
     let set = ServerSet::load(&[b], None)?;
     assert_eq!(set.skipped().len(), 1);
@@ -250,16 +250,17 @@ fn remote_entries_are_skipped_with_a_reason() -> Result {
     let a = write(
         dir.path(),
         "mcp.json",
-        r#"{"servers": {"linear": {"type": "sse", "url": "https://mcp.linear.app/sse"},
-            "local": {"command": "l"}, "api": {"url": "https://api.example.com/mcp"}}}"#,
+        r#"{"servers": {"linear": {"type": "ws", "url": "wss://mcp.linear.app/ws"},
+            "local": {"command": "l"}, "api": {"url": "https://api.example.com/mcp"},
+            "old": {"type": "sse", "url": "https://old.example.com/sse"}}}"#,
     )?;
     let set = ServerSet::load(std::slice::from_ref(&a), None)?;
-    assert_eq!(names(&set), ["local", "api"]);
+    assert_eq!(names(&set), ["local", "api", "old"]);
     let messages: Vec<String> = set.skipped().iter().map(ToString::to_string).collect();
     assert_eq!(
         messages,
         [format!(
-            "{}: server \"linear\" skipped: it uses the \"sse\" transport; mcpvisor serves stdio and Streamable HTTP servers only",
+            "{}: server \"linear\" skipped: it uses the \"ws\" transport; mcpvisor serves stdio, Streamable HTTP and HTTP+SSE servers only",
             a.display()
         )]
     );
@@ -271,7 +272,7 @@ fn remote_entries_are_skipped_with_a_reason() -> Result {
         r#"{"mcpServers": {"linear": {"command": "linear-mcp"}}}"#,
     )?;
     let set = ServerSet::load(&[a, b.clone()], None)?;
-    assert_eq!(names(&set), ["local", "api", "linear"]);
+    assert_eq!(names(&set), ["local", "api", "old", "linear"]);
     assert_eq!(set.get("linear").map(|m| m.source.clone()), Some(b));
     Ok(())
 }
