@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+import pytest
+
 import mcp.types as types
 from interop_util import TAG_VAR, HERE, connect, mcpvisor_bin, process_tag, serve_params
 from mcp import StdioServerParameters
@@ -79,10 +81,18 @@ def _text(result: types.CallToolResult) -> str:
     return "".join(c.text for c in result.content if isinstance(c, types.TextContent))
 
 
-async def test_serve_url_entry_over_the_sdk_http_server(tmp_path: Path, errlog) -> None:
-    with sdk_http_server(errlog) as url:
+# The SDK's server over each transport, and the entry that reaches it: a
+# `url` alone (Streamable HTTP), and `"type": "sse"` (the old HTTP+SSE).
+TRANSPORTS = [("--http", {}), ("--sse", {"type": "sse"})]
+
+
+@pytest.mark.parametrize(("transport", "entry"), TRANSPORTS, ids=["streamable-http", "sse"])
+async def test_serve_url_entry_over_the_sdk_server(
+    tmp_path: Path, errlog, transport: str, entry: dict[str, str]
+) -> None:
+    with sdk_http_server(errlog, transport) as url:
         config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"sdk": {"url": url}}}))
+        config.write_text(json.dumps({"mcpServers": {"sdk": {**entry, "url": url}}}))
         async with connect(
             serve_params(config), errlog, mode="legacy", sampling_callback=_sampling
         ) as c:
@@ -99,7 +109,8 @@ async def test_serve_url_entry_over_the_sdk_http_server(tmp_path: Path, errlog) 
             result = await c.call_tool("sdk__test_tool_with_progress", {}, progress_callback=on_progress)
             assert _text(result) == "Tool with progress executed successfully"
             assert progress == [0, 50, 100]
-            # The server's own request travels back to this client and its answer to the server.
+            # The server's own request travels back to this client and its
+            # answer to the server (over HTTP+SSE: a message event, then a POST).
             sampled = _text(await c.call_tool("sdk__test_sampling", {"prompt": "hi"}))
             assert SAMPLED in sampled, sampled
 
@@ -116,8 +127,10 @@ async def test_connect_in_front_of_the_sdk_http_server(errlog) -> None:
             assert SAMPLED in sampled, sampled
 
 
-def test_inspect_and_call_url(errlog) -> None:
-    with sdk_http_server(errlog) as url:
+@pytest.mark.parametrize("transport", ["--http", "--sse"], ids=["streamable-http", "sse"])
+def test_inspect_and_call_url(errlog, transport: str) -> None:
+    # Over HTTP+SSE, `--url` falls back by itself when the POST is refused.
+    with sdk_http_server(errlog, transport) as url:
         env = {**os.environ, TAG_VAR: process_tag()}
         out = subprocess.run(
             [str(mcpvisor_bin()), "inspect", "--json", "--url", url],
@@ -133,46 +146,3 @@ def test_inspect_and_call_url(errlog) -> None:
         )
         assert (out.returncode, out.stdout.strip()) == (0, "This is a simple text response for testing."), out.stderr
 
-
-async def test_serve_type_sse_entry_over_the_sdk_sse_server(tmp_path: Path, errlog) -> None:
-    with sdk_http_server(errlog, "--sse") as url:
-        config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"old": {"type": "sse", "url": url}}}))
-        async with connect(
-            serve_params(config), errlog, mode="legacy", sampling_callback=_sampling
-        ) as c:
-            names = {t.name for t in (await c.list_tools()).tools}
-            assert {"old__test_simple_text", "old__test_tool_with_progress", "old__test_sampling"} <= names
-            assert _text(await c.call_tool("old__test_simple_text", {})) == (
-                "This is a simple text response for testing."
-            )
-            progress: list[float] = []
-
-            async def on_progress(value: float, total: float | None, message: str | None) -> None:
-                progress.append(value)
-
-            result = await c.call_tool("old__test_tool_with_progress", {}, progress_callback=on_progress)
-            assert _text(result) == "Tool with progress executed successfully"
-            assert progress == [0, 50, 100]
-            # The server's own request comes on the event stream, and its
-            # answer goes back as a POST.
-            sampled = _text(await c.call_tool("old__test_sampling", {"prompt": "hi"}))
-            assert SAMPLED in sampled, sampled
-
-
-def test_inspect_and_call_url_fall_back_to_the_sdk_sse_server(errlog) -> None:
-    with sdk_http_server(errlog, "--sse") as url:
-        env = {**os.environ, TAG_VAR: process_tag()}
-        out = subprocess.run(
-            [str(mcpvisor_bin()), "inspect", "--json", "--url", url],
-            capture_output=True, text=True, timeout=60, env=env,
-        )
-        assert out.returncode == 0, out.stderr
-        report = json.loads(out.stdout)
-        assert report["server"]["name"] == "mcpvisor-conformance-fixture"
-        assert "test_simple_text" in {t["name"] for t in report["tools"]}
-        out = subprocess.run(
-            [str(mcpvisor_bin()), "call", "--url", url, "test_simple_text"],
-            capture_output=True, text=True, timeout=60, env=env,
-        )
-        assert (out.returncode, out.stdout.strip()) == (0, "This is a simple text response for testing."), out.stderr

@@ -243,14 +243,28 @@ fn serve_stdio(config: &std::path::Path) -> Proc {
     )
 }
 
-fn initialize(p: &mut Proc) {
-    let r = p.request(
-        json!(0),
-        "initialize",
-        json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"legacy-e2e","version":"1"}}),
-    );
-    assert!(r.get("result").is_some(), "initialize failed: {r}");
-    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+/// `mcpvisor ARGS` to its end, with `env` added: its exit code, stdout and
+/// stderr.
+fn mcpvisor(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = std::process::Command::new(support::mcpvisor())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run mcpvisor");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `call --json` that failed: the report's `exit`.
+fn failed_exit(args: &[&str]) -> Value {
+    let (code, stdout, stderr) = mcpvisor(args, &[]);
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    let failure: Value = serde_json::from_str(&stdout).expect("call --json");
+    failure["error"]["crash"]["exit"].clone()
 }
 
 fn text(r: &Value) -> String {
@@ -276,7 +290,8 @@ fn serve_speaks_http_sse_to_a_type_sse_entry_and_reconnects_when_its_stream_drop
                "headers": {"Authorization": "Bearer ${LEGACY_TOKEN}"}}),
     );
     let mut p = serve_stdio(&config);
-    initialize(&mut p);
+    let r = p.initialize();
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
     let r = p.request(json!(1), "tools/list", json!({}));
     let names: Vec<&str> = r["result"]["tools"]
         .as_array()
@@ -336,25 +351,20 @@ fn serve_speaks_http_sse_to_a_type_sse_entry_and_reconnects_when_its_stream_drop
 #[test]
 fn a_url_without_a_type_falls_back_to_http_sse_when_streamable_http_is_refused() {
     let legacy = Legacy::start();
-    let out = std::process::Command::new(support::mcpvisor())
-        .args([
+    let url = legacy.url();
+    let (code, stdout, stderr) = mcpvisor(
+        &[
             "call",
             "--url",
-            &legacy.url(),
+            &url,
             "--header",
             "Authorization: Bearer ${LEGACY_TOKEN}",
             "echo",
             r#"{"text":"hi"}"#,
-        ])
-        .env("LEGACY_TOKEN", TOKEN)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run mcpvisor");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+        ],
+        &[("LEGACY_TOKEN", TOKEN)],
     );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let echoed: Value = serde_json::from_str(&stdout).expect("the echoed arguments");
     assert_eq!(echoed, json!({"text": "hi"}));
     let seen = legacy.seen();
@@ -373,24 +383,15 @@ fn an_endpoint_on_another_origin_is_refused_with_a_clear_report() {
     legacy.state.lock().expect("state").endpoint_origin = Some("http://203.0.113.9:1".into());
     let dir = temp_dir("legacy-origin");
     let config = config(&dir, json!({"type": "sse", "url": legacy.url()}));
-    let out = std::process::Command::new(support::mcpvisor())
-        .args(["call", "--json", "--config"])
-        .arg(&config)
-        .args(["old", "echo"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run mcpvisor");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(2), "{stdout}");
-    let failure: Value = serde_json::from_str(&stdout).expect("call --json");
-    let exit = &failure["error"]["crash"]["exit"];
-    assert_eq!(exit["kind"], "http", "{failure}");
-    assert_eq!(exit["stage"], "listen", "{failure}");
+    let config = config.display().to_string();
+    let exit = failed_exit(&["call", "--json", "--config", &config, "old", "echo"]);
+    assert_eq!(exit["kind"], "http", "{exit}");
+    assert_eq!(exit["stage"], "listen", "{exit}");
     assert!(
         exit["detail"]
             .as_str()
             .is_some_and(|d| d.contains("endpoint on another origin")),
-        "{failure}"
+        "{exit}"
     );
     let seen = legacy.seen();
     assert!(!seen.iter().any(|r| r.starts_with("POST")), "{seen:?}");
@@ -413,19 +414,19 @@ fn a_type_sse_entry_reaches_mcpvisors_own_http_sse_front() {
         &dir,
         json!({"type": "sse", "url": format!("http://{addr}/sse")}),
     );
-    let out = std::process::Command::new(support::mcpvisor())
-        .args(["call", "--config"])
-        .arg(&config)
-        .args(["old", "echo", r#"{"text":"both ends ours"}"#])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run mcpvisor");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let config = config.display().to_string();
+    let (code, stdout, stderr) = mcpvisor(
+        &[
+            "call",
+            "--config",
+            &config,
+            "old",
+            "echo",
+            r#"{"text":"both ends ours"}"#,
+        ],
+        &[],
     );
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let echoed: Value = serde_json::from_str(&stdout).expect("the echoed arguments");
     assert_eq!(echoed, json!({"text": "both ends ours"}));
     far.close_stdin();
@@ -435,25 +436,17 @@ fn a_type_sse_entry_reaches_mcpvisors_own_http_sse_front() {
 fn a_streamable_refusal_that_http_sse_cannot_answer_either_is_reported_as_both() {
     let legacy = Legacy::start();
     let url = format!("http://{}/refuse", legacy.addr);
-    let out = std::process::Command::new(support::mcpvisor())
-        .args(["call", "--json", "--url", &url, "echo"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run mcpvisor");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(2), "{stdout}");
-    let failure: Value = serde_json::from_str(&stdout).expect("call --json");
-    let exit = &failure["error"]["crash"]["exit"];
+    let exit = failed_exit(&["call", "--json", "--url", &url, "echo"]);
     assert_eq!(
         (&exit["status"], &exit["stage"]),
         (&json!(400), &json!("post")),
-        "the Streamable HTTP refusal is the report: {failure}"
+        "the Streamable HTTP refusal is the report: {exit}"
     );
     assert!(
         exit["detail"]
             .as_str()
             .is_some_and(|d| d.ends_with("as HTTP+SSE, HTTP 405: Method Not Allowed")),
-        "{failure}"
+        "{exit}"
     );
     assert_eq!(legacy.seen(), ["POST /refuse", "GET /refuse"]);
 }
