@@ -71,7 +71,9 @@ pub struct ServerStatus {
     /// The authorization link a waiting server printed.
     pub auth_url: Option<String>,
     pub lazy: bool,
-    /// `"stdio"` or `"http"`.
+    /// `"stdio"`, `"http"` (Streamable HTTP; an entry without a `type`
+    /// that falls back to the old transport is still shown so) or `"sse"`
+    /// (the old HTTP+SSE transport).
     pub transport: &'static str,
     /// Its command line (program and arguments, never its environment), or
     /// a remote server's scheme and host (its path or query may carry a key).

@@ -18,6 +18,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use mcpvisor_config::RemoteTransport;
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, format_uptime};
 use mcpvisor_session::{RestartPolicy, SessionEvent};
 use serde_json::Value;
@@ -652,6 +653,15 @@ fn row_key(b: &Backend) -> RowKey {
     }
 }
 
+/// [`ServerStatus::transport`] of a definition.
+fn transport_name(def: &mcpvisor_config::ServerDef) -> &'static str {
+    match (def.is_remote(), def.transport) {
+        (false, _) => "stdio",
+        (true, RemoteTransport::Sse) => "sse",
+        (true, RemoteTransport::Http | RemoteTransport::Auto) => "http",
+    }
+}
+
 pub(crate) fn status_of(b: &Backend) -> ServerStatus {
     let state = state_of(b);
     let (next_try_at_ms, down) = match &b.obs.worker {
@@ -720,7 +730,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         next_try_at_ms,
         auth_url,
         lazy: b.plan.lazy,
-        transport: if def.is_remote() { "http" } else { "stdio" },
+        transport: transport_name(def),
         command,
         generation: b.obs.generation,
         pid: b.obs.pid,
@@ -868,6 +878,19 @@ mod tests {
         s.latency(Duration::from_secs(60));
         assert_eq!(s.buckets[LATENCY_BUCKETS.len()], 1);
         assert!(s.quantile(1.0).expect("answers were timed") <= 60.0);
+    }
+
+    #[test]
+    fn a_row_names_the_transport_its_entry_asks_for() {
+        use mcpvisor_config::ServerDef;
+        let remote = |transport| ServerDef {
+            transport,
+            ..ServerDef::remote("r", "https://example.com/mcp")
+        };
+        assert_eq!(transport_name(&ServerDef::new("s", "server")), "stdio");
+        assert_eq!(transport_name(&remote(RemoteTransport::Auto)), "http");
+        assert_eq!(transport_name(&remote(RemoteTransport::Http)), "http");
+        assert_eq!(transport_name(&remote(RemoteTransport::Sse)), "sse");
     }
 
     #[test]
