@@ -281,6 +281,7 @@ function servers(dir) {
     crashy: { command: FAKE, args: ['--exit-on-initialize', '3'], crash_loop_exits: 3 },
     remote: { command: PYTHON, args: [MINI, '--auth-url', AUTH_URL, '--wait-file', path.join(dir, 'authorized')] },
     vault: { command: PYTHON, args: [MINI, '--env-digest', 'VAULT_TOKEN'], env_file: 'vault.env', env_keys: ['VAULT_TOKEN'] },
+    perclient: { command: FAKE, sessions: 'per-client' },
   };
 }
 
@@ -314,6 +315,24 @@ scenario('a server goes from starting to ready, live', 60000, async ({ browser, 
   const gen2 = Number(await row.locator('.col-generation').innerText());
   assert(gen2 > gen, `the generation went up (${gen} then ${gen2})`);
   await shot(page, 'servers');
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
+scenario('a per-client server shows its client\'s own process', 60000, async ({ browser, gw }) => {
+  const { page, problems, context } = await openUi(browser, gw);
+  const answer = await gw.request('tools/call', { name: 'perclient__whoami', arguments: {} }, 30000);
+  assert(answer.result, `the call failed: ${JSON.stringify(answer)}`);
+  const pid = String(JSON.parse(answer.result.content[0].text).pid);
+  const row = page.locator('tr[data-server="perclient"]');
+  await until('the row to show the client\'s process', async () => (await row.locator('.col-pid').innerText()).trim() === pid, 15000, 50);
+  await row.locator('th a').click();
+  await page.waitForSelector('.server-head[data-state]');
+  await until('the page to list the client\'s process', async () => {
+    const items = await page.locator('.stat.instance dd').allInnerTexts();
+    return items.length === 1 && items[0].startsWith(`pid ${pid} · ready`);
+  }, 15000, 50);
+  await shot(page, 'per-client');
   assert(problems.length === 0, problems.join('\n'));
   await context.close();
 });

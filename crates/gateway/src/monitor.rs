@@ -96,8 +96,29 @@ pub struct ServerStatus {
     /// (`-32001` timeout, `-32010` lost, `-32011` not started) and the
     /// gateway's refusals on its behalf (not started, stopped, failing).
     pub errors: u64,
+    /// Requests in flight at it (for a per-client server, at all of its
+    /// clients' processes).
     pub in_flight: usize,
     pub latency: Latency,
+    /// For a server with `"sessions": "per-client"`, the process of each
+    /// client that has one, by client (oldest client first); empty for any
+    /// other server. Such a server's own row has no process: it is the
+    /// template they are made from, and its counters are theirs together.
+    pub instances: Vec<InstanceStatus>,
+}
+
+/// One client's own process of a per-client server.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstanceStatus {
+    /// The client's front session, as the gateway numbers them.
+    pub client: u64,
+    pub state: ServerState,
+    pub generation: Option<u64>,
+    pub pid: Option<u32>,
+    /// When its current generation became ready (Unix ms).
+    pub started_at_ms: Option<u64>,
+    pub restarts: u64,
+    pub in_flight: usize,
 }
 
 /// A server's latency figures, over every call its session answered
@@ -194,8 +215,10 @@ pub enum EventKind {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum MonitorEvent {
-    /// A server's row changed (state, counters, generation).
-    Server { status: ServerStatus },
+    /// A server's row changed (state, counters, generation). Boxed: a row
+    /// is far larger than the other events, and goes out at most every
+    /// few hundred milliseconds per server.
+    Server { status: Box<ServerStatus> },
     /// Something happened to a server.
     Event { server: String, event: EventRecord },
     /// A server left the configuration.

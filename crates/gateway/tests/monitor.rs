@@ -204,7 +204,7 @@ impl Gateway {
         while let Ok(event) = self.events.try_recv() {
             if let MonitorEvent::Server { status } = event {
                 if status.name == name {
-                    seen.push(status);
+                    seen.push(*status);
                 }
             }
         }
@@ -216,9 +216,9 @@ impl Gateway {
             loop {
                 match self.events.recv().await {
                     Ok(MonitorEvent::Server { status }) if status.name == name => {
-                        seen.push(status.clone());
+                        seen.push((*status).clone());
                         if done(&status) {
-                            return status;
+                            return *status;
                         }
                     }
                     Ok(_) => {}
@@ -267,6 +267,14 @@ impl Gateway {
         let _ = self.control.send(Control::Shutdown).await;
         let _ = tokio::time::timeout(WAIT, self.hub).await;
     }
+}
+
+/// A tool result's text, parsed as JSON (the fake worker's `whoami`).
+fn tool_json(answer: &Value) -> Value {
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not a tool result: {answer}"));
+    serde_json::from_str(text).expect("JSON text")
 }
 
 fn code(answer: &Value) -> i64 {
@@ -694,7 +702,7 @@ async fn counter_updates_are_throttled_but_state_changes_are_not() {
                 Ok(MonitorEvent::Server { status })
                     if status.calls == calls * 4 && status.in_flight == 0 =>
                 {
-                    return status;
+                    return *status;
                 }
                 Ok(_) => {}
                 Err(e) => panic!("{e}"),
@@ -918,6 +926,87 @@ async fn a_per_client_server_s_calls_are_counted_on_its_row() {
     gw.monitor.act("own", Action::Start).await.expect("started");
     let ok = gw.call("own__echo", json!({})).await;
     assert!(ok.get("result").is_some(), "{ok}");
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_per_client_server_s_row_lists_each_client_s_process() {
+    let mut p = fake("own", &[]);
+    p.per_client = true;
+    let mut gw = Gateway::start(vec![p]).await;
+    let ok = gw.call("own__whoami", json!({})).await;
+    let first_pid = tool_json(&ok)["pid"].as_u64().expect("a pid");
+
+    // A second client, with a process of its own.
+    let (out_tx, mut out) = mpsc::channel(64);
+    gw.fronts
+        .send(FrontCommand::Open {
+            front: FrontId(2),
+            out: out_tx,
+        })
+        .await
+        .expect("hub running");
+    let second = |id: u64, method: &str, params: Value| FrontCommand::Message {
+        front: FrontId(2),
+        line: Bytes::from(
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
+        ),
+    };
+    let init = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "0"}});
+    gw.fronts
+        .send(second(1, "initialize", init))
+        .await
+        .expect("hub running");
+    let call = json!({"name": "own__whoami", "arguments": {}});
+    gw.fronts
+        .send(second(2, "tools/call", call))
+        .await
+        .expect("hub running");
+    let answer = tokio::time::timeout(WAIT, async {
+        loop {
+            let msg = out.recv().await.expect("front open");
+            let v: Value = serde_json::from_slice(&msg.line).expect("json");
+            if v["id"] == json!(2) {
+                return v;
+            }
+        }
+    })
+    .await
+    .expect("the second client's call answered");
+    let second_pid = tool_json(&answer)["pid"].as_u64().expect("a pid");
+    assert_ne!(first_pid, second_pid, "each client has its own process");
+
+    let (row, _) = gw
+        .until("own", "both clients' processes ready", |s| {
+            s.instances.len() == 2 && s.instances.iter().all(|i| i.state == ServerState::Ready)
+        })
+        .await;
+    let clients: Vec<u64> = row.instances.iter().map(|i| i.client).collect();
+    assert_eq!(clients, [1, 2]);
+    let pids: Vec<Option<u32>> = row.instances.iter().map(|i| i.pid).collect();
+    let expected = [first_pid, second_pid].map(|pid| u32::try_from(pid).ok());
+    assert_eq!(pids, expected);
+    assert_eq!(
+        row.pid, None,
+        "the configured server itself runs no process"
+    );
+    assert_eq!(row.state, ServerState::Ready, "{row:?}");
+    assert_eq!(
+        row.detail.as_deref(),
+        Some("a process of its own for each client: 2 clients")
+    );
+
+    // The second client leaves: its process goes from the row.
+    gw.fronts
+        .send(FrontCommand::Close { front: FrontId(2) })
+        .await
+        .expect("hub running");
+    let (row, _) = gw
+        .until("own", "the second client's process gone", |s| {
+            s.instances.len() == 1
+        })
+        .await;
+    assert_eq!(row.instances[0].client, 1);
     gw.stop().await;
 }
 

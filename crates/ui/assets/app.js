@@ -428,7 +428,7 @@
         det.appendChild(h('span', { class: 'countdown' }));
       }
       cell(tr, 'generation').textContent = fmtNum(s.generation);
-      cell(tr, 'pid').textContent = fmtNum(s.pid);
+      cell(tr, 'pid').textContent = pidsOf(s);
       cell(tr, 'restarts').textContent = fmtNum(s.restarts);
       cell(tr, 'calls').textContent = fmtNum(s.calls);
       const errs = cell(tr, 'errors');
@@ -438,6 +438,14 @@
       cell(tr, 'p50').textContent = fmtLatency(s.latency && s.latency.p50_ms);
       cell(tr, 'p99').textContent = fmtLatency(s.latency && s.latency.p99_ms);
       tickRow(tr, s);
+    }
+
+    // A per-client server runs no process of its own: its clients' pids.
+    function pidsOf(s) {
+      const own = s.instances || [];
+      if (!own.length) return fmtNum(s.pid);
+      const pids = own.map((i) => fmtNum(i.pid));
+      return pids.length > 3 ? `${pids.slice(0, 3).join(', ')} +${pids.length - 3}` : pids.join(', ');
     }
 
     function tickRow(tr, s) {
@@ -564,7 +572,7 @@
         ['Transport', s.transport || '—'],
         ['Command', s.command || '—', 'mono'],
         ['Generation', fmtNum(s.generation)],
-        ['PID', fmtNum(s.pid)],
+        ['PID', (s.instances || []).length ? 'one per client (below)' : fmtNum(s.pid)],
         ['Uptime', fmtDuration(uptimeOf(s)), null, 'uptime'],
         ['Restarts', fmtNum(s.restarts)],
         ['Calls', fmtNum(s.calls)],
@@ -573,6 +581,11 @@
         ['Latency p50 / p99', `${fmtLatency(p.p50_ms)} / ${fmtLatency(p.p99_ms)}`],
         ['Start', s.lazy ? 'lazy' : 'eager'],
       ];
+      for (const i of s.instances || []) {
+        const parts = [`pid ${fmtNum(i.pid)}`, i.state.replace('_', ' '), `generation ${fmtNum(i.generation)}`];
+        if (i.in_flight) parts.push(`${i.in_flight} in flight`);
+        rows.push([`Client ${i.client}`, parts.join(' · '), 'mono instance']);
+      }
       if (detail) {
         const codes = Object.entries(detail.errors_by_code || {});
         if (codes.length) rows.push(['Errors by code', codes.map(([c, n]) => `${c}: ${n}`).join(', '), 'mono']);

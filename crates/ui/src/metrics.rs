@@ -214,6 +214,7 @@ mod tests {
             calls: 10,
             errors: 2,
             in_flight: 1,
+            instances: Vec::new(),
             latency: Latency {
                 p50_ms: Some(1.0),
                 p99_ms: Some(9.0),

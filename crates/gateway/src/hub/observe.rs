@@ -25,7 +25,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::monitor::{
-    Action, ActionError, CRASHES_KEPT, EVENTS_KEPT, EnvKey, EventKind, EventRecord,
+    Action, ActionError, CRASHES_KEPT, EVENTS_KEPT, EnvKey, EventKind, EventRecord, InstanceStatus,
     LATENCY_BUCKETS, Latency, MonitorEvent, Query, ServerDetail, ServerState, ServerStatus,
     Snapshot,
 };
@@ -72,6 +72,8 @@ pub(crate) struct Observed {
     stderr_pending: Option<(u64, Vec<String>)>,
     /// The row key last published, to publish only changes.
     published: Option<RowKey>,
+    /// A per-client template's instances as last published: (client, key).
+    published_instances: Vec<(u64, RowKey)>,
     /// Counters changed since the last publication.
     pub dirty: bool,
     last_published: Option<Instant>,
@@ -314,12 +316,61 @@ impl Hub {
         }
     }
 
+    /// A configured server's row, with its clients' processes when it is a
+    /// per-client server.
+    fn status(&self, id: BackendId) -> Option<ServerStatus> {
+        let mut status = status_of(self.backends.get(&id)?);
+        for (client, instance) in self.instances_of(id) {
+            let Some(b) = self.backends.get(&instance) else {
+                continue;
+            };
+            status.in_flight += b.in_flight;
+            status.instances.push(InstanceStatus {
+                client,
+                state: state_of(b),
+                generation: b.obs.generation,
+                pid: b.obs.pid,
+                started_at_ms: b.obs.started_at_ms,
+                restarts: b.obs.restarts,
+                in_flight: b.in_flight,
+            });
+        }
+        // The configured server of a per-client one rests while its
+        // clients' processes run: the row says how they are.
+        if status.state == ServerState::Idle && !status.instances.is_empty() {
+            let ready = status
+                .instances
+                .iter()
+                .any(|i| i.state == ServerState::Ready);
+            status.state = if ready {
+                ServerState::Ready
+            } else {
+                ServerState::Starting
+            };
+            let n = status.instances.len();
+            let noun = if n == 1 { "client" } else { "clients" };
+            status.detail = Some(format!("a process of its own for each client: {n} {noun}"));
+        }
+        Some(status)
+    }
+
+    /// A per-client template's instances, by client (oldest first).
+    fn instances_of(&self, template: BackendId) -> Vec<(u64, BackendId)> {
+        let mut found: Vec<(u64, BackendId)> = self
+            .instances
+            .iter()
+            .filter(|((t, _), _)| *t == template)
+            .map(|((_, front), instance)| (front.0, *instance))
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
     fn snapshot(&self) -> Snapshot {
         let servers = self
             .order
             .iter()
-            .filter_map(|id| self.backends.get(id))
-            .map(status_of)
+            .filter_map(|id| self.status(*id))
             .collect();
         Snapshot {
             servers,
@@ -341,7 +392,7 @@ impl Hub {
                 .collect()
         };
         ServerDetail {
-            status: status_of(b),
+            status: self.status(id).unwrap_or_else(|| status_of(b)),
             tools: list(0),
             prompts: list(1),
             resources: list(2),
@@ -559,13 +610,22 @@ impl Hub {
             return;
         }
         let mut now = None;
-        for id in &self.order {
-            let Some(b) = self.backends.get_mut(id) else {
+        for &id in &self.order {
+            let instances = self.instances_of(id);
+            let instance_keys: Vec<(u64, RowKey)> = instances
+                .iter()
+                .filter_map(|(client, i)| Some((*client, row_key(self.backends.get(i)?))))
+                .collect();
+            let instances_dirty = instances
+                .iter()
+                .any(|(_, i)| self.backends.get(i).is_some_and(|b| b.obs.dirty));
+            let Some(b) = self.backends.get_mut(&id) else {
                 continue;
             };
             let key = row_key(b);
-            let changed = b.obs.published != Some(key);
-            if !changed && !b.obs.dirty {
+            let changed =
+                b.obs.published != Some(key) || b.obs.published_instances != instance_keys;
+            if !changed && !b.obs.dirty && !instances_dirty {
                 continue;
             }
             let now = *now.get_or_insert_with(Instant::now);
@@ -574,17 +634,25 @@ impl Hub {
                 if due > now {
                     if !b.obs.flush_armed {
                         b.obs.flush_armed = true;
-                        self.timers.insert_at(Timer::Publish(*id), due);
+                        self.timers.insert_at(Timer::Publish(id), due);
                     }
                     continue;
                 }
             }
             b.obs.published = Some(key);
+            b.obs.published_instances = instance_keys;
             b.obs.dirty = false;
             b.obs.last_published = Some(now);
-            tap.publish(MonitorEvent::Server {
-                status: status_of(b),
-            });
+            for (_, i) in &instances {
+                if let Some(instance) = self.backends.get_mut(i) {
+                    instance.obs.dirty = false;
+                }
+            }
+            if let Some(status) = self.status(id) {
+                tap.publish(MonitorEvent::Server {
+                    status: Box::new(status),
+                });
+            }
         }
     }
 
@@ -740,6 +808,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         errors: b.obs.stats.errors,
         in_flight: b.in_flight,
         latency: b.obs.stats.latency_row(),
+        instances: Vec::new(),
     }
 }
 
