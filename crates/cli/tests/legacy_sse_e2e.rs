@@ -38,6 +38,8 @@ struct State {
     next_session: u64,
     /// Where the endpoint event points: `None` is our own origin.
     endpoint_origin: Option<String>,
+    /// Where a POST to the endpoint is redirected (307), if anywhere.
+    redirect_to: Option<String>,
 }
 
 #[derive(Clone)]
@@ -154,6 +156,16 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
                     .insert(session, out.try_clone().expect("clone stream"));
                 // The connection is the stream's now: nothing more is read.
                 return;
+            }
+            ("POST", "/messages") if state.lock().expect("state").redirect_to.is_some() => {
+                let to = state.lock().expect("state").redirect_to.clone();
+                let head = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {}\r\nContent-Length: 0\r\n\r\n",
+                    to.unwrap_or_default()
+                );
+                if out.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
             }
             ("POST", "/messages") => {
                 let session = target
@@ -274,6 +286,28 @@ fn text(r: &Value) -> String {
         .to_owned()
 }
 
+/// Drops the server's streams, then calls `old__session` (ids from `id`)
+/// until a new session answers: its number.
+fn session_after_a_drop(p: &mut Proc, legacy: &Legacy, id: u64) -> String {
+    legacy.drop_streams();
+    legacy.wait_for("a second stream", |s| {
+        s.next_session >= 2 && !s.streams.is_empty()
+    });
+    let deadline = Instant::now() + WAIT;
+    for id in id.. {
+        let r = p.call(json!(id), "old__session", json!({}));
+        if r.get("result").is_some() {
+            return text(&r);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no call answered after the drop: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unreachable!("the ids ran out")
+}
+
 fn config(dir: &std::path::Path, entry: Value) -> std::path::PathBuf {
     let config = dir.join("mcp.json");
     std::fs::write(&config, json!({"mcpServers": {"old": entry}}).to_string()).expect("config");
@@ -306,22 +340,7 @@ fn serve_speaks_http_sse_to_a_type_sse_entry_and_reconnects_when_its_stream_drop
 
     // The stream is the session: when it drops, the next generation opens
     // a new one and the next call is answered there.
-    legacy.drop_streams();
-    legacy.wait_for("a second stream", |s| {
-        s.next_session >= 2 && !s.streams.is_empty()
-    });
-    let deadline = Instant::now() + WAIT;
-    let second = loop {
-        let r = p.call(json!(4), "old__session", json!({}));
-        if r.get("result").is_some() {
-            break text(&r);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no call answered after the drop: {r}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let second = session_after_a_drop(&mut p, &legacy, 4);
     assert_ne!(first, second, "the call went to the new stream's session");
 
     let seen = legacy.seen();
@@ -449,4 +468,55 @@ fn a_streamable_refusal_that_http_sse_cannot_answer_either_is_reported_as_both()
         "{exit}"
     );
     assert_eq!(legacy.seen(), ["POST /refuse", "GET /refuse"]);
+}
+
+#[test]
+fn a_redirect_to_another_origin_is_not_followed() {
+    let legacy = Legacy::start();
+    let elsewhere = Legacy::start();
+    legacy.state.lock().expect("state").redirect_to =
+        Some(format!("http://{}/messages", elsewhere.addr));
+    let dir = temp_dir("legacy-redirect");
+    let config = config(
+        &dir,
+        json!({"type": "sse", "url": legacy.url(),
+               "headers": {"X-Api-Key": "${LEGACY_TOKEN}"}}),
+    );
+    let config = config.display().to_string();
+    let (code, stdout, stderr) = mcpvisor(
+        &["call", "--json", "--config", &config, "old", "echo"],
+        &[("LEGACY_TOKEN", TOKEN)],
+    );
+    assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("307"),
+        "the report names the redirect: {stdout}"
+    );
+    assert_eq!(
+        elsewhere.seen(),
+        Vec::<String>::new(),
+        "nothing reached the other origin"
+    );
+    assert_eq!(legacy.seen(), ["GET /sse", "POST /messages"]);
+}
+
+#[test]
+fn an_entry_without_a_type_that_fell_back_reconnects_over_http_sse_at_once() {
+    let legacy = Legacy::start();
+    let dir = temp_dir("legacy-learned");
+    let config = config(&dir, json!({"url": legacy.url()}));
+    let mut p = serve_stdio(&config);
+    let r = p.initialize();
+    assert!(r.get("result").is_some(), "initialize failed: {r}");
+    let first = text(&p.call(json!(1), "old__session", json!({})));
+    let second = session_after_a_drop(&mut p, &legacy, 2);
+    assert_ne!(first, second);
+    let seen = legacy.seen();
+    let probes = seen.iter().filter(|r| *r == "POST /sse").count();
+    assert_eq!(
+        probes, 1,
+        "Streamable HTTP is tried once, not at the reconnect: {seen:?}"
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
 }

@@ -46,8 +46,10 @@ pub(crate) enum Transport {
     /// The old HTTP+SSE transport ([`crate::legacy`]).
     Legacy,
     /// Streamable HTTP, or the old transport when the server refuses
-    /// `initialize` with 400, 404 or 405. `learned` is set when it did, so
-    /// that the server's later generations go to the old transport at once.
+    /// `initialize` with 400, 404 or 405. `learned` is set once the old
+    /// transport took that `initialize`, so that the session's later
+    /// generations go to it at once; it is cleared when the old transport's
+    /// stream cannot be opened any more.
     Auto { learned: Arc<AtomicBool> },
 }
 /// What every task of a generation shares.
@@ -105,7 +107,12 @@ impl Generation {
         stop: CancellationToken,
         mut fatal: mpsc::Receiver<HttpEnd>,
     ) -> Exit {
-        if matches!(self.shared.transport, Transport::Legacy) {
+        let legacy = match &self.shared.transport {
+            Transport::Legacy => true,
+            Transport::Auto { learned } => learned.load(Ordering::Relaxed),
+            Transport::Streamable => false,
+        };
+        if legacy {
             return self.run_legacy(input, stop, fatal, None).await;
         }
         loop {
@@ -224,7 +231,7 @@ impl Generation {
     /// generation), then each line of the session is POSTed to the endpoint
     /// it named, in order. `first` is a line to send before the session's
     /// next: the `initialize` that Streamable HTTP refused, with how it was
-    /// refused. Then, if the old transport does not answer either, the
+    /// refused. Then, if the old transport does not take it either, the
     /// generation ends on that refusal (a server that speaks Streamable
     /// HTTP is best described by it), with the old transport's failure
     /// added; and only once it does is the server taken to speak it.
@@ -246,26 +253,25 @@ impl Generation {
             );
             Err(end(None, HttpStage::Listen, detail))
         });
-        let stream = match (opened, first.as_ref()) {
-            (Ok(stream), _) => stream,
-            (Err(failed), None) => return self.end(failed, &mut input),
-            (Err(failed), Some((_, refused))) => {
-                let mut refused = refused.clone();
-                let status = failed
-                    .status
-                    .map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
-                let tried = format!("as HTTP+SSE, {status}: {}", failed.detail);
-                refused.detail = if refused.detail.is_empty() {
-                    tried
-                } else {
-                    format!("{}; {tried}", refused.detail)
+        let learned = match &self.shared.transport {
+            Transport::Auto { learned } => Some(Arc::clone(learned)),
+            Transport::Legacy | Transport::Streamable => None,
+        };
+        let stream = match opened {
+            Ok(stream) => stream,
+            Err(failed) => {
+                // A server taken to speak the old transport that no longer
+                // does: the next generation asks again.
+                if let Some(learned) = &learned {
+                    learned.store(false, Ordering::Relaxed);
+                }
+                let end = match &first {
+                    Some((_, refused)) => both(refused, failed),
+                    None => failed,
                 };
-                return self.end(refused, &mut input);
+                return self.end(end, &mut input);
             }
         };
-        if let Transport::Auto { learned } = &self.shared.transport {
-            learned.store(true, Ordering::Relaxed);
-        }
         let endpoint = stream.endpoint.clone();
         let shared = Arc::clone(&self.shared);
         self.tasks.spawn(async move {
@@ -273,9 +279,20 @@ impl Generation {
             let _ = shared.fatal.send(over).await;
             None
         });
-        if let Some((line, _)) = first {
-            if let Err(end) = self.post_legacy(&endpoint, line).await {
-                return self.end(end, &mut input);
+        if let Some((line, refused)) = first {
+            let posted = tokio::select! {
+                () = stop.cancelled() => return self.close().await,
+                posted = self.post_legacy(&endpoint, line) => posted,
+            };
+            match posted {
+                Ok(true) => {
+                    if let Some(learned) = &learned {
+                        learned.store(true, Ordering::Relaxed);
+                    }
+                }
+                // Answered by us: the session reports the failed initialize.
+                Ok(false) => {}
+                Err(failed) => return self.end(both(&refused, failed), &mut input),
             }
         }
         loop {
@@ -303,16 +320,16 @@ impl Generation {
         }
     }
 
-    /// POSTs one line over the old transport. A request that the server
-    /// refused, or that may not have reached it, is answered by us once;
-    /// `Err` when the session is over.
-    async fn post_legacy(&mut self, endpoint: &reqwest::Url, line: Bytes) -> Result<(), HttpEnd> {
+    /// POSTs one line over the old transport: whether the server took it. A
+    /// request that the server refused, or that may not have reached it, is
+    /// answered by us once; `Err` when the session is over.
+    async fn post_legacy(&mut self, endpoint: &reqwest::Url, line: Bytes) -> Result<bool, HttpEnd> {
         let request = Envelope::peek(&line)
             .ok()
             .filter(|env| env.kind == Kind::Request)
             .and_then(|env| env.id.map(|id| id.get().to_owned()));
         match legacy::post(&self.shared, endpoint, line).await {
-            Posted::Accepted => Ok(()),
+            Posted::Accepted => Ok(true),
             Posted::Refused(end) => {
                 match request {
                     Some(id) => {
@@ -324,15 +341,17 @@ impl Generation {
                         "the remote server refused a notification"
                     ),
                 }
-                Ok(())
+                Ok(false)
             }
             Posted::Unknown(end) => {
                 note(&self.shared, &format!("POST: {end}"));
                 if let Some(id) = request {
-                    let message = "the connection to the remote server broke while the request                                    was sent; the outcome is uncertain: check state before                                    retrying a mutation";
+                    let message = "the connection to the remote server broke while the request \
+                                   was sent; the outcome is uncertain: check state before \
+                                   retrying a mutation";
                     reply(&self.shared, &id, WORKER_LOST, message, end).await;
                 }
-                Ok(())
+                Ok(false)
             }
             Posted::Undelivered(end) => {
                 if let Some(wid) = request.and_then(|id| id.parse::<u64>().ok()) {
@@ -461,6 +480,22 @@ async fn reply(shared: &Shared, id: &str, code: i64, message: &str, end: HttpEnd
         .send(build::error(id, code, message, data.as_ref()))
         .await;
 }
+/// How a server whose Streamable HTTP `initialize` was `refused` failed
+/// over the old transport too: the refusal, with that failure added.
+fn both(refused: &HttpEnd, failed: HttpEnd) -> HttpEnd {
+    let status = failed
+        .status
+        .map_or_else(|| "no answer".to_owned(), |s| format!("HTTP {s}"));
+    let tried = format!("as HTTP+SSE, {status}: {}", failed.detail);
+    let mut end = refused.clone();
+    end.detail = if end.detail.is_empty() {
+        tried
+    } else {
+        format!("{}; {tried}", end.detail)
+    };
+    end
+}
+
 /// `result.protocolVersion` of an `initialize` answer.
 fn protocol_version(answer: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]

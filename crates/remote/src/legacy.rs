@@ -26,6 +26,9 @@ use crate::sse::{Event, Parser};
 pub(crate) const ENDPOINT_WAIT: Duration = Duration::from_secs(30);
 /// Bound on one POST (the server only queues the message and answers 202).
 const POST_BOUND: Duration = Duration::from_secs(30);
+/// Events kept while waiting for the `endpoint` one (a server sends none
+/// before it).
+const EARLY_EVENTS: usize = 64;
 
 /// An open event stream, past its `endpoint` event.
 pub(crate) struct Stream {
@@ -87,6 +90,13 @@ pub(crate) async fn open(shared: &Shared) -> Result<Stream, HttpEnd> {
             .iter()
             .position(|e| e.name.as_deref() == Some("endpoint"))
         else {
+            if events.len() > EARLY_EVENTS {
+                let detail = format!(
+                    "the event stream sent {} events without naming its endpoint",
+                    events.len()
+                );
+                return Err(end(None, HttpStage::Listen, detail));
+            }
             continue;
         };
         let endpoint = resolve(shared.http.url(), &events[at].data)?;
@@ -105,6 +115,11 @@ pub(crate) async fn open(shared: &Shared) -> Result<Stream, HttpEnd> {
 fn resolve(base: &Url, data: &[u8]) -> Result<Url, HttpEnd> {
     let refuse = |detail: &str| end(None, HttpStage::Listen, detail.to_owned());
     let text = std::str::from_utf8(data).map_err(|_| refuse("the endpoint is not text"))?;
+    // An empty one (or one over the size bound, dropped) would name the
+    // stream itself.
+    if text.trim().is_empty() {
+        return Err(refuse("the endpoint event named no endpoint"));
+    }
     let url = base
         .join(text.trim())
         .map_err(|_| refuse("the endpoint the server named is not a URL"))?;
@@ -234,5 +249,7 @@ mod tests {
             assert!(err.detail.contains("another origin"), "{}", err.detail);
         }
         assert!(resolve(&base(), &[0xff, 0xfe]).is_err());
+        let err = resolve(&base(), b" \r").expect_err("empty");
+        assert_eq!(err.detail, "the endpoint event named no endpoint");
     }
 }

@@ -1,6 +1,6 @@
 //! From a remote server's definition to worker generations.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +24,11 @@ use crate::http::Http;
 const PIPE_BYTES: usize = 1 << 20;
 /// Bound on making a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Redirects followed in a row, each on the URL's own origin.
+const REDIRECTS: usize = 10;
+/// TCP keepalive on every connection, so that a server gone without closing
+/// its side (a half-open event stream) is found by the kernel.
+const KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// Makes a generation per remote session: each spawn connects afresh, with
 /// the headers read again from the entry's env file.
@@ -81,6 +86,8 @@ impl RemoteSpawner {
             .ok_or_else(|| RemoteError::BadUrl(def.name.clone()))?;
         let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_keepalive(KEEPALIVE)
+            .redirect(reqwest::redirect::Policy::custom(same_origin))
             .user_agent(concat!("mcpvisor/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| RemoteError::Client(e.to_string()))?;
@@ -99,9 +106,6 @@ impl RemoteSpawner {
         match self.def.transport {
             RemoteTransport::Http => Transport::Streamable,
             RemoteTransport::Sse => Transport::Legacy,
-            RemoteTransport::Auto if self.learned_legacy.load(Ordering::Relaxed) => {
-                Transport::Legacy
-            }
             RemoteTransport::Auto => Transport::Auto {
                 learned: Arc::clone(&self.learned_legacy),
             },
@@ -124,6 +128,21 @@ impl RemoteSpawner {
             headers.insert(key, value);
         }
         Ok(headers)
+    }
+}
+
+/// Follows a redirect only on the first URL's origin: the entry's headers,
+/// often credentials, go with every request, and an endpoint on another
+/// origin is refused rather than followed. A redirect that is not followed
+/// is answered as the status it is.
+fn same_origin(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let first = attempt.previous().first().map(Url::origin);
+    if attempt.previous().len() > REDIRECTS {
+        attempt.error("too many redirects")
+    } else if first.is_some_and(|origin| origin != attempt.url().origin()) {
+        attempt.stop()
+    } else {
+        attempt.follow()
     }
 }
 
