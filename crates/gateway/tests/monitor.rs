@@ -461,6 +461,49 @@ async fn a_server_waiting_for_authorization_shows_its_link_until_it_is_ready() {
 }
 
 #[tokio::test]
+async fn a_per_client_server_s_row_shows_a_client_s_process_waiting_for_authorization() {
+    let link = "https://auth.example.com/authorize?client_id=gw&state=2";
+    let script = format!(
+        "echo '[7] Please authorize this client by visiting:' >&2; echo '[7] {link}' >&2; exec {} --initialize-delay 1500",
+        fake_worker().display()
+    );
+    let mut p = plan("auth", "sh", &["-c", &script]);
+    p.per_client = true;
+    let mut gw = Gateway::start(vec![p]).await;
+    // Its lists read by a start of its own, the configured server rests.
+    gw.state("auth", ServerState::Idle).await;
+    let call = gw
+        .begin("tools/call", json!({"name": "auth__echo", "arguments": {}}))
+        .await;
+    let (waiting, _) = gw
+        .until(
+            "auth",
+            "the client's process waiting for authorization",
+            |s| s.state == ServerState::WaitingAuth && s.instances.len() == 1,
+        )
+        .await;
+    assert_eq!(waiting.auth_url.as_deref(), Some(link));
+    assert_eq!(
+        waiting.detail.as_deref(),
+        Some("client 1's process: waiting for a person to authorize it")
+    );
+    assert_eq!(waiting.instances[0].state, ServerState::WaitingAuth);
+    // The call itself is answered with the link to open, then retried.
+    let answer = gw.answer(call).await;
+    assert_eq!(code(&answer), NOT_STARTED, "{answer}");
+    assert_eq!(answer["error"]["data"]["authorization_url"], link);
+    let (ready, _) = gw
+        .until("auth", "the client's process ready", |s| {
+            s.state == ServerState::Ready
+        })
+        .await;
+    assert_eq!(ready.auth_url, None);
+    let retried = gw.call("auth__echo", json!({})).await;
+    assert!(retried.get("result").is_some(), "{retried}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_lazy_server_is_idle_until_its_first_call() {
     let mut p = fake("lazy", &[]);
     p.lazy = true;

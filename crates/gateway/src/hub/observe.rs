@@ -320,42 +320,57 @@ impl Hub {
     /// per-client server.
     fn status(&self, id: BackendId) -> Option<ServerStatus> {
         let mut status = status_of(self.backends.get(&id)?);
-        for (client, instance) in self.instances_of(id) {
-            let Some(b) = self.backends.get(&instance) else {
-                continue;
-            };
-            status.in_flight += b.in_flight;
+        let rows: Vec<(u64, ServerStatus)> = self
+            .instances_of(id)
+            .into_iter()
+            .filter_map(|(client, i)| Some((client, status_of(self.backends.get(&i)?))))
+            .collect();
+        for (client, row) in &rows {
+            status.in_flight += row.in_flight;
             status.instances.push(InstanceStatus {
-                client,
-                state: state_of(b),
-                generation: b.obs.generation,
-                pid: b.obs.pid,
-                started_at_ms: b.obs.started_at_ms,
-                restarts: b.obs.restarts,
-                in_flight: b.in_flight,
+                client: *client,
+                state: row.state,
+                generation: row.generation,
+                pid: row.pid,
+                started_at_ms: row.started_at_ms,
+                restarts: row.restarts,
+                in_flight: row.in_flight,
             });
         }
         // The configured server of a per-client one rests while its
-        // clients' processes run: the row says how they are.
-        if status.state == ServerState::Idle && !status.instances.is_empty() {
-            let ready = status
-                .instances
-                .iter()
-                .any(|i| i.state == ServerState::Ready);
-            status.state = if ready {
-                ServerState::Ready
-            } else {
-                ServerState::Starting
-            };
-            let n = status.instances.len();
+        // clients' processes run: the row says how they are. Ready when
+        // one of them is; otherwise as the one that most needs a person
+        // (waiting for authorization, failed, restarting, starting), with
+        // its reason and its authorization link.
+        if status.state == ServerState::Idle && !rows.is_empty() {
+            let n = rows.len();
             let noun = if n == 1 { "client" } else { "clients" };
-            status.detail = Some(format!("a process of its own for each client: {n} {noun}"));
+            if rows.iter().any(|(_, row)| row.state == ServerState::Ready) {
+                status.state = ServerState::Ready;
+                status.detail = Some(format!("a process of its own for each client: {n} {noun}"));
+            } else if let Some((client, row)) =
+                rows.iter().max_by_key(|(_, row)| urgency(row.state))
+            {
+                status.state = row.state;
+                let why = row.detail.clone().unwrap_or_else(|| {
+                    serde_json::to_value(row.state)
+                        .ok()
+                        .and_then(|v| v.as_str().map(|s| s.replace('_', " ")))
+                        .unwrap_or_default()
+                });
+                status.detail = Some(format!("client {client}'s process: {why}"));
+                status.auth_url.clone_from(&row.auth_url);
+                status.next_try_at_ms = row.next_try_at_ms;
+            }
         }
         Some(status)
     }
 
     /// A per-client template's instances, by client (oldest first).
     fn instances_of(&self, template: BackendId) -> Vec<(u64, BackendId)> {
+        if self.instances.is_empty() {
+            return Vec::new();
+        }
         let mut found: Vec<(u64, BackendId)> = self
             .instances
             .iter()
@@ -704,6 +719,18 @@ fn state_of(b: &Backend) -> ServerState {
             Worker::Ready if b.state == State::Ready => ServerState::Ready,
             _ => ServerState::Starting,
         },
+    }
+}
+
+/// How much a state needs a person, to pick which of a per-client
+/// server's processes its row shows when none is ready.
+fn urgency(state: ServerState) -> u8 {
+    match state {
+        ServerState::WaitingAuth => 4,
+        ServerState::Failed => 3,
+        ServerState::Restarting => 2,
+        ServerState::Starting | ServerState::Reloading => 1,
+        ServerState::Ready | ServerState::Idle | ServerState::Stopped | ServerState::Disabled => 0,
     }
 }
 
