@@ -17,8 +17,10 @@ const MEASURED: &str = "User-space instructions (callgrind Ir) executed by the m
 process per request: a run of `requests` requests minus a run with none (the same start, \
 handshake and shutdown), divided by `requests`. The requests are bench/echo through run, tools/call \
 of the fake worker's echo tool as HTTP POSTs on one keep-alive connection through run --http, \
-and tools/call of that tool (bench__echo) through serve. The fake worker runs \
-untraced (--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \
+and tools/call of that tool (bench__echo) through serve. The tokio-relay rows are not \
+mcpvisor: `mcpvisor-bench relay`, which only copies bytes on tokio, traced the same way with \
+bench/echo, the floor under the others. The fake worker runs untraced \
+(--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \
 instructions --write`; see BENCHMARKS.md.";
 
 /// A set of instruction counts, as written to and read from the file.

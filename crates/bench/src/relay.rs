@@ -25,7 +25,8 @@ pub struct RelayArgs {
     command: Vec<String>,
 }
 
-/// Relays until CMD closes its stdout, then waits for it to exit.
+/// Relays until both sides are done (the client closed our stdin, and CMD
+/// its stdout), then waits for CMD to exit.
 pub async fn run(args: &RelayArgs) -> anyhow::Result<()> {
     let (program, rest) = args.command.split_first().context("no command")?;
     let mut child = Command::new(program)
