@@ -336,7 +336,7 @@ fn table(body: &Value, now_ms: u64) -> String {
             text(&s["state"]),
             detail,
             text(&s["generation"]),
-            text(&s["pid"]),
+            pids(s),
             uptime,
             text(&s["restarts"]),
             text(&s["calls"]),
@@ -364,6 +364,31 @@ fn table(body: &Value, now_ms: u64) -> String {
         "{sessions} client session{}\n",
         if sessions == 1 { "" } else { "s" }
     ));
+    out
+}
+
+/// A row's pid, or a per-client server's clients' pids: `4121,4188`, past
+/// three `4121,4188,4190+2`.
+fn pids(row: &Value) -> String {
+    let instances = row["instances"].as_array().map_or(&[][..], Vec::as_slice);
+    if instances.is_empty() {
+        return row["pid"]
+            .as_u64()
+            .map_or("-".to_owned(), |pid| pid.to_string());
+    }
+    let shown: Vec<String> = instances
+        .iter()
+        .take(3)
+        .map(|i| {
+            i["pid"]
+                .as_u64()
+                .map_or("-".to_owned(), |pid| pid.to_string())
+        })
+        .collect();
+    let mut out = shown.join(",");
+    if instances.len() > 3 {
+        out.push_str(&format!("+{}", instances.len() - 3));
+    }
     out
 }
 
@@ -405,5 +430,16 @@ mod tests {
         assert!(lines[2].contains("crash loop: 5 exits in 60s"), "{text}");
         assert_eq!(lines[3], "1 client session");
         assert_eq!(duration(90_061_000), "1d1h");
+    }
+
+    #[test]
+    fn a_per_client_server_shows_its_clients_pids() {
+        let instance = |pid: u64| json!({"client": 1, "state": "ready", "pid": pid});
+        let row = json!({"pid": null, "instances": [instance(41), instance(42)]});
+        assert_eq!(pids(&row), "41,42");
+        let many: Vec<Value> = (1..=5).map(instance).collect();
+        assert_eq!(pids(&json!({"pid": null, "instances": many})), "1,2,3+2");
+        assert_eq!(pids(&json!({"pid": 7, "instances": []})), "7");
+        assert_eq!(pids(&json!({"pid": null})), "-");
     }
 }
