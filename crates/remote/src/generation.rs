@@ -70,6 +70,15 @@ pub(crate) struct Shared {
     pub transport: Transport,
 }
 
+/// How a generation's loop stops.
+enum Over {
+    /// Asked to stop, or the session closed its stdin: the remote session
+    /// is ended politely.
+    Closed,
+    /// The remote session is over.
+    Ended(HttpEnd),
+}
+
 /// Why the Streamable HTTP loop stopped sending.
 enum Halt {
     /// The remote session is over.
@@ -107,19 +116,38 @@ impl Generation {
         stop: CancellationToken,
         mut fatal: mpsc::Receiver<HttpEnd>,
     ) -> Exit {
+        match self.serve(&mut input, &stop, &mut fatal).await {
+            Over::Closed => self.close().await,
+            Over::Ended(end) => self.end(end, &mut input),
+        }
+    }
+
+    /// Sends the session's lines until the generation is over: over
+    /// Streamable HTTP, or, once `endpoint` is known, to the old transport's
+    /// message endpoint.
+    async fn serve(
+        &mut self,
+        input: &mut FramedRead<DuplexStream, LineCodec>,
+        stop: &CancellationToken,
+        fatal: &mut mpsc::Receiver<HttpEnd>,
+    ) -> Over {
         let legacy = match &self.shared.transport {
             Transport::Legacy => true,
             Transport::Auto { learned } => learned.load(Ordering::Relaxed),
             Transport::Streamable => false,
         };
+        let mut endpoint = None;
         if legacy {
-            return self.run_legacy(input, stop, fatal, None).await;
+            match self.open_legacy(stop, None).await {
+                Ok(url) => endpoint = Some(url),
+                Err(over) => return over,
+            }
         }
         loop {
             tokio::select! {
                 biased;
-                () = stop.cancelled() => return self.close().await,
-                Some(end) = fatal.recv() => return self.end(end, &mut input),
+                () = stop.cancelled() => return Over::Closed,
+                Some(end) = fatal.recv() => return Over::Ended(end),
                 Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => {
                     if let Ok(Some(id)) = done {
                         self.waiting.remove(&id);
@@ -128,24 +156,42 @@ impl Generation {
                 frame = input.next() => match frame {
                     Some(Ok(Frame::Line(line))) => {
                         let sent = tokio::select! {
-                            () = stop.cancelled() => return self.close().await,
-                            sent = self.send(line) => sent,
+                            () = stop.cancelled() => return Over::Closed,
+                            sent = self.send_line(endpoint.as_ref(), line) => sent,
                         };
                         match sent {
                             Ok(()) => {}
-                            Err(Halt::End(end)) => return self.end(end, &mut input),
+                            Err(Halt::End(end)) => return Over::Ended(end),
                             Err(Halt::Legacy(initialize, refused)) => {
-                                let first = Some((initialize, refused));
-                                return self.run_legacy(input, stop, fatal, first).await;
+                                match self.open_legacy(stop, Some((initialize, refused))).await {
+                                    Ok(url) => endpoint = Some(url),
+                                    Err(over) => return over,
+                                }
                             }
                         }
                     }
                     Some(Ok(Frame::Oversize { len, .. })) => {
                         tracing::warn!(len, "a message over the size bound was not sent");
                     }
-                    None | Some(Err(_)) => return self.close().await,
+                    None | Some(Err(_)) => return Over::Closed,
                 },
             }
+        }
+    }
+
+    /// Sends one line from the session, over the transport in use.
+    async fn send_line(
+        &mut self,
+        endpoint: Option<&reqwest::Url>,
+        line: Bytes,
+    ) -> Result<(), Halt> {
+        match endpoint {
+            Some(endpoint) => self
+                .post_legacy(endpoint, line)
+                .await
+                .map(drop)
+                .map_err(Halt::End),
+            None => self.send(line).await,
         }
     }
 
@@ -226,24 +272,22 @@ impl Generation {
         true
     }
 
-    /// The generation over the old HTTP+SSE transport: the event stream is
-    /// opened (and read by a task of its own until it ends, which ends the
-    /// generation), then each line of the session is POSTed to the endpoint
-    /// it named, in order. `first` is a line to send before the session's
-    /// next: the `initialize` that Streamable HTTP refused, with how it was
-    /// refused. Then, if the old transport does not take it either, the
-    /// generation ends on that refusal (a server that speaks Streamable
-    /// HTTP is best described by it), with the old transport's failure
-    /// added; and only once it does is the server taken to speak it.
-    async fn run_legacy(
-        mut self,
-        mut input: FramedRead<DuplexStream, LineCodec>,
-        stop: CancellationToken,
-        mut fatal: mpsc::Receiver<HttpEnd>,
+    /// Turns the generation to the old HTTP+SSE transport: opens the event
+    /// stream, hands it to a task of its own (its end is the generation's),
+    /// and returns the endpoint that takes the session's lines. `first` is
+    /// the `initialize` that Streamable HTTP refused, with how it was
+    /// refused: it is sent first, and if the old transport does not take it
+    /// either, the generation ends on that refusal (a server that speaks
+    /// Streamable HTTP is best described by it) with the old transport's
+    /// failure added. Only once it is taken is the server taken to speak
+    /// the old transport.
+    async fn open_legacy(
+        &mut self,
+        stop: &CancellationToken,
         first: Option<(Bytes, HttpEnd)>,
-    ) -> Exit {
+    ) -> Result<reqwest::Url, Over> {
         let opened = tokio::select! {
-            () = stop.cancelled() => return self.close().await,
+            () = stop.cancelled() => return Err(Over::Closed),
             opened = tokio::time::timeout(legacy::ENDPOINT_WAIT, legacy::open(&self.shared)) => opened,
         };
         let opened = opened.unwrap_or_else(|_| {
@@ -265,11 +309,10 @@ impl Generation {
                 if let Some(learned) = &learned {
                     learned.store(false, Ordering::Relaxed);
                 }
-                let end = match &first {
+                return Err(Over::Ended(match &first {
                     Some((_, refused)) => both(refused, failed),
                     None => failed,
-                };
-                return self.end(end, &mut input);
+                }));
             }
         };
         let endpoint = stream.endpoint.clone();
@@ -281,7 +324,7 @@ impl Generation {
         });
         if let Some((line, refused)) = first {
             let posted = tokio::select! {
-                () = stop.cancelled() => return self.close().await,
+                () = stop.cancelled() => return Err(Over::Closed),
                 posted = self.post_legacy(&endpoint, line) => posted,
             };
             match posted {
@@ -292,32 +335,10 @@ impl Generation {
                 }
                 // Answered by us: the session reports the failed initialize.
                 Ok(false) => {}
-                Err(failed) => return self.end(both(&refused, failed), &mut input),
+                Err(failed) => return Err(Over::Ended(both(&refused, failed))),
             }
         }
-        loop {
-            tokio::select! {
-                biased;
-                () = stop.cancelled() => return self.close().await,
-                Some(end) = fatal.recv() => return self.end(end, &mut input),
-                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
-                frame = input.next() => match frame {
-                    Some(Ok(Frame::Line(line))) => {
-                        let posted = tokio::select! {
-                            () = stop.cancelled() => return self.close().await,
-                            posted = self.post_legacy(&endpoint, line) => posted,
-                        };
-                        if let Err(end) = posted {
-                            return self.end(end, &mut input);
-                        }
-                    }
-                    Some(Ok(Frame::Oversize { len, .. })) => {
-                        tracing::warn!(len, "a message over the size bound was not sent");
-                    }
-                    None | Some(Err(_)) => return self.close().await,
-                },
-            }
-        }
+        Ok(endpoint)
     }
 
     /// POSTs one line over the old transport: whether the server took it. A
