@@ -269,6 +269,15 @@ impl Gateway {
     }
 }
 
+/// A shell script that prints an authorization link as `mcp-remote` does,
+/// then runs the fake worker, whose `initialize` waits 1.5 s.
+fn authorizing(link: &str) -> String {
+    format!(
+        "echo '[7] Please authorize this client by visiting:' >&2; echo '[7] {link}' >&2; exec {} --initialize-delay 1500",
+        fake_worker().display()
+    )
+}
+
 /// A tool result's text, parsed as JSON (the fake worker's `whoami`).
 fn tool_json(answer: &Value) -> Value {
     let text = answer["result"]["content"][0]["text"]
@@ -440,10 +449,7 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
 #[tokio::test]
 async fn a_server_waiting_for_authorization_shows_its_link_until_it_is_ready() {
     let link = "https://auth.example.com/authorize?client_id=gw&state=1";
-    let script = format!(
-        "echo '[7] Please authorize this client by visiting:' >&2; echo '[7] {link}' >&2; exec {} --initialize-delay 1500",
-        fake_worker().display()
-    );
+    let script = authorizing(link);
     let mut gw = Gateway::start(vec![plan("auth", "sh", &["-c", &script])]).await;
     let waiting = gw.state("auth", ServerState::WaitingAuth).await;
     assert_eq!(waiting.auth_url.as_deref(), Some(link));
@@ -463,10 +469,7 @@ async fn a_server_waiting_for_authorization_shows_its_link_until_it_is_ready() {
 #[tokio::test]
 async fn a_per_client_server_s_row_shows_a_client_s_process_waiting_for_authorization() {
     let link = "https://auth.example.com/authorize?client_id=gw&state=2";
-    let script = format!(
-        "echo '[7] Please authorize this client by visiting:' >&2; echo '[7] {link}' >&2; exec {} --initialize-delay 1500",
-        fake_worker().display()
-    );
+    let script = authorizing(link);
     let mut p = plan("auth", "sh", &["-c", &script]);
     p.per_client = true;
     let mut gw = Gateway::start(vec![p]).await;
