@@ -321,7 +321,7 @@ impl Hub {
     fn status(&self, id: BackendId) -> Option<ServerStatus> {
         let mut status = status_of(self.backends.get(&id)?);
         let rows: Vec<(u64, ServerStatus)> = self
-            .instances_of(id)
+            .clients_of(id)
             .into_iter()
             .filter_map(|(client, i)| Some((client, status_of(self.backends.get(&i)?))))
             .collect();
@@ -364,21 +364,6 @@ impl Hub {
             }
         }
         Some(status)
-    }
-
-    /// A per-client template's instances, by client (oldest first).
-    fn instances_of(&self, template: BackendId) -> Vec<(u64, BackendId)> {
-        if self.instances.is_empty() {
-            return Vec::new();
-        }
-        let mut found: Vec<(u64, BackendId)> = self
-            .instances
-            .iter()
-            .filter(|((t, _), _)| *t == template)
-            .map(|((_, front), instance)| (front.0, *instance))
-            .collect();
-        found.sort_unstable();
-        found
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -626,7 +611,7 @@ impl Hub {
         }
         let mut now = None;
         for &id in &self.order {
-            let instances = self.instances_of(id);
+            let instances = self.clients_of(id);
             let instance_keys: Vec<(u64, RowKey)> = instances
                 .iter()
                 .filter_map(|(client, i)| Some((*client, row_key(self.backends.get(i)?))))

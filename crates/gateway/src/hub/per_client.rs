@@ -86,6 +86,19 @@ impl Hub {
         self.instances_where(|t, _| t == template)
     }
 
+    /// A template's instances with their clients, oldest client first (for
+    /// its row).
+    pub(crate) fn clients_of(&self, template: BackendId) -> Vec<(u64, BackendId)> {
+        let mut found: Vec<(u64, BackendId)> = self
+            .instances
+            .iter()
+            .filter(|((t, _), _)| *t == template)
+            .map(|((_, front), instance)| (front.0, *instance))
+            .collect();
+        found.sort_unstable();
+        found
+    }
+
     /// An instance read its lists: they become its template's (so that the
     /// merged lists and the cache follow the server). A template that only
     /// started to read its lists stops once they are read.
