@@ -118,17 +118,6 @@ pub enum RemoteTransport {
     Sse,
 }
 
-impl RemoteTransport {
-    /// The `type` that asks for it in a config file (`None`: none given).
-    pub fn config_type(self) -> Option<&'static str> {
-        match self {
-            Self::Auto => None,
-            Self::Http => Some("http"),
-            Self::Sse => Some("sse"),
-        }
-    }
-}
-
 /// Which tools of a server are let through.
 ///
 /// `deny` always wins. With `allow` set, only the tools it names pass; an
