@@ -19,6 +19,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Put `mcpvisor run --` in front of every stdio server in your clients' config files (a backup is kept; undo with `unwrap`).
+    Wrap(crate::wrap::WrapArgs),
+    /// Undo `wrap`: the servers it wrapped start their own command again.
+    Unwrap(crate::wrap::UnwrapArgs),
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
     Run(Box<RunArgs>),
     /// Serve every server of one or more config files as one MCP server: `mcpvisor serve --config FILE`

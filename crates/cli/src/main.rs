@@ -20,6 +20,7 @@ mod server;
 mod signals;
 mod stdio;
 mod ui;
+mod wrap;
 
 use std::process::ExitCode;
 
@@ -56,6 +57,8 @@ fn main() -> ExitCode {
         Err(err) => return output::clap_exit(&err),
     };
     match cli.command {
+        cli::Command::Wrap(args) => wrap::wrap_main(args),
+        cli::Command::Unwrap(args) => wrap::unwrap_main(args),
         cli::Command::Run(args) => run::main(*args),
         cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),

@@ -602,7 +602,7 @@ fn real_path(path: &Path) -> PathBuf {
 
 /// Writes `bytes` to `path` through a temporary file in the same folder
 /// and a rename. The file keeps its mode, or gets `mode` when given.
-fn write_atomic(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), EditError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: Option<u32>) -> Result<(), EditError> {
     use std::os::unix::fs::PermissionsExt as _;
     let path = real_path(path);
     let write_error = |error: std::io::Error| EditError::Write {

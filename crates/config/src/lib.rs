@@ -30,6 +30,9 @@
 //!   place, keeping everything else (TOML comments included), atomically.
 //! * [`duration`] is the one grammar of durations, `"1500ms"`, `"1.5h"`,
 //!   `"1m 30s"`, for config files and command-line flags alike.
+//! * [`wrap`] puts `mcpvisor run --` in front of a config file's servers
+//!   and takes it away again, changing only those tokens, with a backup
+//!   next to the file; [`clients`] knows where each client keeps its file.
 //! * [`program`] finds the file a server's command runs (a path, or a name
 //!   on `PATH`), for the check before spawning and for the hot-reload
 //!   watcher, and says in a few words why a command cannot run.
@@ -39,6 +42,7 @@
 //! then `--env KEY=VALUE` from the command line ([`secrets::parse_inline`]).
 
 pub mod auth;
+pub mod clients;
 pub mod duration;
 pub mod edit;
 pub mod program;
@@ -46,6 +50,7 @@ pub mod report;
 pub mod secrets;
 pub mod server;
 pub mod set;
+pub mod wrap;
 
 pub use auth::AuthDetector;
 pub use duration::{DurationError, parse_duration};

@@ -38,6 +38,8 @@ const KNOWN: &[&str] = &[
     "disabled",
     "tools",
     "url",
+    // Windsurf's name for `url`.
+    "serverUrl",
     "headers",
     // Codex's names.
     "http_headers",
@@ -64,7 +66,8 @@ pub(super) fn parse(
     let kind = fields.string("type")?;
     let (remote, transport) = match kind {
         None => (
-            !map.contains_key("command") && map.contains_key("url"),
+            !map.contains_key("command")
+                && (map.contains_key("url") || map.contains_key("serverUrl")),
             RemoteTransport::Auto,
         ),
         Some("http" | "streamable-http" | "streamableHttp") => (true, RemoteTransport::Http),
@@ -79,9 +82,12 @@ pub(super) fn parse(
         }
     };
     let (command, url) = if remote {
-        let url = fields
-            .string("url")?
-            .ok_or_else(|| "\"url\" is missing".to_owned())?;
+        let url = match fields.string("url")? {
+            Some(url) => url,
+            None => fields
+                .string("serverUrl")?
+                .ok_or_else(|| "\"url\" is missing".to_owned())?,
+        };
         check_url(url)?;
         if map.contains_key("command") {
             return Err("a remote server (\"url\") has no \"command\"".to_owned());
