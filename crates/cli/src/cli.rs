@@ -23,6 +23,8 @@ pub enum Command {
     Wrap(crate::wrap::WrapArgs),
     /// Undo `wrap`: the servers it wrapped start their own command again.
     Unwrap(crate::wrap::UnwrapArgs),
+    /// Check every server of your clients' configs: starts and answers (tool count, start time), or why not.
+    Doctor(crate::doctor::DoctorArgs),
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`
     Run(Box<RunArgs>),
     /// Serve every server of one or more config files as one MCP server: `mcpvisor serve --config FILE`

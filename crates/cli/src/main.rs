@@ -9,6 +9,7 @@ mod call;
 mod cli;
 mod connect;
 mod demo;
+mod doctor;
 mod http;
 mod inspect;
 mod output;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
     match cli.command {
         cli::Command::Wrap(args) => wrap::wrap_main(args),
         cli::Command::Unwrap(args) => wrap::unwrap_main(args),
+        cli::Command::Doctor(args) => doctor::main(args),
         cli::Command::Run(args) => run::main(*args),
         cli::Command::Serve(args) => serve::main(*args),
         cli::Command::Inspect(args) => inspect::main(args),

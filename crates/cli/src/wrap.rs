@@ -18,10 +18,10 @@ use mcpvisor_config::wrap::{self, Change, Outcome, WrapError};
 
 use crate::output;
 
-/// Which files, and which of their servers.
+/// Which config files, and which of their servers (`wrap`, `unwrap`, `doctor`).
 #[derive(Debug, Args)]
-pub struct FileArgs {
-    /// A config file to change (repeatable); without it, every client's file found in its usual place.
+pub struct Sources {
+    /// A config file (repeatable); without it, every client's file found in its usual place.
     #[arg(long, value_name = "FILE")]
     pub config: Vec<PathBuf>,
     /// Only the usual files of these clients (comma-separated).
@@ -36,6 +36,13 @@ pub struct FileArgs {
     /// Only the servers of these names (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub only: Vec<String>,
+}
+
+/// Which files, and whether to write them.
+#[derive(Debug, Args)]
+pub struct FileArgs {
+    #[command(flatten)]
+    pub sources: Sources,
     /// Print the changes as a diff and write nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -116,11 +123,11 @@ fn run(
     verb: &str,
     change: impl Fn(&Path, Option<&[String]>) -> Result<Change, WrapError>,
 ) -> ExitCode {
-    let files = match files(args) {
+    let files = match files(&args.sources) {
         Ok(files) => files,
         Err(e) => return crate::refuse(e),
     };
-    let only = (!args.only.is_empty()).then_some(args.only.as_slice());
+    let only = args.sources.only();
 
     // Every change is worked out before anything is written.
     let mut changes = Vec::new();
@@ -205,13 +212,24 @@ fn run(
     }
 }
 
-struct File {
-    path: PathBuf,
-    /// Found in a usual place rather than named.
-    found: bool,
+/// A config file to work on.
+pub struct File {
+    pub path: PathBuf,
+    /// Found in a usual place rather than named: one without a servers
+    /// table is passed over.
+    pub found: bool,
 }
 
-fn files(args: &FileArgs) -> Result<Vec<File>, String> {
+impl Sources {
+    /// `--only`, when given.
+    pub fn only(&self) -> Option<&[String]> {
+        (!self.only.is_empty()).then_some(self.only.as_slice())
+    }
+}
+
+/// The files named with `--config`, or else those of the usual places that
+/// exist, each once.
+pub fn files(args: &Sources) -> Result<Vec<File>, String> {
     if !args.config.is_empty() {
         return Ok(args
             .config

@@ -192,3 +192,97 @@ fn a_wrapped_entry_starts_and_answers() {
     p.close_stdin();
     assert!(p.wait_exit(WAIT).success());
 }
+
+#[test]
+fn doctor_gives_one_line_per_server_and_the_exit_status() {
+    let dir = temp_dir("doctor");
+    let worker = fake_worker().display().to_string();
+    std::fs::write(dir.join(".env"), "OTHER=1\n").expect("env file");
+    let config = dir.join("mcp.json");
+    let servers = json!({
+        "good": {"command": worker, "args": ["--strict"]},
+        "wrapped": {"command": mcpvisor(), "args": ["run", "--", worker]},
+        "missing": {"command": "no-such-mcp-server-here"},
+        "crash": {"command": "sh", "args": ["-c", "echo starting >&2; echo 'Error: DATABASE_URL is not set' >&2; exit 3"]},
+        "secret": {"command": worker, "env_file": ".env", "env_keys": ["API_KEY"]},
+        "auth": {"command": "sh", "args": ["-c", "echo 'Please authorize this client by visiting:' >&2; echo 'https://auth.example.com/authorize?client_id=x' >&2; exec sleep 30"]},
+        "off": {"command": "x", "disabled": true},
+        "ws": {"type": "ws", "url": "wss://example.com/mcp"}
+    });
+    std::fs::write(&config, json!({"mcpServers": servers}).to_string()).expect("write");
+    let config_arg = config.display().to_string();
+
+    let out = mcpvisor_in(
+        &dir,
+        &["doctor", "--config", &config_arg, "--timeout", "20s"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 8, "{stdout}");
+    let line = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .copied()
+            .unwrap_or_else(|| panic!("no line for {name}: {stdout}"))
+    };
+    assert!(line("good").starts_with("ok "), "{stdout}");
+    assert!(line("good").contains("12 tools, started in "), "{stdout}");
+    assert!(line("wrapped").starts_with("ok "), "{stdout}");
+    assert!(line("missing").contains("missing program: cannot run `no-such-mcp-server-here`: command not found on PATH -> install it"), "{stdout}");
+    assert!(line("crash").starts_with("FAIL"), "{stdout}");
+    assert!(line("crash").contains("exit code 3"), "{stdout}");
+    assert!(
+        line("crash").contains("last stderr: Error: DATABASE_URL is not set"),
+        "{stdout}"
+    );
+    assert!(
+        line("secret").contains("missing secret: ")
+            && line("secret").contains("\"API_KEY\" (listed in env_keys) is not set"),
+        "{stdout}"
+    );
+    assert!(line("auth").starts_with("AUTH"), "{stdout}");
+    assert!(
+        line("auth").contains("open https://auth.example.com/authorize?client_id=x"),
+        "{stdout}"
+    );
+    assert!(line("off").starts_with("off "), "{stdout}");
+    assert!(line("ws").starts_with("skip"), "{stdout}");
+
+    let out = mcpvisor_in(
+        &dir,
+        &[
+            "doctor",
+            "--config",
+            &config_arg,
+            "--json",
+            "--only",
+            "good,crash",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let verdict = |name: &str| {
+        report
+            .as_array()
+            .and_then(|all| all.iter().find(|v| v["server"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("no verdict for {name}: {report}"))
+    };
+    assert_eq!(report.as_array().map(Vec::len), Some(2));
+    let good = verdict("good");
+    assert_eq!(good["status"], "ok");
+    assert_eq!(good["tools"], 12);
+    assert!(good["startup_ms"].is_u64());
+    let crash = verdict("crash");
+    assert_eq!(crash["status"], "failed");
+    assert_eq!(crash["crash"]["exit"]["code"], 3);
+
+    // All fine: exit status 0.
+    let out = mcpvisor_in(
+        &dir,
+        &["doctor", "--config", &config_arg, "--only", "good,off,ws"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
