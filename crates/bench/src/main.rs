@@ -60,6 +60,7 @@ mod peer;
 mod peers;
 mod relay;
 mod report;
+mod scan;
 mod scenario;
 mod soak;
 mod stats;
@@ -126,6 +127,9 @@ enum Command {
     /// Copies bytes between its own pipes and CMD's on tokio, and does
     /// nothing else: the floor `instructions` measures beside mcpvisor.
     Relay(relay::RelayArgs),
+    /// Checks the envelope reading (mcpvisor's JSON scan) against serde_json
+    /// on generated lines, for as long as asked.
+    Scan(scan::ScanArgs),
 }
 
 fn main() -> ExitCode {
@@ -139,6 +143,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    if let Some(Command::Scan(scan)) = &args.command {
+        return scan::run(scan);
+    }
     let binaries = Binaries {
         mcpvisor: binary(args.mcpvisor, "mcpvisor", "--mcpvisor")?,
         worker: binary(args.worker, "mcpvisor-fake-worker", "--worker")?,
@@ -158,7 +165,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Http(args)) => return runtime.block_on(http::run(&binaries, args)),
         Some(Command::Peers(args)) => return runtime.block_on(peers::run(&binaries, args)),
         Some(Command::Relay(args)) => return runtime.block_on(relay::run(args)),
-        None => {}
+        Some(Command::Scan(_)) | None => {}
     }
     let plan = if args.quick {
         Plan::quick()

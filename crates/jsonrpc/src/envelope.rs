@@ -161,10 +161,42 @@ impl<'de: 'a, 'a> Deserialize<'de> for ParamsPeek<'a> {
     }
 }
 
-#[derive(Deserialize)]
+/// `params._meta`: an object (an array, which a derived struct would take
+/// as its fields in order, is refused like any other type), whose
+/// `progressToken` appears at most once; `null` is no token.
 struct MetaPeek<'a> {
-    #[serde(default, borrow, rename = "progressToken")]
     progress_token: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for MetaPeek<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Visit<'a> {
+            type Value = MetaPeek<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let (mut progress_token, mut seen) = (None, false);
+                while let Some(key) = map.next_key::<Key>()? {
+                    match key {
+                        Key::ProgressToken if std::mem::replace(&mut seen, true) => {
+                            return Err(serde::de::Error::duplicate_field("progressToken"));
+                        }
+                        Key::ProgressToken => progress_token = map.next_value()?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(MetaPeek { progress_token })
+            }
+        }
+        d.deserialize_map(Visit(std::marker::PhantomData))
+    }
 }
 
 /// Keeps an explicit `null` as `Some("null")` instead of folding it into `None`.
@@ -443,12 +475,17 @@ pub fn scan_id(head: &[u8]) -> Option<&str> {
             b'"' => {
                 let start = i;
                 i = skip_string(bytes, i)?;
-                if depth == 1 && &text[start..i] == "\"id\"" {
-                    let rest = &text[i..];
-                    let after_colon = rest.trim_start().strip_prefix(':')?.trim_start();
-                    let offset = text.len() - after_colon.len();
+                // A string `"id"` that is a value, not a name, has no colon
+                // after it.
+                let after_colon = (depth == 1 && &text[start..i] == "\"id\"")
+                    .then(|| text[i..].trim_start().strip_prefix(':'))
+                    .flatten();
+                if let Some(after_colon) = after_colon {
+                    let offset = text.len() - after_colon.trim_start().len();
                     let end = value_end(bytes, offset)?;
-                    return Some(&text[offset..end]);
+                    // Only a whole JSON value: the id is written back into
+                    // an error response as it is.
+                    return Raw::parse(&text[offset..end]).map(Raw::get);
                 }
                 continue;
             }
@@ -590,6 +627,39 @@ mod tests {
             None,
             "number may be cut"
         );
+    }
+
+    /// The id found is written back into an error response as it is: it
+    /// must be one JSON value (found by the differential check: `00`).
+    #[test]
+    fn scan_id_gives_only_a_json_value() {
+        for head in [
+            &br#"{"id":00,"method":"m"}"#[..],
+            br#"{"id":1e+-5,"method":"m"}"#,
+            br#"{"id":-,"method":"m"}"#,
+            b"{\"id\":\"a\x01b\",\"method\":\"m\"}",
+            br#"{"id":"\q","method":"m"}"#,
+        ] {
+            assert_eq!(scan_id(head), None, "{}", String::from_utf8_lossy(head));
+        }
+        // A value spelled "id" is not the member.
+        assert_eq!(scan_id(br#"{"x":"id","id":5,"method":"m"}"#), Some("5"));
+    }
+
+    /// `_meta` is an object or null: an array is refused as any other type
+    /// is, not read as the fields of a struct in order (found by the
+    /// differential check: `"_meta":["t"]` gave the token "t").
+    #[test]
+    fn a_meta_that_is_not_an_object_is_refused() {
+        for meta in ["[]", "[\"t\"]", "\"t\"", "1"] {
+            let line = format!(r#"{{"id":1,"method":"m","params":{{"_meta":{meta}}}}}"#);
+            assert!(
+                matches!(Envelope::peek(line.as_bytes()), Err(EnvelopeError::Json(_))),
+                "{line}"
+            );
+        }
+        let env = peek(r#"{"id":1,"method":"m","params":{"_meta":null}}"#);
+        assert_eq!(env.progress_token, None);
     }
 
     /// What routing sees of an envelope, owned, for comparisons.

@@ -14,6 +14,8 @@
 //! mcpvisor writes itself (errors, cancellations, replayed handshakes).
 
 pub mod build;
+#[cfg(feature = "differential")]
+pub mod differential;
 pub mod envelope;
 pub mod frame;
 mod raw;
