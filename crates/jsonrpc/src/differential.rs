@@ -5,7 +5,7 @@
 //! [`crate::Envelope::peek`] reads most lines with its own structural scan
 //! (`scan.rs`), a second JSON grammar beside serde_json's, and leaves the
 //! rest to serde. This module generates lines ([`Cases`]) and checks every
-//! public way of reading one ([`check`]) against a [`reference`] reading made
+//! public way of reading one ([`check`]) against a [`reference()`] reading made
 //! with serde_json alone, with none of the crate's own parsing:
 //!
 //! - a line is JSON when serde_json reads it (as `IgnoredAny`, which follows
