@@ -250,7 +250,7 @@ impl Hub {
 
     /// Stops a backend's session (bounded, in the background) and fails
     /// whatever it held, once.
-    pub(crate) async fn stop_backend(&mut self, id: BackendId, why: &str, next: State) {
+    pub(crate) fn stop_backend(&mut self, id: BackendId, why: &str, next: State) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
@@ -266,15 +266,15 @@ impl Hub {
         if let Some(key) = b.health_timer.take() {
             self.timers.try_remove(&key);
         }
-        self.fail_backend_requests(id, why).await;
+        self.fail_backend_requests(id, why);
     }
 
     /// Restarts a backend at once (a failed health check, a changed
     /// definition, a reload asked for by hand).
-    pub(crate) async fn restart_backend(&mut self, id: BackendId, why: &str) {
+    pub(crate) fn restart_backend(&mut self, id: BackendId, why: &str) {
         tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
         self.record(id, EventKind::Restarting, format!("restarting: {why}"));
-        self.stop_backend(id, why, State::Idle).await;
+        self.stop_backend(id, why, State::Idle);
         self.start_backend(id);
     }
 
@@ -334,7 +334,7 @@ impl Hub {
 
     /// Applies a new configuration: new servers start, removed ones stop,
     /// changed ones restart, the rest are left alone.
-    pub(crate) async fn reconfigure(&mut self, plans: Vec<crate::hub::ServerPlan>) {
+    pub(crate) fn reconfigure(&mut self, plans: Vec<crate::hub::ServerPlan>) {
         let mut keep = Vec::new();
         let mut added = 0;
         let mut changed = 0;
@@ -358,10 +358,8 @@ impl Hub {
                         ),
                     };
                     self.record(id, kind, why);
-                    self.drop_instances_from(id, "its configuration changed")
-                        .await;
-                    self.stop_backend(id, "its configuration changed", State::Idle)
-                        .await;
+                    self.drop_instances_from(id, "its configuration changed");
+                    self.stop_backend(id, "its configuration changed", State::Idle);
                     let old = self.backends.remove(&id).map(|b| {
                         let mut b = b;
                         std::mem::take(&mut b.obs)
@@ -394,14 +392,12 @@ impl Hub {
             .collect();
         for id in &removed {
             self.record(*id, EventKind::Removed, "removed from the configuration");
-            self.drop_instances_from(*id, "it was removed from the configuration")
-                .await;
+            self.drop_instances_from(*id, "it was removed from the configuration");
             self.stop_backend(
                 *id,
                 "it was removed from the configuration",
                 State::Disabled,
-            )
-            .await;
+            );
             if let Some(b) = self.backends.remove(id) {
                 self.publish_removed(&b.plan.name);
             }
@@ -413,7 +409,7 @@ impl Hub {
             removed = removed.len(),
             "configuration reloaded"
         );
-        self.remerge_all().await;
+        self.remerge_all();
     }
 
     // === sending ===
@@ -446,7 +442,7 @@ impl Hub {
     /// gateway id `gid`, starting the backend or queueing as its state says.
     /// `spans` (where the line's envelope lies) go with it to a ready
     /// backend's session, which then does not scan it again.
-    pub(crate) async fn route(
+    pub(crate) fn route(
         &mut self,
         front: FrontId,
         id: BackendId,
@@ -499,7 +495,7 @@ impl Hub {
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
-            self.emit_to(front, refusal, Some(front_id)).await;
+            self.emit_to(front, refusal, Some(front_id));
             return;
         }
         b.in_flight += 1;
@@ -510,8 +506,7 @@ impl Hub {
                     None => l.try_send(line),
                 });
                 if !sent {
-                    self.answer_not_started(gid, "the server's queue is full")
-                        .await;
+                    self.answer_not_started(gid, "the server's queue is full");
                 }
             }
             State::Starting => b.queue.push((gid, line)),
@@ -524,7 +519,7 @@ impl Hub {
     }
 
     /// Answers a front request that never reached its server.
-    pub(crate) async fn answer_not_started(&mut self, gid: u64, reason: &str) {
+    pub(crate) fn answer_not_started(&mut self, gid: u64, reason: &str) {
         if let Some(Pending::Front {
             front, id, backend, ..
         }) = self.take_pending(gid)
@@ -534,19 +529,19 @@ impl Hub {
             let data = serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
             let text = String::from_utf8_lossy(&id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
-            self.emit_to(front, refusal, Some(id)).await;
+            self.emit_to(front, refusal, Some(id));
         }
     }
 
     /// Fails every front request a stopped backend held or queued, once.
-    async fn fail_backend_requests(&mut self, id: BackendId, why: &str) {
+    fn fail_backend_requests(&mut self, id: BackendId, why: &str) {
         let queued: Vec<u64> = self
             .backends
             .get_mut(&id)
             .map(|b| b.queue.drain(..).map(|(gid, _)| gid).collect())
             .unwrap_or_default();
         for gid in queued {
-            self.answer_not_started(gid, why).await;
+            self.answer_not_started(gid, why);
         }
         let held: Vec<u64> = self
             .pending
@@ -572,12 +567,12 @@ impl Hub {
                     let text = String::from_utf8_lossy(&front_id).into_owned();
                     let lost =
                         build::error(&text, mcpvisor_jsonrpc::WORKER_LOST, &message, Some(&data));
-                    self.emit_to(front, lost, Some(front_id)).await;
+                    self.emit_to(front, lost, Some(front_id));
                 }
                 Some(Pending::Private {
                     what: Private::SetLevel(f),
                     ..
-                }) => self.fanout_done(f).await,
+                }) => self.fanout_done(f),
                 _ => {}
             }
         }
@@ -592,7 +587,7 @@ impl Hub {
             if let Some(req) = self.server_reqs.remove(&fid) {
                 let fid = format!("\"mcpvisor-{fid}\"");
                 let note = build::cancelled(&fid, "the server stopped");
-                self.emit_to(req.front, note, None).await;
+                self.emit_to(req.front, note, None);
             }
         }
     }
@@ -656,7 +651,7 @@ impl Hub {
 
     // === what backends say ===
 
-    pub(crate) async fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
+    pub(crate) fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
         let msg = match incoming {
             Incoming::FilesChanged(what) => {
                 tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
@@ -676,23 +671,22 @@ impl Hub {
             }
         };
         match msg {
-            FromSession::Line(line, spans) => self.on_backend_line(id, line, spans).await,
-            FromSession::Status(event) => self.on_status(id, event).await,
+            FromSession::Line(line, spans) => self.on_backend_line(id, line, spans),
+            FromSession::Status(event) => self.on_status(id, event),
             FromSession::Closed => {
                 let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
                     self.record(id, EventKind::Exited, "its session ended");
-                    self.stop_backend(id, "its session ended", State::Idle)
-                        .await;
-                    self.remerge_all().await;
+                    self.stop_backend(id, "its session ended", State::Idle);
+                    self.remerge_all();
                 }
             }
         }
     }
 
     /// What the backend's session says of its worker.
-    async fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
+    fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
         use mcpvisor_session::SessionEvent as E;
         if self.backends.get(&id).is_none_or(|b| b.link.is_none()) {
             return;
@@ -711,7 +705,7 @@ impl Hub {
                 // now with the link.
                 let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
                 for (gid, _) in queued {
-                    self.refuse_queued(id, gid).await;
+                    self.refuse_queued(id, gid);
                 }
             }
             E::Authorized { .. } => {
@@ -735,10 +729,9 @@ impl Hub {
                 b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
                 for gid in queued {
-                    self.answer_not_started(gid, &format!("the server `{name}` is failing"))
-                        .await;
+                    self.answer_not_started(gid, &format!("the server `{name}` is failing"));
                 }
-                self.remerge_all().await;
+                self.remerge_all();
             }
             E::Ready { .. }
                 if matches!(b.state, State::Failed(_) | State::WaitingAuth(_))
@@ -746,7 +739,7 @@ impl Hub {
             {
                 tracing::info!(server = %name, "ready again: its tools are back");
                 b.state = State::Ready;
-                self.flush_queue(id).await;
+                self.flush_queue(id);
                 self.read_lists(id);
             }
             _ => {}
@@ -754,7 +747,7 @@ impl Hub {
     }
 
     /// Refuses a queued front request with the backend's current state.
-    async fn refuse_queued(&mut self, id: BackendId, gid: u64) {
+    fn refuse_queued(&mut self, id: BackendId, gid: u64) {
         let Some(Pending::Front {
             front,
             id: front_id,
@@ -775,11 +768,11 @@ impl Hub {
             let data = serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url});
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
-            self.emit_to(front, refusal, Some(front_id)).await;
+            self.emit_to(front, refusal, Some(front_id));
         }
     }
 
-    async fn on_backend_line(&mut self, id: BackendId, line: Bytes, spans: Option<Spans>) {
+    fn on_backend_line(&mut self, id: BackendId, line: Bytes, spans: Option<Spans>) {
         let known = spans.and_then(|spans| spans.envelope(&line));
         let env = match known.map_or_else(|| Envelope::peek(&line), Ok) {
             Ok(env) => env,
@@ -792,14 +785,14 @@ impl Hub {
             Kind::Response => {
                 let gid = env.id.and_then(|i| i.get().parse::<u64>().ok());
                 let Some(gid) = gid else { return };
-                self.on_response(id, gid, &line, &env).await;
+                self.on_response(id, gid, &line, &env);
             }
-            Kind::Request => self.on_server_request(id, &line, &env).await,
-            Kind::Notification => self.on_server_notification(id, &line, &env).await,
+            Kind::Request => self.on_server_request(id, &line, &env),
+            Kind::Notification => self.on_server_notification(id, &line, &env),
         }
     }
 
-    async fn on_response(&mut self, id: BackendId, gid: u64, line: &Bytes, env: &Envelope<'_>) {
+    fn on_response(&mut self, id: BackendId, gid: u64, line: &Bytes, env: &Envelope<'_>) {
         match self.take_pending(gid) {
             Some(Pending::Front {
                 front,
@@ -816,22 +809,22 @@ impl Hub {
                     }
                 }
                 if code == Some(NOT_STARTED) {
-                    self.note_refusal(id, line).await;
+                    self.note_refusal(id, line);
                 }
                 let Some(raw_id) = env.id else { return };
                 match wrap {
                     Wrap::AsIs => {
                         let out = rewrite::splice(line, raw_id, &front_id);
-                        self.emit_to(front, out, Some(front_id)).await;
+                        self.emit_to(front, out, Some(front_id));
                     }
                     Wrap::Modern { cacheable } => {
                         let out = rewrite::splice(line, raw_id, &front_id);
                         let out = modern_answer(&out, cacheable);
-                        self.emit_to(front, out, Some(front_id)).await;
+                        self.emit_to(front, out, Some(front_id));
                     }
                 }
             }
-            Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line).await,
+            Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line),
             None => {}
         }
     }
@@ -839,7 +832,7 @@ impl Hub {
     /// A "not started" answer that carries a crash report means the
     /// backend's session is in its failed state (a crash loop): its tools are
     /// withdrawn until a health ping gets an answer from the server again.
-    async fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
+    fn note_refusal(&mut self, id: BackendId, line: &Bytes) {
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         let error = &answer["error"];
         let failing = error["code"].as_i64() == Some(NOT_STARTED)
@@ -850,20 +843,20 @@ impl Hub {
         if failing && b.state == State::Ready {
             tracing::warn!(server = %b.plan.name, "failing; its tools are withdrawn until it recovers");
             b.state = State::Failed(error["data"].clone());
-            self.remerge_all().await;
+            self.remerge_all();
         }
     }
 
-    async fn on_private_answer(&mut self, id: BackendId, what: Private, line: &Bytes) {
+    fn on_private_answer(&mut self, id: BackendId, what: Private, line: &Bytes) {
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         match what {
-            Private::Initialize => self.on_initialized(id, answer).await,
+            Private::Initialize => self.on_initialized(id, answer),
             Private::List {
                 kind,
                 items,
                 pages,
                 epoch,
-            } => self.on_list_page(id, kind, items, pages, epoch, line).await,
+            } => self.on_list_page(id, kind, items, pages, epoch, line),
             Private::Ping => {
                 // Any answer from the server itself counts, even an error;
                 // mcpvisor's own refusals and timeouts do not.
@@ -896,12 +889,12 @@ impl Hub {
                     self.read_lists(id);
                 }
             }
-            Private::SetLevel(f) => self.fanout_done(f).await,
+            Private::SetLevel(f) => self.fanout_done(f),
             Private::Quiet => {}
         }
     }
 
-    async fn on_initialized(&mut self, id: BackendId, answer: Value) {
+    fn on_initialized(&mut self, id: BackendId, answer: Value) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
@@ -916,7 +909,7 @@ impl Hub {
                 let took = b.started.map(|s| s.elapsed().as_millis()).unwrap_or(0);
                 tracing::info!(server = %name, "ready in {took} ms");
                 self.sync_log_level(id);
-                self.flush_queue(id).await;
+                self.flush_queue(id);
                 self.read_lists(id);
                 self.arm_health(id);
                 self.arm_idle(id);
@@ -946,17 +939,16 @@ impl Hub {
                 }
                 self.arm_health(id);
                 for gid in queued {
-                    self.answer_not_started(gid, &format!("the server `{name}` could not start"))
-                        .await;
+                    self.answer_not_started(gid, &format!("the server `{name}` could not start"));
                 }
-                self.remerge_all().await;
+                self.remerge_all();
             }
         }
     }
 
     /// Sends what waited for the backend to be ready. A request its
     /// session's queue cannot take is refused as not started, never lost.
-    async fn flush_queue(&mut self, id: BackendId) {
+    fn flush_queue(&mut self, id: BackendId) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
@@ -968,8 +960,7 @@ impl Hub {
             }
         }
         for gid in refused {
-            self.answer_not_started(gid, "the server's queue is full")
-                .await;
+            self.answer_not_started(gid, "the server's queue is full");
         }
     }
 
@@ -1001,12 +992,7 @@ impl Hub {
         );
     }
 
-    pub(crate) async fn on_server_request(
-        &mut self,
-        id: BackendId,
-        line: &Bytes,
-        env: &Envelope<'_>,
-    ) {
+    pub(crate) fn on_server_request(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let method = env.method();
         if method == "ping" {
@@ -1076,7 +1062,7 @@ impl Hub {
             },
         );
         let out = rewrite::splice(line, raw_id, format!("\"mcpvisor-{fid}\"").as_bytes());
-        self.emit_to(front, out, related).await;
+        self.emit_to(front, out, related);
     }
 
     /// The front a backend's request is for: the only client there is, or
@@ -1125,7 +1111,7 @@ impl Hub {
         }
     }
 
-    async fn on_server_notification(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
+    fn on_server_notification(&mut self, id: BackendId, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
             "notifications/progress" => {
                 let Some(token) = env.progress_token else {
@@ -1143,7 +1129,7 @@ impl Hub {
                 {
                     let out = rewrite::splice(line, token, front_token);
                     let (front, related) = (*front, Some(front_id.clone()));
-                    self.emit_to(front, out, related).await;
+                    self.emit_to(front, out, related);
                 }
             }
             "notifications/tools/list_changed" => self.read_list(id, ListKind::Tools),
@@ -1168,7 +1154,7 @@ impl Hub {
                     let params = obj.with("logger", &raw::quote(&name));
                     build::notification("notifications/message", Some(&params))
                 };
-                self.broadcast_log(id, out, level).await;
+                self.broadcast_log(id, out, level);
             }
             "notifications/resources/updated" => {
                 let uri = mcpvisor_jsonrpc::envelope::raw_params(line)
@@ -1186,7 +1172,7 @@ impl Hub {
                         .collect(),
                 };
                 for front in to {
-                    self.emit_to(front, line.clone(), None).await;
+                    self.emit_to(front, line.clone(), None);
                 }
             }
             "notifications/cancelled" => {
@@ -1201,10 +1187,10 @@ impl Hub {
                 {
                     let (fid, req) = req;
                     let out = rewrite::splice(line, rid, format!("\"mcpvisor-{fid}\"").as_bytes());
-                    self.emit_to(req.front, out, None).await;
+                    self.emit_to(req.front, out, None);
                 }
             }
-            _ => self.broadcast_from(id, line.clone()).await,
+            _ => self.broadcast_from(id, line.clone()),
         }
     }
 
@@ -1222,7 +1208,7 @@ impl Hub {
         }
     }
 
-    pub(crate) async fn on_health(&mut self, id: BackendId) {
+    pub(crate) fn on_health(&mut self, id: BackendId) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
@@ -1251,8 +1237,7 @@ impl Hub {
             }
             // It never finished a handshake: try a fresh start.
             State::Failed(_) => {
-                self.restart_backend(id, "retrying a server that could not start")
-                    .await;
+                self.restart_backend(id, "retrying a server that could not start");
                 return;
             }
             _ => return,
@@ -1262,7 +1247,7 @@ impl Hub {
             tracing::debug!(server = %b.plan.name, misses = b.misses, "health ping unanswered");
             if b.misses >= misses_allowed {
                 let why = format!("{} health checks in a row went unanswered", b.misses);
-                self.restart_backend(id, &why).await;
+                self.restart_backend(id, &why);
                 return;
             }
         } else if b.in_flight == 0 {
@@ -1284,7 +1269,7 @@ impl Hub {
         }
     }
 
-    pub(crate) async fn on_idle(&mut self, id: BackendId) {
+    pub(crate) fn on_idle(&mut self, id: BackendId) {
         let Some(b) = self.backends.get(&id) else {
             return;
         };
@@ -1297,7 +1282,7 @@ impl Hub {
         let quiet = b.last_used.elapsed();
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
-            self.stop_backend(id, "it was idle", State::Idle).await;
+            self.stop_backend(id, "it was idle", State::Idle);
             if let Some(b) = self.backends.get_mut(&id) {
                 b.obs.fresh = true;
             }

@@ -25,15 +25,14 @@ pub(crate) const SEARCH_TOOL: &str = "mcpvisor__search_tools";
 pub(crate) const CALL_TOOL: &str = "mcpvisor__call_tool";
 
 impl Hub {
-    pub(crate) async fn on_front_message(&mut self, front: FrontId, line: Bytes) {
+    pub(crate) fn on_front_message(&mut self, front: FrontId, line: Bytes) {
         // Most requests are calls whose params the hub edits: they are read
         // in the same pass as the envelope.
         let (env, params) = match Envelope::peek_with_params(&line) {
             Ok(peeked) => peeked,
             Err(EnvelopeError::Json(e)) => {
                 let msg = format!("Parse error: {e}");
-                self.emit_to(front, build::error("null", PARSE_ERROR, &msg, None), None)
-                    .await;
+                self.emit_to(front, build::error("null", PARSE_ERROR, &msg, None), None);
                 return;
             }
             Err(e) => {
@@ -42,24 +41,20 @@ impl Hub {
                     front,
                     build::error("null", INVALID_REQUEST, &msg, None),
                     None,
-                )
-                .await;
+                );
                 return;
             }
         };
         match env.kind {
-            Kind::Request => {
-                self.on_front_request(front, &line, &env, params, false)
-                    .await
-            }
-            Kind::Notification => self.on_front_notification(front, &line, &env).await,
+            Kind::Request => self.on_front_request(front, &line, &env, params, false),
+            Kind::Notification => self.on_front_notification(front, &line, &env),
             Kind::Response => self.on_front_response(front, &line, &env),
         }
     }
 
     /// A request from a front. `params`: its params object as the envelope
     /// scan read it (`Some(None)`: it has none), or `None` to read it here.
-    async fn on_front_request(
+    fn on_front_request(
         &mut self,
         front: FrontId,
         line: &Bytes,
@@ -76,8 +71,7 @@ impl Hub {
                 front,
                 build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, msg, None),
                 Some(id.clone()),
-            )
-            .await;
+            );
             return;
         }
         if !retry && self.awaited_by(front) >= self.settings.max_in_flight {
@@ -89,8 +83,7 @@ impl Hub {
                 front,
                 build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, &msg, None),
                 Some(id.clone()),
-            )
-            .await;
+            );
             return;
         }
         // The params are read once, here: what follows edits this reading.
@@ -128,13 +121,9 @@ impl Hub {
                     front,
                     build::result(raw_id.get(), r#"{"resultType":"complete"}"#),
                     Some(id.clone()),
-                )
-                .await;
+                );
             }
-            "ping" => {
-                self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()))
-                    .await
-            }
+            "ping" => self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone())),
             "server/discover" => self.park(front, id, method.to_owned(), None, true),
             "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
                 let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
@@ -142,42 +131,37 @@ impl Hub {
             }
             "tools/call" => {
                 let Some(obj) = obj else {
-                    return self
-                        .invalid_params(front, raw_id.get(), "tools/call needs params")
-                        .await;
+                    return self.invalid_params(front, raw_id.get(), "tools/call needs params");
                 };
                 let name = obj.str_ref("name").unwrap_or_default();
                 if self.settings.tool_search && name == SEARCH_TOOL {
-                    return self.search_tools(front, raw_id.get(), &obj).await;
+                    return self.search_tools(front, raw_id.get(), &obj);
                 }
                 if self.settings.tool_search && name == CALL_TOOL {
-                    return self.call_found_tool(front, id, env, &obj, modern).await;
+                    return self.call_found_tool(front, id, env, &obj, modern);
                 }
                 let target = self.merged.tools.get(name.as_ref());
                 let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
                     if let Some((message, data)) = self.waiting_for_authorization(&name) {
                         let refusal =
                             build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
-                        self.emit_to(front, refusal, Some(id.clone())).await;
+                        self.emit_to(front, refusal, Some(id.clone()));
                         return;
                     }
                     if !retry && self.any_settling() {
                         return self.park_line(front, id, line);
                     }
                     let msg = format!("Unknown tool: {name}");
-                    return self.invalid_params(front, raw_id.get(), &msg).await;
+                    return self.invalid_params(front, raw_id.get(), &msg);
                 };
                 // Only the name changes: it is replaced in the text as it came.
                 let text = params.unwrap_or_default();
                 let params = Params::renamed(&obj, text, &original);
-                self.forward(front, backend, id, "tools/call", params, env, modern)
-                    .await;
+                self.forward(front, backend, id, "tools/call", params, env, modern);
             }
             "prompts/get" => {
                 let Some(obj) = obj else {
-                    return self
-                        .invalid_params(front, raw_id.get(), "prompts/get needs params")
-                        .await;
+                    return self.invalid_params(front, raw_id.get(), "prompts/get needs params");
                 };
                 let name = obj.str_ref("name").unwrap_or_default();
                 let target = self.merged.prompts.get(name.as_ref());
@@ -186,18 +170,15 @@ impl Hub {
                         return self.park_line(front, id, line);
                     }
                     let msg = format!("Unknown prompt: {name}");
-                    return self.invalid_params(front, raw_id.get(), &msg).await;
+                    return self.invalid_params(front, raw_id.get(), &msg);
                 };
                 let text = params.unwrap_or_default();
                 let params = Params::renamed(&obj, text, &original);
-                self.forward(front, backend, id, "prompts/get", params, env, modern)
-                    .await;
+                self.forward(front, backend, id, "prompts/get", params, env, modern);
             }
             "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
                 let Some(obj) = obj else {
-                    return self
-                        .invalid_params(front, raw_id.get(), "the request needs params")
-                        .await;
+                    return self.invalid_params(front, raw_id.get(), "the request needs params");
                 };
                 let uri = obj.str("uri").unwrap_or_default();
                 let Some(backend) = self.backend_for_uri(&uri) else {
@@ -210,8 +191,7 @@ impl Hub {
                         front,
                         build::error(raw_id.get(), RESOURCE_NOT_FOUND, &msg, Some(&data)),
                         Some(id.clone()),
-                    )
-                    .await;
+                    );
                     return;
                 };
                 // Subscriptions are counted: the server sees one subscribe
@@ -225,25 +205,24 @@ impl Hub {
                     _ => true,
                 };
                 if !needed {
-                    self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()))
-                        .await;
+                    self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()));
                     return;
                 }
                 let params = Params::Text(params.unwrap_or_default().to_owned());
-                self.forward(front, backend, id, method, params, env, modern)
-                    .await;
+                self.forward(front, backend, id, method, params, env, modern);
             }
             "completion/complete" => {
                 let Some(obj) = obj else {
-                    return self
-                        .invalid_params(front, raw_id.get(), "completion/complete needs params")
-                        .await;
+                    return self.invalid_params(
+                        front,
+                        raw_id.get(),
+                        "completion/complete needs params",
+                    );
                 };
                 match self.completion_target(&obj) {
                     Some((backend, params)) => {
                         let params = Params::Text(params);
-                        self.forward(front, backend, id, method, params, env, modern)
-                            .await;
+                        self.forward(front, backend, id, method, params, env, modern);
                     }
                     None => {
                         // Nothing to complete from: an empty completion.
@@ -254,8 +233,7 @@ impl Hub {
                                 r#"{"completion":{"values":[],"hasMore":false}}"#,
                             ),
                             Some(id.clone()),
-                        )
-                        .await;
+                        );
                     }
                 }
             }
@@ -269,7 +247,7 @@ impl Hub {
                         "logging/setLevel needs params.level, one of {}",
                         LogLevel::NAMES.join(", ")
                     );
-                    return self.invalid_params(front, raw_id.get(), &msg).await;
+                    return self.invalid_params(front, raw_id.get(), &msg);
                 };
                 if let Some(f) = self.fronts.get_mut(&front) {
                     f.log_level = Some(level);
@@ -277,7 +255,7 @@ impl Hub {
                 // The shared servers log at the most verbose level any
                 // client asked for; each client gets only what its own level
                 // admits.
-                self.fan_out(front, id, "logging/setLevel").await;
+                self.fan_out(front, id, "logging/setLevel");
             }
             m if m.starts_with("tasks/") => {
                 let msg = format!(
@@ -287,8 +265,7 @@ impl Hub {
                     front,
                     build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
                     Some(id.clone()),
-                )
-                .await;
+                );
             }
             m => {
                 let msg = format!("Method not found: {m}");
@@ -296,19 +273,17 @@ impl Hub {
                     front,
                     build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
                     Some(id.clone()),
-                )
-                .await;
+                );
             }
         }
     }
 
-    async fn invalid_params(&mut self, front: FrontId, id: &str, message: &str) {
+    fn invalid_params(&mut self, front: FrontId, id: &str, message: &str) {
         self.emit_to(
             front,
             build::error(id, INVALID_PARAMS, message, None),
             Some(Bytes::copy_from_slice(id.as_bytes())),
-        )
-        .await;
+        );
     }
 
     /// For a name under the prefix of a server that waits on an
@@ -457,10 +432,10 @@ impl Hub {
         self.backends.values().any(|b| b.settling())
     }
 
-    pub(crate) async fn answer_parked(&mut self, p: Parked) {
+    pub(crate) fn answer_parked(&mut self, p: Parked) {
         if let Some(line) = &p.line {
             if let Ok(env) = Envelope::peek(line) {
-                self.on_front_request(p.front, line, &env, None, true).await;
+                self.on_front_request(p.front, line, &env, None, true);
             }
             return;
         }
@@ -479,17 +454,13 @@ impl Hub {
             other => other,
         };
         match result {
-            Ok(result) => {
-                self.emit_to(p.front, build::result(&id, &result), Some(p.id.clone()))
-                    .await
-            }
+            Ok(result) => self.emit_to(p.front, build::result(&id, &result), Some(p.id.clone())),
             Err(msg) => {
                 self.emit_to(
                     p.front,
                     build::error(&id, INVALID_PARAMS, &msg, None),
                     Some(p.id.clone()),
-                )
-                .await;
+                );
             }
         }
     }
@@ -588,7 +559,7 @@ impl Hub {
     /// its progress token (if any) rewritten to that id. `modern`: the
     /// request is in the 2026-07-28 style (as its params said when read).
     #[allow(clippy::too_many_arguments)]
-    async fn forward(
+    fn forward(
         &mut self,
         front: FrontId,
         backend: BackendId,
@@ -654,7 +625,7 @@ impl Hub {
                 at: Instant::now(),
             },
         );
-        self.route(front, backend, gid, line, spans, front_id).await;
+        self.route(front, backend, gid, line, spans, front_id);
     }
 
     /// Sends `logging/setLevel` to every ready backend that serves `front`
@@ -662,7 +633,7 @@ impl Hub {
     /// process): each gets the level it should log at (see
     /// [`Hub::level_for`]); the front gets one answer when all have
     /// answered.
-    async fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
+    fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
         let targets: Vec<BackendId> = self
             .order
             .iter()
@@ -693,7 +664,7 @@ impl Hub {
             },
         );
         if sent == 0 {
-            self.fanout_done_now(fid).await;
+            self.fanout_done_now(fid);
         }
     }
 
@@ -763,21 +734,20 @@ impl Hub {
         self.send_private(backend, Private::Quiet, "logging/setLevel", Some(&params));
     }
 
-    pub(crate) async fn fanout_done(&mut self, fid: u64) {
+    pub(crate) fn fanout_done(&mut self, fid: u64) {
         let Some(f) = self.fanouts.get_mut(&fid) else {
             return;
         };
         f.waiting = f.waiting.saturating_sub(1);
         if f.waiting == 0 {
-            self.fanout_done_now(fid).await;
+            self.fanout_done_now(fid);
         }
     }
 
-    async fn fanout_done_now(&mut self, fid: u64) {
+    fn fanout_done_now(&mut self, fid: u64) {
         if let Some(f) = self.fanouts.remove(&fid) {
             let id = String::from_utf8_lossy(&f.id).into_owned();
-            self.emit_to(f.front, build::result(&id, "{}"), Some(f.id.clone()))
-                .await;
+            self.emit_to(f.front, build::result(&id, "{}"), Some(f.id.clone()));
         }
     }
 
@@ -806,7 +776,7 @@ impl Hub {
         }
     }
 
-    async fn on_front_notification(&mut self, front: FrontId, line: &Bytes, env: &Envelope<'_>) {
+    fn on_front_notification(&mut self, front: FrontId, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
             "notifications/initialized" => {
                 if let Some(f) = self.fronts.get_mut(&front) {
@@ -814,7 +784,7 @@ impl Hub {
                 }
                 for (backend, held) in std::mem::take(&mut self.early) {
                     if let Ok(env) = Envelope::peek(&held) {
-                        self.on_server_request(backend, &held, &env).await;
+                        self.on_server_request(backend, &held, &env);
                     }
                 }
             }
@@ -882,7 +852,7 @@ impl Hub {
 
     // === tool search ===
 
-    async fn search_tools(&mut self, front: FrontId, id: &str, obj: &RawObject<'_>) {
+    fn search_tools(&mut self, front: FrontId, id: &str, obj: &RawObject<'_>) {
         let args: Value = obj
             .get("arguments")
             .and_then(|a| serde_json::from_str(a.get()).ok())
@@ -919,11 +889,10 @@ impl Hub {
             front,
             build::result(id, &result.to_string()),
             Some(Bytes::copy_from_slice(id.as_bytes())),
-        )
-        .await;
+        );
     }
 
-    async fn call_found_tool(
+    fn call_found_tool(
         &mut self,
         front: FrontId,
         id: Bytes,
@@ -934,18 +903,16 @@ impl Hub {
         let raw_id = String::from_utf8_lossy(&id).into_owned();
         let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
         let Some(args) = args else {
-            return self
-                .invalid_params(
-                    front,
-                    &raw_id,
-                    "mcpvisor__call_tool needs {name, arguments}",
-                )
-                .await;
+            return self.invalid_params(
+                front,
+                &raw_id,
+                "mcpvisor__call_tool needs {name, arguments}",
+            );
         };
         let name = args.str("name").unwrap_or_default();
         let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
             let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
-            return self.invalid_params(front, &raw_id, &msg).await;
+            return self.invalid_params(front, &raw_id, &msg);
         };
         let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
         let params = obj.write(&[
@@ -953,8 +920,7 @@ impl Hub {
             ("arguments", Some(arguments)),
         ]);
         let params = Params::Text(params);
-        self.forward(front, backend, id, "tools/call", params, env, modern)
-            .await;
+        self.forward(front, backend, id, "tools/call", params, env, modern);
     }
 }
 

@@ -203,7 +203,7 @@ pub(crate) struct Merged {
 }
 
 impl Hub {
-    pub(crate) async fn on_list_page(
+    pub(crate) fn on_list_page(
         &mut self,
         id: BackendId,
         kind: Kind,
@@ -274,19 +274,19 @@ impl Hub {
         if let Some(message) = change {
             self.record(id, crate::monitor::EventKind::ListChanged, message);
         }
-        self.remerge(kind).await;
-        self.after_lists_read(id).await;
+        self.remerge(kind);
+        self.after_lists_read(id);
     }
 
     /// Recomputes every merged list.
-    pub(crate) async fn remerge_all(&mut self) {
+    pub(crate) fn remerge_all(&mut self) {
         for kind in [Kind::Tools, Kind::Prompts, Kind::Resources, Kind::Templates] {
-            self.remerge(kind).await;
+            self.remerge(kind);
         }
     }
 
     /// Recomputes one merged list; tells the front once if it changed.
-    pub(crate) async fn remerge(&mut self, kind: Kind) {
+    pub(crate) fn remerge(&mut self, kind: Kind) {
         let mut entries: Vec<(BackendId, &Item)> = Vec::new();
         for id in &self.order {
             let Some(b) = self.backends.get(id) else {
@@ -405,8 +405,7 @@ impl Hub {
         let search_hides = kind == Kind::Tools && self.settings.tool_search;
         if !search_hides {
             tracing::info!("{} changed", kind.method());
-            self.broadcast(mcpvisor_jsonrpc::build::notification(kind.changed(), None))
-                .await;
+            self.broadcast(mcpvisor_jsonrpc::build::notification(kind.changed(), None));
         }
     }
 

@@ -297,6 +297,9 @@ pub struct Hub {
     stdio_queue: VecDeque<Bytes>,
     /// How many lines the stdio client's writer has not written yet.
     stdio_backlog: usize,
+    /// Fronts found gone while a message was queued for them, dropped at
+    /// the end of the turn.
+    leaving: Vec<(FrontId, Outcome)>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -387,6 +390,7 @@ impl Hub {
             ended: None,
             stdio_queue: VecDeque::new(),
             stdio_backlog: 0,
+            leaving: Vec::new(),
         };
         // The stdio client's pipes are the loop's own, not the hub's: they
         // are neither `Sync` nor needed anywhere else.
@@ -398,7 +402,7 @@ impl Hub {
             hub.add_backend(plan);
         }
         // Lazy servers' cached lists count from the start.
-        hub.remerge_all().await;
+        hub.remerge_all();
         let mut fronts_open = true;
         let outcome = loop {
             if let Some(outcome) = hub.ended {
@@ -414,33 +418,35 @@ impl Hub {
                 event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
                     if let Some(s) = stdio.as_mut() {
                         match event {
-                            stdio::Event::Read(frame) => hub.on_stdio_frame(s, frame).await,
-                            stdio::Event::Written(written) => hub.on_stdio_written(s, written).await,
+                            stdio::Event::Read(frame) => hub.on_stdio_frame(s, frame),
+                            stdio::Event::Written(written) => hub.on_stdio_written(s, written),
                         }
                     }
                 }
                 command = fronts.recv(), if fronts_open => match command {
-                    Some(command) => hub.on_front_command(command).await,
+                    Some(command) => hub.on_front_command(command),
                     None => fronts_open = false,
                 },
                 Some((backend, incoming)) = hub.events_rx.recv() => {
-                    hub.on_backend(backend, incoming).await;
+                    hub.on_backend(backend, incoming);
                 }
                 Some(expired) = hub.timers.next(), if !hub.timers.is_empty() => {
-                    hub.on_timer(expired.into_inner()).await;
+                    hub.on_timer(expired.into_inner());
                 }
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
-                    Control::Reconfigure(plans) => hub.reconfigure(plans).await,
+                    Control::Reconfigure(plans) => hub.reconfigure(plans),
                     Control::Reload(name) => {
                         hub.reload_backend(&name, "its files changed");
                     }
-                    Control::Query(query) => hub.on_query(query).await,
+                    Control::Query(query) => hub.on_query(query),
                 },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
             }
-            hub.settle().await;
-            hub.finish_closed_fronts().await;
+            hub.finish_leaving();
+            hub.settle();
+            hub.finish_closed_fronts();
+            hub.finish_leaving();
             while hub.stopping.try_join_next().is_some() {}
             hub.publish_changes();
             // What is queued for the stdio client is written once no more
@@ -461,12 +467,12 @@ impl Hub {
 
     // === fronts ===
 
-    async fn on_front_command(&mut self, command: FrontCommand) {
+    fn on_front_command(&mut self, command: FrontCommand) {
         match command {
             FrontCommand::Open { front, out } => self.open_front(front, FrontOut::Channel(out)),
             FrontCommand::Message { front, line } => {
                 if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
-                    self.on_front_message(front, line).await;
+                    self.on_front_message(front, line);
                 }
             }
             FrontCommand::Close { front } => {
@@ -474,7 +480,7 @@ impl Hub {
                     f.closing.get_or_insert_with(|| Instant::now() + DRAIN);
                 }
             }
-            FrontCommand::Abandon { front } => self.drop_front(front, Outcome::ClientGone).await,
+            FrontCommand::Abandon { front } => self.drop_front(front, Outcome::ClientGone),
         }
     }
 
@@ -500,7 +506,7 @@ impl Hub {
 
     /// Forgets closing fronts whose requests are all answered or whose
     /// drain is over.
-    async fn finish_closed_fronts(&mut self) {
+    fn finish_closed_fronts(&mut self) {
         let now = Instant::now();
         let done: Vec<FrontId> = self
             .fronts
@@ -512,13 +518,13 @@ impl Hub {
             .map(|(id, _)| *id)
             .collect();
         for front in done {
-            self.drop_front(front, Outcome::ClientClosed).await;
+            self.drop_front(front, Outcome::ClientClosed);
         }
     }
 
     /// Ends a front: its requests are cancelled towards their servers, the
     /// servers' requests to it are refused, its subscriptions end.
-    pub(crate) async fn drop_front(&mut self, front: FrontId, why: Outcome) {
+    pub(crate) fn drop_front(&mut self, front: FrontId, why: Outcome) {
         let Some(f) = self.fronts.remove(&front) else {
             return;
         };
@@ -566,7 +572,7 @@ impl Hub {
         for uri in f.subscriptions {
             self.release_subscription(&uri);
         }
-        self.drop_instances_of(front).await;
+        self.drop_instances_of(front);
         if f.log_level.is_some() {
             self.relax_log_level(f.log_level);
         }
@@ -574,10 +580,15 @@ impl Hub {
 
     /// Queues a message for one front. A front that leaves its whole queue
     /// unread, or has gone, is dropped: one slow client never stalls another.
-    pub(crate) async fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
+    /// The front is dropped at the end of the turn ([`Hub::finish_leaving`]),
+    /// not here: a drop answers other fronts, and so would recurse.
+    pub(crate) fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
         let Some(f) = self.fronts.get(&front) else {
             return;
         };
+        if !self.leaving.is_empty() && self.leaving.iter().any(|(l, _)| *l == front) {
+            return;
+        }
         let sent = match &f.out {
             FrontOut::Channel(out) => out.try_send(Outbound { line, related }),
             FrontOut::Stdio if self.stdio_queue.len() + self.stdio_backlog < FRONT_QUEUE => {
@@ -600,12 +611,20 @@ impl Hub {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Outcome::ClientGone,
         };
-        Box::pin(self.drop_front(front, gone)).await;
+        self.leaving.push((front, gone));
+    }
+
+    /// Drops the fronts found gone during this turn, and those that their
+    /// drops found gone in turn.
+    fn finish_leaving(&mut self) {
+        while let Some((front, why)) = self.leaving.pop() {
+            self.drop_front(front, why);
+        }
     }
 
     /// Queues a message for every front that has initialized (a 2026-07-28
     /// client gets no notifications of this kind).
-    pub(crate) async fn broadcast(&mut self, line: Bytes) {
+    pub(crate) fn broadcast(&mut self, line: Bytes) {
         let to: Vec<FrontId> = self
             .fronts
             .iter()
@@ -613,16 +632,16 @@ impl Hub {
             .map(|(id, _)| *id)
             .collect();
         for front in to {
-            self.emit_to(front, line.clone(), None).await;
+            self.emit_to(front, line.clone(), None);
         }
     }
 
     /// A backend's notification for every front: a per-client instance's
     /// goes to its own front only.
-    pub(crate) async fn broadcast_from(&mut self, backend: BackendId, line: Bytes) {
+    pub(crate) fn broadcast_from(&mut self, backend: BackendId, line: Bytes) {
         match self.backends.get(&backend).and_then(|b| b.owner) {
-            Some(owner) => self.emit_to(owner, line, None).await,
-            None => self.broadcast(line).await,
+            Some(owner) => self.emit_to(owner, line, None),
+            None => self.broadcast(line),
         }
     }
 
@@ -630,7 +649,7 @@ impl Hub {
     /// for every initialized front whose `logging/setLevel` admits it (a
     /// per-client instance's for its own front only); a front that never
     /// set a level gets it whatever its level.
-    pub(crate) async fn broadcast_log(
+    pub(crate) fn broadcast_log(
         &mut self,
         backend: BackendId,
         line: Bytes,
@@ -652,7 +671,7 @@ impl Hub {
             .map(|(id, _)| *id)
             .collect();
         for front in to {
-            self.emit_to(front, line.clone(), None).await;
+            self.emit_to(front, line.clone(), None);
         }
     }
 
@@ -671,17 +690,17 @@ impl Hub {
 
     // === timers ===
 
-    async fn on_timer(&mut self, timer: Timer) {
+    fn on_timer(&mut self, timer: Timer) {
         match timer {
             Timer::Parked => {}
-            Timer::Health(b) => self.on_health(b).await,
-            Timer::Idle(b) => self.on_idle(b).await,
+            Timer::Health(b) => self.on_health(b),
+            Timer::Idle(b) => self.on_idle(b),
             Timer::Publish(b) => self.on_publish_timer(b),
         }
     }
 
     /// After every event: answer parked requests whose wait is over.
-    async fn settle(&mut self) {
+    fn settle(&mut self) {
         if self.parked.is_empty() {
             return;
         }
@@ -698,7 +717,7 @@ impl Hub {
         }
         self.parked = keep;
         for p in ready {
-            self.answer_parked(p).await;
+            self.answer_parked(p);
         }
     }
 

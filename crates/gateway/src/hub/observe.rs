@@ -263,17 +263,27 @@ impl Stats {
 }
 
 impl Hub {
-    pub(crate) async fn on_query(&mut self, query: Query) {
+    pub(crate) fn on_query(&mut self, query: Query) {
         match query {
             Query::Snapshot(tx) => {
                 let _ = tx.send(self.snapshot());
             }
             Query::Server(name, tx) => {
-                let detail = match self.find(&name) {
-                    Some(id) => Some(self.detail(id).await),
-                    None => None,
+                let Some(id) = self.find(&name) else {
+                    let _ = tx.send(None);
+                    return;
                 };
-                let _ = tx.send(detail);
+                let mut detail = self.detail(id);
+                let def = &self.backends[&id].plan.def;
+                let (file, wanted) = (def.env_file.clone(), def.env_keys.clone());
+                // The env file is read beside the owning task, never in it:
+                // a slow disk does not hold up a single call.
+                tokio::spawn(async move {
+                    if let Some(path) = file {
+                        detail.env_keys = env_keys(&path, &wanted).await;
+                    }
+                    let _ = tx.send(Some(detail));
+                });
             }
             Query::Stderr(name, generation, tx) => {
                 let lines = self.find(&name).map(|id| {
@@ -294,7 +304,7 @@ impl Hub {
                 let _ = tx.send(found.is_some());
             }
             Query::Act(name, action, tx) => {
-                let answer = self.act(&name, action).await;
+                let answer = self.act(&name, action);
                 let _ = tx.send(answer);
             }
         }
@@ -378,12 +388,8 @@ impl Hub {
         }
     }
 
-    async fn detail(&self, id: BackendId) -> ServerDetail {
+    fn detail(&self, id: BackendId) -> ServerDetail {
         let b = &self.backends[&id];
-        let env_keys = match &b.plan.def.env_file {
-            Some(path) => env_keys(path, &b.plan.def.env_keys).await,
-            None => Vec::new(),
-        };
         let list = |i: usize| -> Vec<Value> {
             b.lists[i]
                 .iter()
@@ -408,13 +414,14 @@ impl Hub {
                 .collect(),
             config_file: b.plan.def.source.clone(),
             env_file: b.plan.def.env_file.clone(),
-            env_keys,
+            // Read by the caller, off the owning task.
+            env_keys: Vec::new(),
         }
     }
 
     // === actions ===
 
-    async fn act(&mut self, name: &str, action: Action) -> Result<(), ActionError> {
+    fn act(&mut self, name: &str, action: Action) -> Result<(), ActionError> {
         let Some(id) = self.find(name) else {
             return Err(ActionError::NoSuchServer(name.to_owned()));
         };
@@ -434,10 +441,8 @@ impl Hub {
                 }
             }
             Action::Restart if running => {
-                self.drop_instances_from(id, "a person asked for a restart")
-                    .await;
-                self.restart_backend(id, "a person asked for a restart")
-                    .await;
+                self.drop_instances_from(id, "a person asked for a restart");
+                self.restart_backend(id, "a person asked for a restart");
             }
             Action::Restart | Action::Start => {
                 if running && !matches!(b.state, State::Failed(_)) {
@@ -445,27 +450,24 @@ impl Hub {
                 }
                 if running {
                     // Failed, with its session refusing: a fresh session.
-                    self.stop_backend(id, "a person asked for a start", State::Idle)
-                        .await;
+                    self.stop_backend(id, "a person asked for a start", State::Idle);
                 }
                 let b = self.backends.get_mut(&id).expect("found above");
                 b.state = State::Idle;
                 b.obs.fresh = true;
                 self.record(id, EventKind::Started, "started by a person");
                 self.start_backend(id);
-                self.remerge_all().await;
+                self.remerge_all();
             }
             Action::Stop => {
                 if b.state == State::Stopped {
                     return Ok(());
                 }
-                self.drop_instances_from(id, "it was stopped by a person")
-                    .await;
-                self.stop_backend(id, "it was stopped by a person", State::Stopped)
-                    .await;
+                self.drop_instances_from(id, "it was stopped by a person");
+                self.stop_backend(id, "it was stopped by a person", State::Stopped);
                 self.backends.get_mut(&id).expect("found above").obs.fresh = true;
                 self.record(id, EventKind::Stopped, "stopped by a person");
-                self.remerge_all().await;
+                self.remerge_all();
             }
         }
         Ok(())

@@ -61,24 +61,24 @@ impl Hub {
 
     /// Stops and forgets instances (their front ended, or their template
     /// changed): what they held fails once, with `why`.
-    async fn remove_instances(&mut self, instances: Vec<BackendId>, why: &str) {
+    fn remove_instances(&mut self, instances: Vec<BackendId>, why: &str) {
         for id in instances {
-            self.stop_backend(id, why, State::Disabled).await;
+            self.stop_backend(id, why, State::Disabled);
             self.instances.retain(|_, i| *i != id);
             self.backends.remove(&id);
         }
     }
 
     /// A front ended: its own processes stop.
-    pub(crate) async fn drop_instances_of(&mut self, front: FrontId) {
+    pub(crate) fn drop_instances_of(&mut self, front: FrontId) {
         let gone = self.instances_where(|_, f| f == front);
-        self.remove_instances(gone, "its client left").await;
+        self.remove_instances(gone, "its client left");
     }
 
     /// A template changed or left the configuration: its instances stop.
-    pub(crate) async fn drop_instances_from(&mut self, template: BackendId, why: &str) {
+    pub(crate) fn drop_instances_from(&mut self, template: BackendId, why: &str) {
         let gone = self.instances_where(|t, _| t == template);
-        self.remove_instances(gone, why).await;
+        self.remove_instances(gone, why);
     }
 
     /// A template's instances, for a reload of its files.
@@ -102,7 +102,7 @@ impl Hub {
     /// An instance read its lists: they become its template's (so that the
     /// merged lists and the cache follow the server). A template that only
     /// started to read its lists stops once they are read.
-    pub(crate) async fn after_lists_read(&mut self, id: BackendId) {
+    pub(crate) fn after_lists_read(&mut self, id: BackendId) {
         let Some(b) = self.backends.get(&id) else {
             return;
         };
@@ -120,12 +120,11 @@ impl Hub {
                     }
                 }
                 self.store_cache(template);
-                self.remerge_all().await;
+                self.remerge_all();
             }
             None if b.link.is_some() && b.state == State::Ready => {
                 tracing::info!(server = %b.plan.name, "lists read: stopping it until a client uses it");
-                self.stop_backend(id, "its lists were read", State::Idle)
-                    .await;
+                self.stop_backend(id, "its lists were read", State::Idle);
             }
             None => {}
         }

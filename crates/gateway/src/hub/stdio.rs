@@ -122,7 +122,7 @@ pub(crate) async fn next(stdio: &mut Option<Stdio>, read: bool, flush: bool) -> 
 
 impl Hub {
     /// A frame from the stdio client, or its input's end.
-    pub(crate) async fn on_stdio_frame(
+    pub(crate) fn on_stdio_frame(
         &mut self,
         stdio: &mut Stdio,
         frame: Option<Result<Frame, FrameError>>,
@@ -142,7 +142,7 @@ impl Hub {
                 );
                 let line = build::error(&id, INVALID_REQUEST, &detail, None);
                 let related = (id != "null").then(|| Bytes::from(id));
-                self.emit_to(front, line, related).await;
+                self.emit_to(front, line, related);
                 return;
             }
             Some(Err(e)) => {
@@ -156,7 +156,7 @@ impl Hub {
             }
         };
         if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
-            self.on_front_message(front, line).await;
+            self.on_front_message(front, line);
         }
     }
 
@@ -178,13 +178,13 @@ impl Hub {
             return;
         }
         if let Some(written) = stdio.out.write_now().await {
-            self.on_stdio_written(stdio, written).await;
+            self.on_stdio_written(stdio, written);
         }
         self.stdio_backlog = stdio.out.queued();
     }
 
     /// A write to the stdio client finished, failed or stalled.
-    pub(crate) async fn on_stdio_written(
+    pub(crate) fn on_stdio_written(
         &mut self,
         stdio: &mut Stdio,
         written: Result<(), writer::WriteError>,
@@ -198,7 +198,7 @@ impl Hub {
         }
         stdio.input = None;
         stdio.out.close();
-        self.drop_front(stdio.front, Outcome::ClientGone).await;
+        self.drop_front(stdio.front, Outcome::ClientGone);
     }
 
     /// What waits for the stdio client still goes out once the hub has
