@@ -148,7 +148,10 @@ async fn run_build(cmd: &str, cwd: Option<&PathBuf>, limit: Duration) -> Result<
             return Err(format!("`{cmd}` did not finish within {limit:?}"));
         }
     };
-    if exit.status.success() {
+    let status = exit
+        .status
+        .map_or(mcpvisor_config::ExitKind::Unknown, Into::into);
+    if status.success() {
         tracing::info!(
             "build `{cmd}` succeeded in {} ms",
             started.elapsed().as_millis()
@@ -161,5 +164,8 @@ async fn run_build(cmd: &str, cwd: Option<&PathBuf>, limit: Duration) -> Result<
         String::from_utf8_lossy(&out),
         String::from_utf8_lossy(&err)
     );
-    Err(format!("`{cmd}` ended with {}", exit))
+    Err(format!(
+        "`{cmd}` ended with {status} after {:.1?}",
+        exit.uptime
+    ))
 }

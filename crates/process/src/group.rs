@@ -12,8 +12,6 @@ use nix::unistd::Pid;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
-use mcpvisor_config::ExitKind;
-
 use crate::exit::Exit;
 
 /// The size asked for the worker's stdin and stdout pipes.
@@ -191,7 +189,7 @@ async fn own(
         }
     };
     let exit = Exit {
-        status: status.map_or(ExitKind::Unknown, ExitKind::from),
+        status,
         uptime: started.elapsed(),
         requested,
     };

@@ -21,4 +21,3 @@ pub mod stderr;
 
 pub use exit::Exit;
 pub use group::{Process, SpawnError, Spawned, Spec, StopTimeouts, Stopper, spawn};
-pub use mcpvisor_config::ExitKind;

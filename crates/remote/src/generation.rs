@@ -24,7 +24,7 @@ use bytes::Bytes;
 use futures_util::{FutureExt as _, StreamExt as _};
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail};
 use mcpvisor_jsonrpc::{Envelope, Frame, INTERNAL_ERROR, Kind, LineCodec, WORKER_LOST, build};
-use mcpvisor_process::Exit;
+use mcpvisor_session::WorkerExit as Exit;
 use mcpvisor_session::WorkerReporter;
 use tokio::io::DuplexStream;
 use tokio::sync::mpsc;

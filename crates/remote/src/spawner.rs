@@ -8,7 +8,7 @@ use mcpvisor_config::report::StderrTail;
 use mcpvisor_config::secrets::expand_headers;
 use mcpvisor_config::{RemoteTransport, ServerDef};
 use mcpvisor_jsonrpc::LineCodec;
-use mcpvisor_process::Exit;
+use mcpvisor_session::WorkerExit as Exit;
 use mcpvisor_session::writer::write_lines;
 use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 use reqwest::Url;

@@ -11,10 +11,10 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
-use mcpvisor_config::report::StderrTail;
+use mcpvisor_config::report::{ExitKind, StderrTail};
 use mcpvisor_config::{AuthDetector, Secret};
 use mcpvisor_process::stderr::{self, Passthrough};
-use mcpvisor_process::{Exit, Spec, StopTimeouts};
+use mcpvisor_process::{Spec, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
@@ -28,7 +28,7 @@ pub struct WorkerIo {
     /// Asks the worker to stop in layers; the session closes stdin first.
     pub stop: Box<dyn Fn() + Send>,
     /// Resolves once, when the worker has ended.
-    pub exited: BoxFuture<'static, Exit>,
+    pub exited: BoxFuture<'static, WorkerExit>,
     /// The last lines it wrote to stderr, for crash reports.
     pub stderr_tail: Arc<Mutex<StderrTail>>,
 }
@@ -38,6 +38,28 @@ impl std::fmt::Debug for WorkerIo {
         f.debug_struct("WorkerIo")
             .field("pid", &self.pid)
             .finish_non_exhaustive()
+    }
+}
+
+/// How a worker generation ended: a process's exit, or a remote server's
+/// HTTP session's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerExit {
+    /// Its exit code or signal, or how its HTTP session ended.
+    pub status: ExitKind,
+    /// How long it ran.
+    pub uptime: std::time::Duration,
+    /// Whether mcpvisor asked it to stop (as opposed to it ending on its own).
+    pub requested: bool,
+}
+
+impl From<mcpvisor_process::Exit> for WorkerExit {
+    fn from(exit: mcpvisor_process::Exit) -> Self {
+        Self {
+            status: exit.status.map_or(ExitKind::Unknown, ExitKind::from),
+            uptime: exit.uptime,
+            requested: exit.requested,
+        }
     }
 }
 
@@ -190,7 +212,7 @@ impl Spawner for ProcessSpawner {
             stdout: Box::pin(spawned.stdout),
             pid: Some(pid),
             stop: Box::new(move || stopper.stop()),
-            exited: Box::pin(async move { process.wait().await }),
+            exited: Box::pin(async move { process.wait().await.into() }),
             stderr_tail,
         })
     }

@@ -9,9 +9,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::WorkerExit as Exit;
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, StderrTail};
 use mcpvisor_jsonrpc::build;
-use mcpvisor_process::Exit;
 use tokio::time::Instant;
 
 use super::{

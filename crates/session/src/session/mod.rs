@@ -20,11 +20,11 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
+use crate::WorkerExit as Exit;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mcpvisor_config::report::{StderrTail, StrayStdout};
 use mcpvisor_jsonrpc::{Frame, LineCodec};
-use mcpvisor_process::Exit;
 use serde_json::value::RawValue;
 use std::sync::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite};

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
-use mcpvisor_process::{Exit, ExitKind};
+use mcpvisor_config::ExitKind;
+use mcpvisor_session::WorkerExit as Exit;
 use mcpvisor_session::{
     Config, Control, EventSink, Outcome, Session, SessionEvent, SpawnFailure, Spawner, WorkerIo,
     WorkerReporter,
