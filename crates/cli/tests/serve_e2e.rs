@@ -864,8 +864,32 @@ fn a_server_request_the_client_cannot_take_is_declined_with_its_capability() {
     // `ask` returns whatever came back: here an error object.
     let answer = Proc::tool_json(r);
     let message = answer["message"].as_str().unwrap_or_default();
-    assert!(answer["code"].is_i64(), "not an error: {r}");
+    assert_eq!(answer["code"], -32021, "not the capability error: {r}");
     assert!(message.contains("sampling"), "{r}");
+    assert_eq!(
+        answer["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_2026_07_28_completion_with_nothing_to_complete_has_its_result_type() {
+    let (_dir, _config, mut p) = gateway("serve-complete-modern", &[Entry::fake("a", &[])], &[]);
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    p.send(
+        json!({"jsonrpc":"2.0","id":"c","method":"completion/complete","params":{
+        "ref":{"type":"ref/prompt","name":"no_such_prompt"},
+        "argument":{"name":"x","value":""},"_meta":meta}}),
+    );
+    let r = until(&mut p, "the completion", |m| answers(m, &json!("c")))
+        .pop()
+        .expect("the answer");
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert_eq!(r["result"]["completion"]["values"], json!([]), "{r}");
 }
 
 // === progress and cancellation ===

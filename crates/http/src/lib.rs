@@ -6,7 +6,9 @@
 //! [`mcpvisor_gateway::fronts`]. Over HTTP each MCP session is one front:
 //! `initialize` opens it (and mints an unguessable `Mcp-Session-Id`),
 //! DELETE or idle expiry closes it. A sessionless request of 2026-07-28 or
-//! later gets a throwaway front that closes once it is answered.
+//! later gets a throwaway front that closes once it is answered, after the
+//! checks that revision asks of it (`modern.rs`: `_meta`, the headers
+//! against the body, the version, removed methods).
 //!
 //! Each front is owned by one session task (`session.rs`). It reads the
 //! hub's messages and puts each on the one stream it belongs to: the POST
@@ -36,6 +38,7 @@
 
 mod config;
 mod legacy;
+mod modern;
 mod server;
 mod session;
 mod sse;

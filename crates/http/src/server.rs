@@ -24,14 +24,14 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Valid;
 use crate::session::{Attached, Command, Event, Handle, Refusal, Session};
-use crate::{legacy, sse};
+use crate::{legacy, modern, sse};
 
 const SESSION_ID: &str = "mcp-session-id";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub(crate) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
 
-/// Protocol revisions this front speaks over HTTP.
-const VERSIONS: [&str; 5] = [
+/// Protocol revisions this front speaks over HTTP, oldest first.
+pub(crate) const VERSIONS: [&str; 5] = [
     "2024-11-05",
     "2025-03-26",
     "2025-06-18",
@@ -377,8 +377,10 @@ async fn post_inner(
     };
     let id = env.id.map(|id| id.get().to_owned());
     let kind = env.kind;
-    let initialize = kind == Kind::Request && env.method() == "initialize";
     let has_session = headers.contains_key(SESSION_ID);
+    let params = mcpvisor_jsonrpc::envelope::raw_params(&line);
+    let modern_era = !has_session && modern::is_modern(headers, params);
+    let initialize = kind == Kind::Request && env.method() == "initialize" && !modern_era;
     if initialize {
         if has_session {
             return Err(error(
@@ -449,16 +451,16 @@ async fn post_inner(
             }
         });
     }
-    if !stateless(headers, &line) {
+    if !modern_era {
         return Err(session(shared, headers, id.as_deref())
             .err()
             .unwrap_or_else(hub_unavailable));
     }
-    check_version(headers, id.as_deref())?;
     let Some(id) = id.filter(|_| kind == Kind::Request) else {
         // A sessionless client has no stream for anything else to belong to.
         return Ok(StatusCode::ACCEPTED.into_response());
     };
+    modern::check(headers, &id, env.method(), params)?;
     if shared.draining.is_cancelled() {
         return Err(draining(Some(&id)));
     }
@@ -474,9 +476,12 @@ async fn post_inner(
         sse: sse_ok,
         polls: false,
     };
-    Ok(exchange(shared, &handle, id, line, accepts)
-        .await
-        .into_response())
+    Ok(match exchange(shared, &handle, id, line, accepts).await {
+        // The revision's errors have their own statuses; on a stream the
+        // status was sent before the answer was known.
+        Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
+        answer => answer.into_response(),
+    })
 }
 
 /// A stateless request's front: it closes once the request is answered,
@@ -531,37 +536,10 @@ enum Answer {
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
         match self {
-            Answer::Json(ev) => (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, "application/json")],
-                ev.line,
-            )
-                .into_response(),
+            Answer::Json(ev) => json_response(StatusCode::OK, ev.line),
             Answer::Stream(resp) | Answer::Failed(resp) => resp,
         }
     }
-}
-
-/// A sessionless request of 2026-07-28 or later, by header or `_meta`.
-fn stateless(headers: &HeaderMap, line: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Params<'a> {
-        #[serde(rename = "_meta", borrow)]
-        meta: Option<Meta<'a>>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Meta<'a> {
-        #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
-        version: Option<std::borrow::Cow<'a, str>>,
-    }
-    let modern = |v: &str| v.len() == STATELESS_SINCE.len() && v >= STATELESS_SINCE;
-    if let Some(v) = header_str(headers, PROTOCOL_VERSION) {
-        return modern(v);
-    }
-    mcpvisor_jsonrpc::envelope::raw_params(line)
-        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
-        .and_then(|p| p.meta?.version)
-        .is_some_and(|v| modern(&v))
 }
 
 /// Whether the client negotiated a revision with SSE polling (2025-11-25):
@@ -744,14 +722,21 @@ async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
 
 // === answers ===
 
+/// A JSON body with this status.
+pub(crate) fn json_response(status: StatusCode, body: Bytes) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 pub(crate) fn rpc_error(
     status: StatusCode,
     id: Option<&str>,
     code: i64,
     message: &str,
 ) -> Response {
-    let body = build::error(id.unwrap_or("null"), code, message, None);
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    json_response(
+        status,
+        build::error(id.unwrap_or("null"), code, message, None),
+    )
 }
 
 pub(crate) fn error(status: StatusCode, id: Option<&str>, message: &str) -> Response {

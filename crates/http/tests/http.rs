@@ -130,6 +130,14 @@ async fn fake_hub(
                             }
                         }
                     }
+                    // A method the server behind does not implement.
+                    "unknown/method" => {
+                        let line = line_of(
+                            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
+                        );
+                        let related = Some(Bytes::from(id.to_string()));
+                        out.send(Outbound { line, related }).await.expect("front");
+                    }
                     _ => out.send(answer).await.expect("front"),
                 }
             }
@@ -587,21 +595,170 @@ async fn sessions_keep_their_own_ids() {
     assert_eq!(vb["result"]["params"]["who"], "b");
 }
 
+/// The `_meta` of a 2026-07-28 request.
+fn modern_meta(version: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+    })
+}
+
+impl Harness {
+    /// A 2026-07-28 request with its headers: `params` gets the `_meta`.
+    fn modern(&self, id: u64, method: &str, mut params: Value) -> reqwest::RequestBuilder {
+        params["_meta"] = modern_meta("2026-07-28");
+        let name = params
+            .get("name")
+            .or_else(|| params.get("uri"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut req = self
+            .post(None, &request(id, method, params))
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        if let Some(name) = name {
+            req = req.header("mcp-name", name);
+        }
+        req
+    }
+
+    /// A refusal's status and JSON-RPC error code; the id is the request's.
+    async fn refusal(&self, req: reqwest::RequestBuilder, id: u64) -> (StatusCode, i64, Value) {
+        let resp = self.send(req).await;
+        let status = resp.status();
+        let v = self.json(resp).await;
+        assert_eq!(v["id"], id, "{v}");
+        let code = v["error"]["code"].as_i64().expect("an error code");
+        (status, code, v["error"].clone())
+    }
+}
+
 #[tokio::test]
 async fn stateless_request_without_session() {
     let mut h = start(HttpConfig::default()).await;
-    let req = h
-        .post(None, &request(3, "tools/list", json!({})))
-        .header("mcp-protocol-version", "2026-07-28");
-    let resp = h.send(req).await;
+    let resp = h.send(h.modern(3, "tools/list", json!({}))).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(resp.headers().get("mcp-session-id").is_none());
     assert_eq!(h.json(resp).await["result"]["method"], "tools/list");
     h.closed().await;
 
-    let meta = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
-    let resp = h.send(h.post(None, &request(4, "tools/list", meta))).await;
+    let call = h.modern(4, "tools/call", json!({"name": "echo", "arguments": {}}));
+    let resp = h.send(call).await;
     assert_eq!(resp.status(), StatusCode::OK);
+    h.closed().await;
+
+    // A name outside the header-safe characters comes Base64-encoded.
+    let params = json!({"name": "größe", "arguments": {}, "_meta": modern_meta("2026-07-28")});
+    let req = h
+        .post(None, &request(5, "tools/call", params))
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "=?base64?Z3LDtsOfZQ==?=");
+    assert_eq!(h.send(req).await.status(), StatusCode::OK);
+    h.closed().await;
+}
+
+#[tokio::test]
+async fn stateless_request_needs_valid_meta() {
+    let h = start(HttpConfig::default()).await;
+    let headers = |req: reqwest::RequestBuilder| {
+        req.header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "server/discover")
+    };
+    let mut no_version = modern_meta("2026-07-28");
+    no_version
+        .as_object_mut()
+        .expect("object")
+        .remove("io.modelcontextprotocol/protocolVersion");
+    let mut no_capabilities = modern_meta("2026-07-28");
+    no_capabilities
+        .as_object_mut()
+        .expect("object")
+        .remove("io.modelcontextprotocol/clientCapabilities");
+    for (id, params) in [
+        (1, json!({})),
+        (2, json!({"_meta": no_version})),
+        (3, json!({"_meta": no_capabilities})),
+    ] {
+        let req = headers(h.post(None, &request(id, "server/discover", params)));
+        let (status, code, _) = h.refusal(req, id).await;
+        assert_eq!(
+            (status, code),
+            (StatusCode::BAD_REQUEST, -32602),
+            "case {id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn stateless_headers_must_match_the_body() {
+    let h = start(HttpConfig::default()).await;
+    let call = json!({"name": "echo", "arguments": {}, "_meta": modern_meta("2026-07-28")});
+    let with = |id: u64, headers: &[(&str, &str)]| {
+        let mut req = h.post(None, &request(id, "tools/call", call.clone()));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req
+    };
+    let version = ("mcp-protocol-version", "2026-07-28");
+    let method = ("mcp-method", "tools/call");
+    let name = ("mcp-name", "echo");
+    let cases: [(u64, Vec<(&str, &str)>); 6] = [
+        (1, vec![method, name]),
+        (
+            2,
+            vec![("mcp-protocol-version", "2025-11-25"), method, name],
+        ),
+        (3, vec![version, name]),
+        (4, vec![version, ("mcp-method", "tools/list"), name]),
+        (5, vec![version, method]),
+        (6, vec![version, method, ("mcp-name", "other")]),
+    ];
+    for (id, headers) in cases {
+        let (status, code, _) = h.refusal(with(id, &headers), id).await;
+        assert_eq!(
+            (status, code),
+            (StatusCode::BAD_REQUEST, -32020),
+            "case {id}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn stateless_unsupported_version_lists_the_supported() {
+    let h = start(HttpConfig::default()).await;
+    let params = json!({"_meta": modern_meta("v999.0.0")});
+    let req = h
+        .post(None, &request(9, "server/discover", params))
+        .header("mcp-protocol-version", "v999.0.0")
+        .header("mcp-method", "server/discover");
+    let (status, code, error) = h.refusal(req, 9).await;
+    assert_eq!((status, code), (StatusCode::BAD_REQUEST, -32022));
+    assert_eq!(error["data"]["requested"], "v999.0.0");
+    let supported = error["data"]["supported"].as_array().expect("supported");
+    assert_eq!(supported[0], "2026-07-28");
+    assert!(supported.contains(&json!("2025-11-25")));
+}
+
+#[tokio::test]
+async fn stateless_removed_and_unknown_methods_are_404() {
+    let mut h = start(HttpConfig::default()).await;
+    for (id, method) in [
+        (1, "initialize"),
+        (2, "ping"),
+        (3, "logging/setLevel"),
+        (4, "resources/subscribe"),
+        (5, "resources/unsubscribe"),
+    ] {
+        let (status, code, _) = h.refusal(h.modern(id, method, json!({})), id).await;
+        assert_eq!((status, code), (StatusCode::NOT_FOUND, -32601), "{method}");
+    }
+    // Unknown to the hub: its -32601 answer gets the status.
+    let req = h.modern(6, "unknown/method", json!({}));
+    let (status, code, _) = h.refusal(req, 6).await;
+    assert_eq!((status, code), (StatusCode::NOT_FOUND, -32601));
     h.closed().await;
 }
 

@@ -1042,7 +1042,8 @@ impl Hub {
         };
         if let Some(message) = declined {
             tracing::info!(server = %self.backend_name(id), "declined {method}: {message}");
-            let reply = build::error(raw_id.get(), MISSING_CAPABILITY, &message, None);
+            let data = required_capabilities(method, line);
+            let reply = build::error(raw_id.get(), MISSING_CAPABILITY, &message, data.as_ref());
             if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
                 link.try_send(reply);
             }
@@ -1344,3 +1345,18 @@ const MAX_EARLY: usize = 64;
 
 /// MCP's code for a request that needs a capability the client lacks.
 pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+
+/// The `data` of a -32021 refusal of a server's request: the client
+/// capabilities it needs, as a `ClientCapabilities` object.
+fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_json::Value> {
+    let needed = match method {
+        "sampling/createMessage" => serde_json::json!({"sampling": {}}),
+        "elicitation/create" if is_url_mode(line) => {
+            serde_json::json!({"elicitation": {"url": {}}})
+        }
+        "elicitation/create" => serde_json::json!({"elicitation": {}}),
+        "roots/list" => serde_json::json!({"roots": {}}),
+        _ => return None,
+    };
+    Some(serde_json::json!({ "requiredCapabilities": needed }))
+}

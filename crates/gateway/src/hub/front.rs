@@ -226,14 +226,12 @@ impl Hub {
                     }
                     None => {
                         // Nothing to complete from: an empty completion.
-                        self.emit_to(
-                            front,
-                            build::result(
-                                raw_id.get(),
-                                r#"{"completion":{"values":[],"hasMore":false}}"#,
-                            ),
-                            Some(id.clone()),
-                        );
+                        let result = if modern {
+                            r#"{"completion":{"values":[],"hasMore":false},"resultType":"complete"}"#
+                        } else {
+                            r#"{"completion":{"values":[],"hasMore":false}}"#
+                        };
+                        self.emit_to(front, build::result(raw_id.get(), result), Some(id.clone()));
                     }
                 }
             }

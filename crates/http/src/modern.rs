@@ -1,0 +1,282 @@
+//! The checks a 2026-07-28 request passes before the hub sees it.
+//!
+//! A request of that era carries no session: its protocol version and the
+//! client's capabilities come in `params._meta`, and the transport mirrors
+//! the version, the method and (for a named operation) the name into the
+//! `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers, so that
+//! intermediaries can route on them. The front refuses, with status 400 and
+//! the revision's error, a request whose `_meta` is not valid (-32602),
+//! whose headers are missing or disagree with its body (-32020), or whose
+//! version it does not speak (-32022, with the versions it does). Methods
+//! the revision removed get 404 and -32601, as does any method nobody
+//! implements (see [`status_of`]).
+
+#![expect(
+    clippy::result_large_err,
+    reason = "a refusal is the response to send; it is built once per request, not moved around"
+)]
+
+use std::borrow::Cow;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use base64::Engine as _;
+use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, build};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::server::{PROTOCOL_VERSION, VERSIONS, header_str, json_response};
+
+/// The modern protocol revisions this front serves without a session.
+pub(crate) const MODERN: [&str; 1] = ["2026-07-28"];
+
+/// A header disagrees with the body, or a required one is missing.
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// The client lacks a capability the request needs.
+pub(crate) const MISSING_CAPABILITY: i64 = -32021;
+/// The requested protocol version is not spoken here.
+pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
+
+const METHOD: &str = "mcp-method";
+const NAME: &str = "mcp-name";
+
+/// Methods of the handshake era that 2026-07-28 removed.
+const REMOVED: [&str; 6] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tasks/list",
+];
+
+/// The `_meta` members of the request envelope.
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
+    version: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
+    capabilities: Option<&'a RawValue>,
+}
+
+/// The members of `params` the checks read; everything else is skipped.
+#[derive(Deserialize)]
+struct Params<'a> {
+    #[serde(rename = "_meta", borrow)]
+    meta: Option<&'a RawValue>,
+    #[serde(borrow)]
+    name: Option<&'a RawValue>,
+    #[serde(borrow)]
+    uri: Option<&'a RawValue>,
+}
+
+/// Whether a sessionless request is of the modern era: its `_meta` names a
+/// protocol version (no handshake-era request carries one), or its
+/// `MCP-Protocol-Version` header names no handshake-era revision. Such a
+/// request is checked by [`check`]; any other goes the way of the
+/// handshake era.
+pub(crate) fn is_modern(headers: &HeaderMap, params: Option<&RawValue>) -> bool {
+    let header = header_str(headers, PROTOCOL_VERSION);
+    if header.is_some_and(|v| !VERSIONS.contains(&v) || MODERN.contains(&v)) {
+        return true;
+    }
+    params
+        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
+        .and_then(|p| p.meta)
+        .and_then(|m| serde_json::from_str::<Meta<'_>>(m.get()).ok())
+        .is_some_and(|m| m.version.is_some())
+}
+
+/// Checks a modern request (`id` as written) in the order the revision
+/// gives: its `_meta`, its protocol version header against the body, the
+/// version, then `Mcp-Method` and `Mcp-Name`, then whether the method still
+/// exists. A refusal is the response to send.
+pub(crate) fn check(
+    headers: &HeaderMap,
+    id: &str,
+    method: &str,
+    params: Option<&RawValue>,
+) -> Result<(), Response> {
+    let invalid = |message: &str| {
+        Err(refusal(
+            StatusCode::BAD_REQUEST,
+            id,
+            INVALID_PARAMS,
+            message,
+            None,
+        ))
+    };
+    let Some(params) = params else {
+        return invalid("a 2026-07-28 request needs params with _meta");
+    };
+    let Ok(params) = serde_json::from_str::<Params<'_>>(params.get()) else {
+        return invalid("params must be an object");
+    };
+    let Some(meta) = params.meta else {
+        return invalid(
+            "params._meta is missing: a 2026-07-28 request carries its protocol version and client capabilities there",
+        );
+    };
+    let Ok(meta) = serde_json::from_str::<Meta<'_>>(meta.get()) else {
+        return invalid("params._meta must be an object");
+    };
+    let Some(version) = meta.version.and_then(as_str) else {
+        return invalid("params._meta needs io.modelcontextprotocol/protocolVersion, a string");
+    };
+    if !meta.capabilities.is_some_and(|c| c.get().starts_with('{')) {
+        return invalid("params._meta needs io.modelcontextprotocol/clientCapabilities, an object");
+    }
+    let mismatch = |message: String| {
+        Err(refusal(
+            StatusCode::BAD_REQUEST,
+            id,
+            HEADER_MISMATCH,
+            &format!("Header mismatch: {message}"),
+            None,
+        ))
+    };
+    match header_str(headers, PROTOCOL_VERSION) {
+        None => return mismatch("the MCP-Protocol-Version header is missing".to_owned()),
+        Some(h) if h != version => {
+            return mismatch(format!(
+                "MCP-Protocol-Version header value '{h}' does not match body value '{version}'"
+            ));
+        }
+        Some(_) => {}
+    }
+    if !MODERN.contains(&version.as_ref()) {
+        let data = serde_json::json!({
+            "supported": VERSIONS.iter().rev().collect::<Vec<_>>(),
+            "requested": version,
+        });
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            id,
+            UNSUPPORTED_VERSION,
+            "Unsupported protocol version",
+            Some(&data),
+        ));
+    }
+    match header_str(headers, METHOD) {
+        None => return mismatch("the Mcp-Method header is missing".to_owned()),
+        Some(h) if h != method => {
+            return mismatch(format!(
+                "Mcp-Method header value '{h}' does not match body value '{method}'"
+            ));
+        }
+        Some(_) => {}
+    }
+    let named = match method {
+        "tools/call" | "prompts/get" => Some(("params.name", params.name)),
+        "resources/read" => Some(("params.uri", params.uri)),
+        _ => None,
+    };
+    if let Some((field, value)) = named {
+        let Some(value) = value.and_then(as_str) else {
+            return invalid(&format!("{method} needs {field}, a string"));
+        };
+        let Some(header) = headers.get(NAME) else {
+            return mismatch("the Mcp-Name header is missing".to_owned());
+        };
+        match header.to_str().ok().and_then(decode) {
+            Some(h) if h == value => {}
+            Some(h) => {
+                return mismatch(format!(
+                    "Mcp-Name header value '{h}' does not match body value '{value}'"
+                ));
+            }
+            None => return mismatch("the Mcp-Name header is not valid".to_owned()),
+        }
+    }
+    if REMOVED.contains(&method) {
+        return Err(refusal(
+            StatusCode::NOT_FOUND,
+            id,
+            METHOD_NOT_FOUND,
+            &format!("Method not found: {method} (removed in 2026-07-28)"),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+/// The HTTP status of a modern request's error answer: 404 for a method
+/// nobody implements, 400 for the revision's own refusals, else 200.
+pub(crate) fn status_of(line: &[u8]) -> StatusCode {
+    #[derive(Deserialize)]
+    struct Probe {
+        error: Option<Code>,
+    }
+    #[derive(Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    match serde_json::from_slice::<Probe>(line)
+        .ok()
+        .and_then(|p| p.error)
+    {
+        Some(Code {
+            code: METHOD_NOT_FOUND,
+        }) => StatusCode::NOT_FOUND,
+        Some(Code {
+            code: HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION,
+        }) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// A JSON string's value, or `None` for any other JSON value.
+fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+}
+
+/// A header value as its sender meant it: the Base64 sentinel form
+/// (`=?base64?...?=`) decoded, any other value as it is.
+fn decode(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .ok()?;
+            String::from_utf8(bytes).ok()
+        }
+        None => Some(value.to_owned()),
+    }
+}
+
+fn refusal(
+    status: StatusCode,
+    id: &str,
+    code: i64,
+    message: &str,
+    data: Option<&serde_json::Value>,
+) -> Response {
+    json_response(status, build::error(id, code, message, data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_names_are_decoded() {
+        assert_eq!(decode("get_weather").as_deref(), Some("get_weather"));
+        assert_eq!(
+            decode("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(decode("=?base64?not base64!?="), None);
+    }
+
+    #[test]
+    fn error_answers_get_the_revision_status() {
+        let err = |code: i64| build::error("1", code, "x", None);
+        assert_eq!(status_of(&err(-32601)), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(&err(-32021)), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(&err(-32602)), StatusCode::OK);
+        assert_eq!(status_of(&build::result("1", "{}")), StatusCode::OK);
+    }
+}
