@@ -630,3 +630,47 @@ fn a_client_that_stops_reading_is_gone_after_the_client_write_timeout() {
     assert!(wait_gone(worker, WAIT), "the worker was stopped");
     drop(stdout);
 }
+
+#[test]
+fn a_call_sent_after_the_worker_was_killed_and_reaped_waits_for_the_next_one() {
+    // The server runs under a shell that outlives it by a moment, holding
+    // its pipes, as launchers do. A call written after the server was
+    // killed and reaped lies in its stdin pipe unread: it never reached a
+    // server, so the next generation serves it.
+    let worker = format!("'{}'; sleep 1", support::fake_worker().display());
+    let args = [
+        "run",
+        "--no-watch",
+        "--restart-backoff-max",
+        "300ms",
+        "--",
+        "sh",
+        "-c",
+    ];
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.push(worker);
+    let mut p = Proc::spawn(&args);
+    p.initialize();
+    for round in 0..3 {
+        let me = p.whoami(json!(format!("who-{round}")));
+        let pid = me["pid"].as_i64().expect("pid") as i32;
+        signal(pid, 9);
+        // Reaped: not even a zombie is left.
+        let proc_dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+        let deadline = std::time::Instant::now() + WAIT;
+        while proc_dir.exists() {
+            assert!(std::time::Instant::now() < deadline, "{pid} never reaped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let r = p.call(json!(format!("after-{round}")), "whoami", json!({}));
+        assert!(r.get("result").is_some(), "round {round}: {r}");
+        let next = Proc::tool_json(&r);
+        assert_eq!(
+            next["generation"].as_u64(),
+            me["generation"].as_u64().map(|g| g + 1),
+            "round {round}: {r}"
+        );
+    }
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+}

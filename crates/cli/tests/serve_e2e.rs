@@ -313,6 +313,28 @@ fn a_crash_mid_call_fails_only_that_call_and_the_server_restarts() {
 }
 
 #[test]
+fn a_call_sent_just_after_a_server_was_killed_is_served_by_its_next_worker() {
+    // The server runs under a shell that holds its pipes a second longer:
+    // a call written after the server died lies unread in its stdin.
+    let script = format!("'{}'; sleep 1", fake_worker().display());
+    let (_dir, _config, mut p) = gateway("serve-killed", &[Entry::sh("a", &script)], &[]);
+    initialize_with(&mut p, json!({}));
+    let first = Proc::tool_json(&p.call(json!("who-1"), "a__whoami", json!({})));
+    let pid = pid_of(&first);
+    signal(pid, 9);
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let deadline = Instant::now() + WAIT;
+    while proc_dir.exists() {
+        assert!(Instant::now() < deadline, "{pid} never reaped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let r = p.call(json!("who-2"), "a__whoami", json!({}));
+    assert!(r.get("result").is_some(), "not failed: {r}");
+    let second = Proc::tool_json(&r);
+    assert_eq!(second["generation"], 2, "{second}");
+}
+
+#[test]
 fn a_server_that_stops_answering_pings_is_restarted_once() {
     let (_dir, _config, mut p) = gateway(
         "serve-health",

@@ -12,12 +12,17 @@
 //! gone, whatever is left in its group (the grandchildren that `npx` and `uvx`
 //! start) is stopped the same way, so nothing outlives its worker.
 //!
+//! [`StdinProbe`] tells how much of what was written to a worker's stdin
+//! no process will ever read, once none holds the pipe's read end.
+//!
 //! [`stderr::pump`] drains a worker's stderr line by line, passing it through
 //! or discarding it, and keeps a bounded tail for crash reports.
 
 mod exit;
 mod group;
+mod pipe;
 pub mod stderr;
 
 pub use exit::Exit;
 pub use group::{Process, SpawnError, Spawned, Spec, StopTimeouts, Stopper, spawn};
+pub use pipe::StdinProbe;

@@ -192,6 +192,8 @@ impl Spawner for RemoteSpawner {
                 })
             }),
             stderr_tail: tail,
+            // What never reached the server is reported as undelivered.
+            unread: None,
         })
     }
 }

@@ -51,6 +51,6 @@ pub use events::{EventSink, SessionEvent};
 pub use mcpvisor_config::report::{ErrorData, StderrTail};
 pub use session::{Control, Outcome, Session};
 pub use spawner::{
-    EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, WorkerExit, WorkerIo,
-    WorkerReporter,
+    EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, UnreadProbe, WorkerExit,
+    WorkerIo, WorkerReporter,
 };

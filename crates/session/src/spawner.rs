@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use mcpvisor_config::report::{ExitKind, StderrTail};
 use mcpvisor_config::{AuthDetector, Secret};
 use mcpvisor_process::stderr::{self, Passthrough};
-use mcpvisor_process::{Spec, StopTimeouts};
+use mcpvisor_process::{Spec, StdinProbe, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 
@@ -31,7 +31,16 @@ pub struct WorkerIo {
     pub exited: BoxFuture<'static, WorkerExit>,
     /// The last lines it wrote to stderr, for crash reports.
     pub stderr_tail: Arc<Mutex<StderrTail>>,
+    /// Tells how many bytes written to `stdin` no process will read (see
+    /// [`UnreadProbe`]); `None` when it cannot be told.
+    pub unread: Option<UnreadProbe>,
 }
+
+/// How many of the bytes written to a worker's stdin no process will ever
+/// read: `Some` once nothing reads the pipe any more, `None` while
+/// something still may. The session asks when it closes the worker's
+/// stdin, and drops the probe then: a probe may hold the pipe open.
+pub type UnreadProbe = Box<dyn Fn() -> Option<u64> + Send>;
 
 impl std::fmt::Debug for WorkerIo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -188,6 +197,13 @@ impl Spawner for ProcessSpawner {
         let mut process = spawned.process;
         let pid = process.pid();
         let stopper = process.stopper();
+        let unread = match StdinProbe::new(&spawned.stdin) {
+            Ok(probe) => Some(Box::new(move || probe.unread()) as UnreadProbe),
+            Err(e) => {
+                tracing::debug!(generation, error = %e, "cannot watch the worker's stdin pipe");
+                None
+            }
+        };
         let stderr_tail = Arc::new(Mutex::new(StderrTail::new()));
         let tail = Arc::clone(&stderr_tail);
         let observer = self.observer.clone();
@@ -214,6 +230,7 @@ impl Spawner for ProcessSpawner {
             stop: Box::new(move || stopper.stop()),
             exited: Box::pin(async move { process.wait().await.into() }),
             stderr_tail,
+            unread,
         })
     }
 }

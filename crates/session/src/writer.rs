@@ -462,7 +462,18 @@ pub struct Outlet {
     before: u64,
     /// Where each message of the batch starts in it.
     starts: Vec<usize>,
+    /// Bytes written before the batch.
+    base: u64,
+    /// Where the last messages written whole (up to [`RECENT`], the last
+    /// of `before`) start, counted in bytes from the first written: those
+    /// that may still lie unread in the pipe.
+    recent: std::collections::VecDeque<u64>,
 }
+
+/// How many messages written whole an [`Outlet`] remembers the place of.
+/// Older ones count as read: at most a full queue of a worker's messages
+/// is ever in its pipe.
+const RECENT: usize = 1024;
 
 impl std::fmt::Debug for Outlet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -497,6 +508,8 @@ impl Outlet {
             blocked: false,
             before: 0,
             starts: Vec::new(),
+            base: 0,
+            recent: std::collections::VecDeque::new(),
         }
     }
 
@@ -528,10 +541,39 @@ impl Outlet {
         self.before + self.starts.iter().filter(|start| **start < done).count() as u64
     }
 
+    /// How many of the messages given so far the reader took a byte of,
+    /// when the last `unread` bytes written are known never to be read
+    /// (they lie in the pipe, and no process reads it any more). At most
+    /// [`Outlet::reached`].
+    pub fn read_of(&self, unread: u64) -> u64 {
+        let written = self.base + self.done as u64;
+        let read = written.saturating_sub(unread);
+        let unread_whole = self
+            .recent
+            .iter()
+            .rev()
+            .take_while(|at| **at >= read)
+            .count();
+        let done = self.done;
+        let in_batch = self
+            .starts
+            .iter()
+            .filter(|start| **start < done && self.base + (**start as u64) < read)
+            .count();
+        self.before - unread_whole as u64 + in_batch as u64
+    }
+
     /// Closes the pipe (the reader sees its end) and drops what was not
     /// written; returns [`Outlet::reached`].
     pub fn close(&mut self) -> u64 {
-        let reached = self.reached();
+        self.close_unread(None)
+    }
+
+    /// [`Outlet::close`], when the last `unread` bytes written are known
+    /// never to be read (see [`Outlet::read_of`]): returns how many
+    /// messages the reader took a byte of.
+    pub fn close_unread(&mut self, unread: Option<u64>) -> u64 {
+        let reached = unread.map_or_else(|| self.reached(), |unread| self.read_of(unread));
         self.out = None;
         self.queue.clear();
         self.blocked = false;
@@ -623,7 +665,13 @@ impl Outlet {
                     let total = self.buf.len() + self.large.as_ref().map_or(0, |m| m.len() + 1);
                     if self.done >= total {
                         self.before += self.starts.len() as u64;
-                        self.starts.clear();
+                        for start in self.starts.drain(..) {
+                            if self.recent.len() == RECENT {
+                                self.recent.pop_front();
+                            }
+                            self.recent.push_back(self.base + start as u64);
+                        }
+                        self.base += total as u64;
                         self.buf.clear();
                         self.large = None;
                         self.done = 0;
@@ -838,6 +886,41 @@ mod tests {
         want.extend_from_slice(&big);
         want.extend_from_slice(b"\n{\"id\":42,\"result\":1}\n");
         assert_eq!(got, want);
+    }
+
+    #[tokio::test]
+    async fn an_outlet_counts_as_read_only_messages_before_the_unread_bytes() {
+        let (a, _b) = tokio::io::duplex(1 << 16);
+        let mut out = Outlet::new(Box::pin(a), None);
+        // Two batches: "aaaa\n" then "bb\n" and "ccc\n" (14 bytes in all).
+        out.push(Message::Line(Bytes::from_static(b"aaaa")));
+        out.flushed().await.expect("written");
+        out.push(Message::Line(Bytes::from_static(b"bb")));
+        out.push(Message::Line(Bytes::from_static(b"ccc")));
+        out.flushed().await.expect("written");
+        assert_eq!(out.reached(), 3);
+        assert_eq!(out.read_of(0), 3);
+        assert_eq!(out.read_of(4), 2, "\"ccc\\n\" was never read");
+        assert_eq!(out.read_of(6), 2, "a byte of \"bb\\n\" was read");
+        assert_eq!(out.read_of(7), 1);
+        assert_eq!(out.read_of(14), 0);
+        assert_eq!(out.read_of(1000), 0);
+        assert_eq!(out.close_unread(Some(4)), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outlet_counts_as_read_only_what_it_wrote_of_a_batch_cut_short() {
+        // The pipe takes 8 bytes: all of "aaaa\n" and the start of
+        // "bbbbbbbb\n"; the reader took none of them.
+        let (a, _b) = tokio::io::duplex(8);
+        let mut out = Outlet::new(Box::pin(a), Some(Duration::from_secs(5)));
+        for msg in ["aaaa", "bbbbbbbb", "cc"] {
+            out.push(Message::Line(Bytes::from_static(msg.as_bytes())));
+        }
+        assert!(out.write_now().await.is_none(), "the pipe is full");
+        assert_eq!(out.read_of(8), 0);
+        assert_eq!(out.read_of(3), 1, "only \"aaaa\\n\" was read");
+        assert_eq!(out.read_of(0), 2);
     }
 
     #[tokio::test(start_paused = true)]

@@ -616,6 +616,34 @@ async fn a_request_that_never_reached_the_worker_waits_for_the_next_generation()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_request_left_unread_in_the_pipe_of_a_dead_worker_waits_for_the_next_generation() {
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    // The worker stops reading, and its end shows a second later: what is
+    // written meanwhile lies in the pipe, taken by the pipe but never read.
+    c.send_call(json!("dying"), "vanish", json!({"ms": 1000}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.send_call(json!("after"), "echo", json!({"id": "after"}))
+        .await;
+    let mut answers = [c.recv().await, c.recv().await];
+    answers.sort_by_key(|a| a["id"].to_string());
+    let [after, dying] = answers;
+    assert_eq!(after["id"], "after");
+    assert_eq!(
+        after["result"]["generation"], 2,
+        "not failed, not replayed: {after}"
+    );
+    assert_eq!(generations_that_saw(&spawner, json!("after")), [2]);
+    // What the worker did read is lost, once.
+    assert_eq!(dying["id"], "dying");
+    assert_eq!(dying["error"]["code"], -32010, "{dying}");
+    assert_eq!(dying["error"]["data"]["generation"], 1, "{dying}");
+    assert!(c.recv_within(Duration::from_secs(60)).await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stalled_write_loses_the_request_partly_through_and_not_the_one_behind_it() {
     let cfg = Config {
         write_timeout: Duration::from_secs(3),

@@ -151,6 +151,7 @@ impl<S: Spawner> Session<S> {
             stop,
             exited,
             stderr_tail,
+            unread,
         } = io;
         let stdin = writer::Outlet::new(stdin, Some(self.cfg.write_timeout));
         self.stdouts.push(id, stdout, self.cfg.max_message_bytes);
@@ -163,6 +164,8 @@ impl<S: Spawner> Session<S> {
             phase: Phase::Ready,
             stdin,
             queued: 0,
+            unread,
+            unread_at_close: None,
             stop,
             pid,
             acks: false,
@@ -264,7 +267,7 @@ impl<S: Spawner> Session<S> {
             phase
         };
         g.phase = Phase::Dead;
-        g.stdin.close();
+        g.close_stdin();
         (g.stop)();
         if let Some(key) = g.exit_wait.take() {
             let _ = self.timers.try_remove(&key);
@@ -306,15 +309,16 @@ impl<S: Spawner> Session<S> {
         Some(loss)
     }
 
-    /// Closes generation `id`'s stdin outlet. The client requests of
-    /// which no byte reached it (none ever will now) wait for the next
+    /// Closes generation `id`'s stdin outlet. The client requests that
+    /// never reached it (none ever will now) wait for the next
     /// generation, ahead of what already waits, in the order they were sent:
-    /// they were never sent, so this is no replay. A cancelled one is done.
+    /// the server never saw them, so this is no replay. A cancelled one is
+    /// done.
     pub(crate) fn take_back(&mut self, id: u64) {
         let Some(g) = self.gens.get_mut(&id) else {
             return;
         };
-        let reached = g.stdin.close();
+        let reached = g.close_stdin();
         let mut unsent: Vec<(u64, u64)> = self
             .reqs
             .iter()

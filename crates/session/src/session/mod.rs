@@ -101,6 +101,10 @@ pub(crate) struct Generation {
     pub stdin: writer::Outlet,
     /// Messages put in its stdin queue so far.
     pub queued: u64,
+    /// Asked when its stdin is closed, then dropped.
+    pub unread: Option<crate::spawner::UnreadProbe>,
+    /// What [`Generation::unread`] said when its stdin was closed.
+    pub unread_at_close: Option<u64>,
     pub stop: Box<dyn Fn() + Send>,
     pub pid: Option<u32>,
     /// Whether it has ever sent the cancel acknowledgement.
@@ -126,6 +130,19 @@ impl Generation {
     /// The authorization link it waits on, if any.
     pub fn auth_url(&self) -> Option<String> {
         self.auth.clone()
+    }
+
+    /// Closes its stdin (the first layer of a stop), if still open, and
+    /// returns how many of the messages queued for it reached it: a byte
+    /// of each was written, and, once nothing reads its pipe any more
+    /// (it died), read. A message still whole in the pipe then never
+    /// reached it: sent a moment before it died, or after it died while
+    /// another process of its group held the pipe open.
+    pub fn close_stdin(&mut self) -> u64 {
+        if let Some(probe) = self.unread.take() {
+            self.unread_at_close = probe();
+        }
+        self.stdin.close_unread(self.unread_at_close)
     }
 }
 
@@ -554,7 +571,7 @@ impl<S: Spawner> Session<S> {
                 // What is queued goes out if the pipe takes it now.
                 let _ =
                     std::future::poll_fn(|cx| std::task::Poll::Ready(g.stdin.poll_flush(cx))).await;
-                g.stdin.close();
+                g.close_stdin();
                 (g.stop)();
                 g.phase = Phase::Dead;
             }

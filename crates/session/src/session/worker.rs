@@ -34,7 +34,7 @@ impl<S: Spawner> Session<S> {
                 // The worker is ending: stop sending, and let its exit status
                 // and the rest of its stdout arrive (bounded by the exit wait).
                 if let Some(g) = self.gens.get_mut(&generation) {
-                    g.stdin.close();
+                    g.close_stdin();
                     if g.exit_wait.is_none() && !matches!(g.phase, Phase::Dead) {
                         g.exit_wait = Some(
                             self.timers

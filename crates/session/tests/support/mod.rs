@@ -9,7 +9,10 @@
     reason = "each test binary uses a different part of the support module"
 )]
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,7 +24,9 @@ use mcpvisor_session::{
     WorkerReporter,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::io::{
+    AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream, ReadBuf,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -101,6 +106,19 @@ impl Spawner for TestSpawner {
         }
         self.spawned.lock().expect("spawned").push(generation);
         let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
+        // The pipe's byte counts, for the session's question of how much of
+        // what it wrote no one will read.
+        let pipe = Arc::new(PipeCounts::default());
+        let stdin_ours = Counted {
+            inner: stdin_ours,
+            pipe: Arc::clone(&pipe),
+            reader: false,
+        };
+        let stdin_theirs = Counted {
+            inner: stdin_theirs,
+            pipe: Arc::clone(&pipe),
+            reader: true,
+        };
         let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
         let (exit_tx, exit_rx) = oneshot::channel::<Exit>();
         let log = Arc::clone(&self.log);
@@ -142,7 +160,78 @@ impl Spawner for TestSpawner {
                 })
                 .boxed(),
             stderr_tail: Default::default(),
+            unread: Some(Box::new(move || pipe.unread())),
         })
+    }
+}
+
+/// Bytes written into a worker's stdin and read out of it, and whether its
+/// reader is gone.
+#[derive(Debug, Default)]
+struct PipeCounts {
+    written: AtomicU64,
+    read: AtomicU64,
+    reader_gone: AtomicBool,
+}
+
+impl PipeCounts {
+    /// What a pipe's kernel says: once no one reads it, how much was left.
+    fn unread(&self) -> Option<u64> {
+        self.reader_gone
+            .load(Ordering::Acquire)
+            .then(|| self.written.load(Ordering::Acquire) - self.read.load(Ordering::Acquire))
+    }
+}
+
+/// One end of a worker's stdin, counting what passes.
+struct Counted {
+    inner: DuplexStream,
+    pipe: Arc<PipeCounts>,
+    /// The worker's end, read; else the session's, written.
+    reader: bool,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if self.reader {
+            self.pipe.reader_gone.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = (buf.filled().len() - before) as u64;
+        self.pipe.read.fetch_add(n, Ordering::AcqRel);
+        polled
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.pipe.written.fetch_add(*n as u64, Ordering::AcqRel);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -150,7 +239,7 @@ impl Spawner for TestSpawner {
 async fn worker(
     generation: u64,
     b: Behaviour,
-    stdin: DuplexStream,
+    stdin: Counted,
     stdout: DuplexStream,
     log: Log,
     reporter: WorkerReporter,
@@ -280,6 +369,14 @@ async fn worker(
             ("tools/call", "crash") => {
                 drop(writer);
                 return 3;
+            }
+            // It stops reading for `ms`, then dies: a server killed while
+            // the shell it runs under holds its pipes a moment longer.
+            ("tools/call", "vanish") => {
+                let ms = args["ms"].as_u64().unwrap_or(1000);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                drop(writer);
+                return 137;
             }
             // The first generation never ran it, says so, and ends (a
             // remote server that forgot its session).
