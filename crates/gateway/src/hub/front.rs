@@ -187,9 +187,16 @@ impl Hub {
                     }
                     let msg = format!("Resource not found: {uri}");
                     let data = json!({"uri": uri});
+                    // 2026-07-28 (SEP-2164) says -32602 where earlier
+                    // revisions said -32002.
+                    let code = if modern {
+                        INVALID_PARAMS
+                    } else {
+                        RESOURCE_NOT_FOUND
+                    };
                     self.emit_to(
                         front,
-                        build::error(raw_id.get(), RESOURCE_NOT_FOUND, &msg, Some(&data)),
+                        build::error(raw_id.get(), code, &msg, Some(&data)),
                         Some(id.clone()),
                     );
                     return;
@@ -492,6 +499,9 @@ impl Hub {
             "capabilities": Self::capabilities(),
             "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
         });
+        // Where 2026-07-28 has a server name itself on its results.
+        result["_meta"] =
+            json!({"io.modelcontextprotocol/serverInfo": result["serverInfo"].clone()});
         if let Some(text) = self.instructions() {
             result["instructions"] = Value::String(text);
         }
@@ -530,6 +540,9 @@ impl Hub {
             "capabilities": Self::capabilities(),
             "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
         });
+        // Where 2026-07-28 has a server name itself on its results.
+        result["_meta"] =
+            json!({"io.modelcontextprotocol/serverInfo": result["serverInfo"].clone()});
         if let Some(text) = self.instructions() {
             result["instructions"] = Value::String(text);
         }
