@@ -493,6 +493,65 @@ scenario('a secret set on the page is used at the next start and never shown', 9
   await context.close();
 });
 
+// Servers that start in milliseconds: the new process is ready before the
+// answer to "Restart now" (or to the save that restarts it) reaches the
+// page, which must still say the restart is done. A first secret on an
+// entry with no env file creates one, and the config then names it: the
+// server restarts by itself, and the page says so, and keeps saying it.
+scenario('a fast server\'s restart after a secret is followed to its end', 60000, async ({ browser }) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-fast-'));
+  fs.writeFileSync(path.join(dir, 'fast.env'), 'FAST_TOKEN=one\n', { mode: 0o600 });
+  const gw = new Gateway(dir, {
+    fast: { command: FAKE, env_file: 'fast.env', env_keys: ['FAST_TOKEN'] },
+    fresh: { command: FAKE },
+  });
+  try {
+    await gw.start();
+    const { page, problems, context } = await openUi(browser, gw);
+    await waitRow(page, 'fast', 'ready', 20000);
+    await waitRow(page, 'fresh', 'ready', 20000);
+
+    // "Restart now" on a server that restarts faster than the answer comes.
+    await page.locator('tr[data-server="fast"] th a').click();
+    const form = page.locator('form[data-secret="FAST_TOKEN"]');
+    await form.getByLabel('New value for FAST_TOKEN').fill('two');
+    await form.getByRole('button', { name: 'Save' }).click();
+    // The answer to the restart is held until the new process is ready and
+    // the page has had time to hear of it: the order a fast server gives.
+    const fast = async () => JSON.parse((await gw.http('GET', '/api/servers/fast')).text);
+    const from = (await fast()).generation;
+    await page.route('**/api/servers/fast/restart', async (route) => {
+      const response = await route.fetch();
+      await until('the fast server\'s next generation', async () => { const s = await fast(); return s.state === 'ready' && s.generation > from; }, 10000);
+      await sleep(500);
+      await route.fulfill({ response });
+    });
+    await page.getByRole('button', { name: 'Restart now' }).click();
+    await until('the page to say the fast restart is done', async () => (await page.locator('[data-restart-note]').innerText()).startsWith('Restarted: generation'), 10000);
+
+    // A first secret where there is no env file: the server restarts by
+    // itself, and the message stays past the page's refresh of the server.
+    await page.evaluate(() => { location.hash = '#/server/fresh'; });
+    await page.locator('#secret-new-key').fill('FRESH_TOKEN');
+    await page.locator('#secret-new-value').fill('three');
+    await page.locator('form[data-secret=""]').getByRole('button', { name: 'Save' }).click();
+    const after = page.locator('.secret-after');
+    await until('the message after the first secret', async () => (await after.innerText()).includes('FRESH_TOKEN saved'), 10000);
+    await until('the page to say the server restarted by itself', async () => (await page.locator('[data-restart-note]').innerText()).startsWith('Restarted: generation'), 10000);
+    await sleep(1500);
+    const text = await after.innerText();
+    assert(text.includes('FRESH_TOKEN saved') && text.includes('restarts to read it'), `the message stays and says the server restarts: ${JSON.stringify(text)}`);
+    assert(!text.includes('next start'), `the message does not say the value waits for the next start: ${JSON.stringify(text)}`);
+    assert(await page.getByRole('button', { name: 'Restart now' }).count() === 0, 'no "Restart now" for a server that restarted by itself');
+    assert(fs.readFileSync(path.join(dir, 'fresh.env'), 'utf8').includes('FRESH_TOKEN=three'), 'the new env file has the value');
+    assert(problems.length === 0, problems.join('\n'));
+    await context.close();
+  } finally {
+    await gw.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 scenario('requests without the token or from another origin are refused', 30000, async ({ browser, gw }) => {
   let r = await gw.http('GET', '/api/servers', { bearer: false });
   assert(r.status === 401, `/api/servers without the token: ${r.status}`);

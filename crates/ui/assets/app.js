@@ -744,6 +744,7 @@
 
     // ---- secrets
     let secretKeys = null; // the keys the form was built for
+    let envFile = null; // the server's env file, when it has one
 
     function renderSecrets(d) {
       const keys = (d.env_keys || []).map((k) => k.key);
@@ -756,6 +757,11 @@
         return;
       }
       secretKeys = sig;
+      envFile = d.env_file || null;
+      // The message after a save (and its restart's note) stays through the
+      // rebuild: saving a first key changes the keys, and the page then
+      // refreshes the server.
+      const after = secretsSec.body.querySelector('.secret-after');
       clear(secretsSec.body);
       secretsSec.body.appendChild(h('p', { class: 'muted' },
         'Values are written to ', d.env_file ? h('code', { text: d.env_file }) : 'an env file next to the config',
@@ -764,7 +770,7 @@
       for (const k of d.env_keys || []) list.appendChild(secretRow(k.key, k.set));
       if (!(d.env_keys || []).length) list.appendChild(newSecretForm());
       secretsSec.body.appendChild(list);
-      secretsSec.body.appendChild(h('div', { class: 'secret-after', hidden: true }));
+      secretsSec.body.appendChild(after || h('div', { class: 'secret-after', hidden: true }));
     }
 
     function setSecretStatus(el, set) {
@@ -820,12 +826,24 @@
       }
       const btn = form.querySelector('button[type=submit]');
       btn.disabled = true;
+      // Without an env file, the save creates one and names it in the
+      // config: a running server then restarts by itself to read it.
+      const createsFile = !envFile;
+      const before = processOf(store.servers.get(name));
       try {
         await api('PUT', `/api/servers/${enc(name)}/secrets/${enc(key)}`, { value });
         input.value = '';
         const st = form.querySelector('[data-secret-status]');
         if (st) setSecretStatus(st, true);
-        secretMessage(`${key} saved. The server reads it at its next start.`, false, true);
+        if (!createsFile) {
+          secretMessage(`${key} saved. The server reads it at its next start.`, false, true);
+        } else if (before.pid === null) {
+          secretMessage(`${key} saved in a new env file, which the config now names. The server reads it at its next start.`, false);
+        } else {
+          restartFrom = before;
+          secretMessage(`${key} saved in a new env file, which the config now names: the server restarts to read it.`, false);
+          restartNote(secretsSec.body.querySelector('.secret-after'));
+        }
       } catch (e) {
         secretMessage(`Could not save ${key}: ${e.message}`, true);
       } finally {
@@ -844,15 +862,12 @@
       if (offerRestart) {
         box.appendChild(h('button', { type: 'button', class: 'primary', 'data-restart-now': '', text: 'Restart now', onclick: async (e) => {
           e.target.disabled = true;
-          const live = store.servers.get(name);
-          // Set before the request: the new generation may be ready before
-          // its answer arrives.
-          restartFrom = live && live.generation !== null && live.generation !== undefined ? live.generation : 0;
+          // The process to be replaced, and the note, before the request:
+          // the new process may be ready before its answer arrives.
+          restartFrom = processOf(store.servers.get(name));
+          restartNote(clear(box));
           try {
             await api('POST', `/api/servers/${enc(name)}/restart`);
-            clear(box).appendChild(h('p', { 'data-restart-note': '', text: 'Restarting with the new value…' }));
-            const now = store.servers.get(name);
-            if (now) followRestart(now);
           } catch (err) {
             restartFrom = null;
             clear(box).appendChild(h('p', { text: `Restart refused: ${err.message}` }));
@@ -862,15 +877,29 @@
       }
     }
 
-    // After "Restart now": the generation it restarted from, until a newer
-    // one is ready (then the note says so).
+    // After "Restart now", or a save that restarts the server: the process
+    // it restarts from, until another one is ready (then the note says so).
     let restartFrom = null;
 
+    function processOf(s) {
+      return { generation: s ? s.generation ?? null : null, pid: s ? s.pid ?? null : null };
+    }
+
+    // Adds the note a restart is followed in, and follows it from the
+    // server's state now (it may have restarted already).
+    function restartNote(box) {
+      box.appendChild(h('p', { 'data-restart-note': '', text: 'Restarting with the new value…' }));
+      const now = store.servers.get(name);
+      if (now) followRestart(now);
+    }
+
     function followRestart(s) {
-      if (restartFrom === null || s.state !== 'ready' || !(s.generation > restartFrom)) return;
-      restartFrom = null;
+      if (restartFrom === null || s.state !== 'ready') return;
+      if (s.generation === restartFrom.generation && s.pid === restartFrom.pid) return;
       const note = secretsSec.body.querySelector('[data-restart-note]');
-      if (note) note.textContent = `Restarted: generation ${s.generation} runs with the new value.`;
+      if (!note) return;
+      restartFrom = null;
+      note.textContent = `Restarted: generation ${s.generation} runs with the new value.`;
     }
 
     // ---- actions
