@@ -39,6 +39,10 @@ pub enum Command {
     Status(crate::ui::StatusArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
+    /// Print shell completions: `mcpvisor completions bash|zsh|fish|elvish|powershell`.
+    Completions(crate::docs::CompletionsArgs),
+    /// Print the man page (roff), or write every page with --dir.
+    Man(crate::docs::ManArgs),
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.
     ExampleServer,
 }

@@ -9,6 +9,7 @@ mod call;
 mod cli;
 mod connect;
 mod demo;
+mod docs;
 mod doctor;
 mod http;
 mod inspect;
@@ -67,6 +68,8 @@ fn main() -> ExitCode {
         cli::Command::Call(args) => call::main(args),
         cli::Command::Connect(args) => connect::main(*args),
         cli::Command::Status(args) => ui::status(args),
+        cli::Command::Completions(args) => docs::completions(args),
+        cli::Command::Man(args) => docs::man(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

@@ -286,3 +286,100 @@ fn doctor_gives_one_line_per_server_and_the_exit_status() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
+
+/// What bash offers after `words`, with mcpvisor's completions loaded.
+fn bash_complete(words: &[&str]) -> Vec<String> {
+    let script = format!(
+        "source <({exe} completions bash) || exit 3\n\
+         complete -p mcpvisor >/dev/null || exit 4\n\
+         COMP_WORDS=({words})\n\
+         COMP_CWORD={cword}\n\
+         COMP_LINE=\"${{COMP_WORDS[*]}}\"\n\
+         COMP_POINT=${{#COMP_LINE}}\n\
+         _mcpvisor mcpvisor \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"\n\
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        exe = mcpvisor().display(),
+        words = words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        cword = words.len() - 1,
+    );
+    let out = Command::new("bash")
+        .args(["--noprofile", "--norc", "-c", &script])
+        .output()
+        .expect("run bash");
+    assert!(out.status.success(), "bash: {}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn bash_loads_the_completions_and_completes_commands_flags_and_values() {
+    assert_eq!(bash_complete(&["mcpvisor", "wr"]), ["wrap"]);
+    let flags = bash_complete(&["mcpvisor", "wrap", "--"]);
+    for flag in ["--config", "--client", "--only", "--dry-run", "--program"] {
+        assert!(flags.iter().any(|f| f == flag), "{flag} in {flags:?}");
+    }
+    let clients = bash_complete(&["mcpvisor", "doctor", "--client", ""]);
+    assert_eq!(
+        clients,
+        [
+            "claude-desktop",
+            "claude-code",
+            "cursor",
+            "vscode",
+            "codex",
+            "windsurf"
+        ]
+    );
+    // zsh and fish get theirs from the same definitions.
+    for shell in ["zsh", "fish"] {
+        let out = mcpvisor_in(&temp_dir("completions"), &["completions", shell]);
+        assert!(out.status.success());
+        let script = text(&out.stdout);
+        assert!(
+            script.contains("doctor") && script.contains("dry-run"),
+            "{shell}"
+        );
+    }
+}
+
+#[test]
+fn the_man_pages_are_written_and_render() {
+    let dir = temp_dir("man");
+    let out = mcpvisor_in(&dir, &["man"]);
+    assert!(out.status.success());
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH mcpvisor 1"), "{page}");
+    assert!(page.contains("mcpvisor\\-wrap(1)"), "{page}");
+    let pages = dir.join("pages");
+    std::fs::create_dir_all(&pages).expect("mkdir");
+    let pages_arg = pages.display().to_string();
+    let out = mcpvisor_in(&dir, &["man", "--dir", &pages_arg]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for name in [
+        "mcpvisor.1",
+        "mcpvisor-wrap.1",
+        "mcpvisor-doctor.1",
+        "mcpvisor-run.1",
+    ] {
+        assert!(pages.join(name).is_file(), "{name}");
+    }
+    let wrap = std::fs::read_to_string(pages.join("mcpvisor-wrap.1")).expect("page");
+    assert!(wrap.contains("\\-\\-dry\\-run"), "{wrap}");
+    // Rendered by groff where it is installed.
+    if let Ok(out) = Command::new("groff")
+        // Plain text: no overstriking for bold and underline.
+        .args(["-man", "-Tascii", "-P-cbou"])
+        .arg(pages.join("mcpvisor-doctor.1"))
+        .output()
+    {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("--json"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+}
