@@ -23,6 +23,10 @@ pub enum Command {
     Wrap(crate::wrap::WrapArgs),
     /// Undo `wrap`: the servers it wrapped start their own command again.
     Unwrap(crate::wrap::UnwrapArgs),
+    /// Add an entry that starts `mcpvisor serve --config FILE...` to a client's config (a backup is kept).
+    InstallGateway(crate::gateway::InstallArgs),
+    /// Remove the entry `install-gateway` added.
+    UninstallGateway(crate::gateway::UninstallArgs),
     /// Check every server of your clients' configs: starts and answers (tool count, start time), or why not.
     Doctor(crate::doctor::DoctorArgs),
     /// Supervise an MCP server: `mcpvisor run [OPTIONS] -- CMD [ARGS]...`

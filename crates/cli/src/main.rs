@@ -11,6 +11,7 @@ mod connect;
 mod demo;
 mod docs;
 mod doctor;
+mod gateway;
 mod http;
 mod inspect;
 mod output;
@@ -61,6 +62,8 @@ fn main() -> ExitCode {
     match cli.command {
         cli::Command::Wrap(args) => wrap::wrap_main(args),
         cli::Command::Unwrap(args) => wrap::unwrap_main(args),
+        cli::Command::InstallGateway(args) => gateway::install(args),
+        cli::Command::UninstallGateway(args) => gateway::uninstall(args),
         cli::Command::Doctor(args) => doctor::main(args),
         cli::Command::Run(args) => run::main(*args),
         cli::Command::Serve(args) => serve::main(*args),

@@ -103,7 +103,7 @@ pub fn unwrap_main(args: UnwrapArgs) -> ExitCode {
 
 /// The mcpvisor wrapped entries start: an absolute path, since a client
 /// started from a desktop does not have the shell's `PATH`.
-fn program(given: Option<&Path>) -> Result<String, String> {
+pub fn program(given: Option<&Path>) -> Result<String, String> {
     let path = match given {
         Some(path) if path.is_absolute() || path.components().count() == 1 => path.to_owned(),
         Some(path) => std::path::absolute(path).map_err(|e| format!("--program: {e}"))?,
@@ -308,7 +308,7 @@ fn summary(change: &Change, verb: &str, dry_run: bool) -> String {
     line
 }
 
-fn diff(change: &Change) -> String {
+pub fn diff(change: &Change) -> String {
     if !change.changed() {
         return String::new();
     }

@@ -383,3 +383,100 @@ fn the_man_pages_are_written_and_render() {
         );
     }
 }
+
+#[test]
+fn install_gateway_adds_an_entry_that_serves_and_uninstall_removes_it() {
+    let dir = temp_dir("install-gateway");
+    let worker = fake_worker().display().to_string();
+    let gateway = dir.join("gateway.json");
+    std::fs::write(
+        &gateway,
+        json!({"mcpServers": {"fake": {"command": worker}}}).to_string(),
+    )
+    .expect("write");
+    let client = dir.join("claude_desktop_config.json");
+    let original = "{\n  \"mcpServers\": {\n    \"other\": {\n      \"command\": \"x\"\n    }\n  },\n  \"globalShortcut\": \"\"\n}\n";
+    std::fs::write(&client, original).expect("write");
+    let (gateway_arg, client_arg) = (gateway.display().to_string(), client.display().to_string());
+
+    let dry = mcpvisor_in(
+        &dir,
+        &[
+            "install-gateway",
+            "--config",
+            &gateway_arg,
+            "--into",
+            &client_arg,
+            "--dry-run",
+        ],
+    );
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    assert!(
+        text(&dry.stdout).contains("+    \"mcpvisor\": {"),
+        "{}",
+        text(&dry.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
+
+    let out = mcpvisor_in(
+        &dir,
+        &[
+            "install-gateway",
+            "--config",
+            &gateway_arg,
+            "--into",
+            &client_arg,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(&client).expect("read")).expect("json");
+    assert_eq!(written["globalShortcut"], "");
+    assert_eq!(written["mcpServers"]["other"]["command"], "x");
+    let entry = &written["mcpServers"]["mcpvisor"];
+    let args: Vec<String> = serde_json::from_value(entry["args"].clone()).expect("args");
+    assert_eq!(args, ["serve", "--config", gateway_arg.as_str()]);
+    // A second install is refused: the name is taken.
+    let again = mcpvisor_in(
+        &dir,
+        &[
+            "install-gateway",
+            "--config",
+            &gateway_arg,
+            "--into",
+            &client_arg,
+        ],
+    );
+    assert_eq!(again.status.code(), Some(2));
+
+    // The entry starts the gateway, which serves the fake worker's tools.
+    let mut p = Proc::spawn(&args);
+    p.initialize();
+    let tools = p.request(json!(1), "tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"fake__echo"), "{names:?}");
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+
+    // Only a gateway entry is removed.
+    let out = mcpvisor_in(
+        &dir,
+        &[
+            "uninstall-gateway",
+            "--into",
+            &client_arg,
+            "--name",
+            "other",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let out = mcpvisor_in(&dir, &["uninstall-gateway", "--into", &client_arg]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
+    assert_eq!(backups_in(&dir).len(), 2);
+}

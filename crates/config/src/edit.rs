@@ -315,11 +315,37 @@ fn edit_config(
         path: path.to_owned(),
         error,
     })?;
+    let out = edit_text(&text, path, change)?;
+    write_atomic(&real, out.as_bytes(), None)
+}
+
+/// `text` (a config file as if read from `path`) with the server `name`
+/// added as [`add_server`] would write it; nothing is written.
+pub fn add_server_text(
+    text: &str,
+    path: &Path,
+    name: &str,
+    entry: &Map<String, Value>,
+) -> Result<String, EditError> {
+    edit_text(text, path, |doc| doc.add(name, entry))
+}
+
+/// `text` (a config file as if read from `path`) without the server
+/// `name`; nothing is written.
+pub fn remove_server_text(text: &str, path: &Path, name: &str) -> Result<String, EditError> {
+    edit_text(text, path, |doc| doc.remove(name))
+}
+
+fn edit_text(
+    text: &str,
+    path: &Path,
+    change: impl FnOnce(&mut Editing<'_>) -> Result<(), EditError>,
+) -> Result<String, EditError> {
     // It must load now: the edit then starts from a valid file.
-    let loaded = server::parse(&text, path)?;
-    let format = server::document::detect(path, &text);
+    let loaded = server::parse(text, path)?;
+    let format = server::document::detect(path, text);
     let doc = match format {
-        Format::Json => open_json(&text, path, loaded.dialect())?,
+        Format::Json => open_json(text, path, loaded.dialect())?,
         Format::Toml => {
             Doc::Toml(
                 text.parse()
@@ -337,7 +363,7 @@ fn edit_config(
         out.push('\n');
     }
     server::parse(&out, path)?;
-    write_atomic(&real, out.as_bytes(), None)
+    Ok(out)
 }
 
 fn open_json(text: &str, path: &Path, dialect: Dialect) -> Result<Doc, EditError> {
@@ -498,6 +524,25 @@ impl Editing<'_> {
                 servers.insert(name, toml_edit::Item::Table(table));
                 Ok(())
             }
+        }
+    }
+
+    fn remove(&mut self, name: &str) -> Result<(), EditError> {
+        let no_such = self.no_such(name);
+        match &mut self.doc {
+            Doc::Json { root, at, .. } => match json_table(root, at) {
+                Some(Ordered::Object(members)) if members.iter().any(|(k, _)| k == name) => {
+                    members.retain(|(k, _)| k != name);
+                    Ok(())
+                }
+                _ => Err(no_such),
+            },
+            Doc::Toml(doc) => doc
+                .get_mut("mcp_servers")
+                .and_then(|t| t.as_table_like_mut())
+                .and_then(|t| t.remove(name))
+                .map(drop)
+                .ok_or(no_such),
         }
     }
 

@@ -238,17 +238,31 @@ pub fn unwrap(path: &Path, only: Option<&[String]>) -> Result<Change, WrapError>
 
 /// Writes `change`: first a backup of the file as it was, next to it, then
 /// the new text, atomically. Returns the backup's path, or `None` when
-/// there was nothing to change. Refused when the file changed since
+/// there was nothing to change or the file is new (`before` empty and no
+/// file there: it is created, readable by its owner only). Refused when the file changed since
 /// `change` was made.
 pub fn write(change: &Change) -> Result<Option<PathBuf>, WrapError> {
     if !change.changed() {
         return Ok(None);
     }
     let real = real_path(&change.path);
-    let now = std::fs::read_to_string(&real).map_err(|error| ConfigError::Read {
-        path: change.path.clone(),
-        error,
-    })?;
+    let now = match std::fs::read_to_string(&real) {
+        // A new file: nothing to back up.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && change.before.is_empty() => {
+            if let Some(dir) = real.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|error| EditError::Write {
+                    path: dir.to_owned(),
+                    error,
+                })?;
+            }
+            edit::write_atomic(&real, change.after.as_bytes(), Some(0o600))?;
+            return Ok(None);
+        }
+        now => now.map_err(|error| ConfigError::Read {
+            path: change.path.clone(),
+            error,
+        })?,
+    };
     if now != change.before {
         return Err(WrapError::Changed {
             path: change.path.clone(),
