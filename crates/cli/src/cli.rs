@@ -157,7 +157,7 @@ pub struct Supervision {
     /// This many exits in a row, each soon after start, is a crash loop: refuse requests for a while.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
     pub crash_loop_exits: u32,
-    /// An exit this soon after start counts towards a crash loop.
+    /// An exit this soon after start counts towards a crash loop, unless the server had been ready for 1 s.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub crash_loop_window: Duration,
     /// How long a crash loop refuses requests before trying again (a file change or SIGHUP retries at once).

@@ -335,6 +335,44 @@ fn a_call_sent_just_after_a_server_was_killed_is_served_by_its_next_worker() {
 }
 
 #[test]
+fn a_server_killed_from_outside_while_it_serves_is_restarted_at_once_every_time() {
+    // Two quick exits in a row would be a crash loop here; a server that
+    // was ready and serving when it was killed is not crash-looping.
+    let (_dir, _config, mut p) = gateway(
+        "serve-oom",
+        &[Entry::fake("a", &[])],
+        &["--crash-loop-exits", "2"],
+    );
+    initialize_with(&mut p, json!({}));
+    let mut me = Proc::tool_json(&p.call(json!("who-0"), "a__whoami", json!({})));
+    for round in 1..=3 {
+        let echoed = p.call(
+            json!(format!("echo-{round}")),
+            "a__echo",
+            json!({"round": round}),
+        );
+        assert_eq!(
+            Proc::tool_json(&echoed),
+            json!({"round": round}),
+            "{echoed}"
+        );
+        std::thread::sleep(Duration::from_millis(1200));
+        signal(pid_of(&me), 9);
+        let started = Instant::now();
+        let r = p.call(json!(format!("who-{round}")), "a__whoami", json!({}));
+        assert!(r.get("result").is_some(), "round {round}: {r}");
+        let next = Proc::tool_json(&r);
+        assert_eq!(next["generation"], round + 1, "round {round}: {next}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "round {round}: answered after {:?}",
+            started.elapsed()
+        );
+        me = next;
+    }
+}
+
+#[test]
 fn a_server_that_stops_answering_pings_is_restarted_once() {
     let (_dir, _config, mut p) = gateway(
         "serve-health",

@@ -203,6 +203,53 @@ async fn crash_restart_is_eager_then_backs_off_then_fails_with_data() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_server_killed_after_serving_a_while_is_restarted_at_once_however_often() {
+    let cfg = Config {
+        crash_loop_exits: 3,
+        ..config()
+    };
+    let spawner = TestSpawner::new(tools(&["a"]));
+    let mut c = Client::start(cfg, spawner.clone());
+    c.initialize().await;
+    // Killed every 6 s while it serves (as the OOM killer does): each time
+    // it was ready and serving, so it is no crash loop and no pause grows.
+    for round in 0..6u64 {
+        let served = c
+            .call(json!(format!("served-{round}")), "echo", json!({}))
+            .await;
+        assert_eq!(served["result"]["generation"], round + 1, "{served}");
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let lost = c
+            .call(json!(format!("lost-{round}")), "crash", json!({}))
+            .await;
+        assert_eq!(lost["error"]["code"], -32010, "round {round}: {lost}");
+        let t0 = tokio::time::Instant::now();
+        let next = c
+            .call(json!(format!("next-{round}")), "echo", json!({}))
+            .await;
+        assert_eq!(next["result"]["generation"], round + 2, "{next}");
+        assert!(
+            t0.elapsed() < Duration::from_millis(250),
+            "round {round}: waited {:?}",
+            t0.elapsed()
+        );
+    }
+    // One that dies as soon as it is ready still counts: the first such
+    // exit restarts at once, the second after a pause.
+    for (round, least) in [(0, Duration::ZERO), (1, Duration::from_millis(250))] {
+        c.call(json!(format!("quick-{round}")), "crash", json!({}))
+            .await;
+        let t0 = tokio::time::Instant::now();
+        let next = c
+            .call(json!(format!("after-{round}")), "echo", json!({}))
+            .await;
+        assert!(next.get("result").is_some(), "{next}");
+        assert!(t0.elapsed() >= least, "round {round}: {:?}", t0.elapsed());
+        assert!(t0.elapsed() < least + Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn restart_on_demand_waits_for_the_next_request() {
     let cfg = Config {
         restart: RestartPolicy::OnDemand,

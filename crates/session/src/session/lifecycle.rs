@@ -179,6 +179,7 @@ impl<S: Spawner> Session<S> {
             init_result: None,
             auth: None,
             reported_ready: false,
+            ready_at: None,
         }
     }
 
@@ -402,11 +403,13 @@ impl<S: Spawner> Session<S> {
         match self.worker {
             WorkerState::Running(g) if g == id => {
                 self.worker = WorkerState::Idle;
-                self.after_crash(
-                    loss,
-                    std::time::Duration::from_millis(loss.uptime_ms.unwrap_or(0)),
-                )
-                .await;
+                let uptime = std::time::Duration::from_millis(loss.uptime_ms.unwrap_or(0));
+                let served = self
+                    .gens
+                    .get(&id)
+                    .and_then(|g| g.ready_at)
+                    .map(|at| at.elapsed());
+                self.after_crash(loss, uptime, served).await;
             }
             WorkerState::Draining {
                 generation, since, ..

@@ -124,6 +124,8 @@ pub(crate) struct Generation {
     pub auth: Option<String>,
     /// Whether it was reported ready.
     pub reported_ready: bool,
+    /// When it was reported ready: how long it has served.
+    pub ready_at: Option<Instant>,
 }
 
 impl Generation {

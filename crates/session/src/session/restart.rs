@@ -13,14 +13,32 @@ use crate::spawner::Spawner;
 use crate::table::Timer;
 use mcpvisor_config::report::ErrorData;
 
+/// How long a generation must have been ready for its end not to count as
+/// a quick one (see `Session::after_crash`).
+pub(crate) const SETTLED: Duration = Duration::from_secs(1);
+
 impl<S: Spawner> Session<S> {
-    /// Restart policy and crash-loop detection after an unrequested end.
-    pub(crate) async fn after_crash(&mut self, loss: &ErrorData, uptime: Duration) {
+    /// Restart policy and crash-loop detection after an unrequested end of
+    /// a generation that ran for `uptime`, the last `served` of it ready.
+    ///
+    /// An end is quick (it counts towards a crash loop, and makes the
+    /// next pause longer) when it comes within `crash_loop_window` of the
+    /// start, unless the generation had been ready for [`SETTLED`] by
+    /// then: one that was killed while it served (the OOM killer, a
+    /// person) is restarted at once however often that happens; one that
+    /// dies before it is ready, or as soon as it is, is crash-looping.
+    pub(crate) async fn after_crash(
+        &mut self,
+        loss: &ErrorData,
+        uptime: Duration,
+        served: Option<Duration>,
+    ) {
         if self.client == ClientState::Closing && self.waiting.is_empty() {
             // The client has left: nothing will need a new worker.
             return;
         }
-        if uptime < self.cfg.crash_loop_window {
+        let settled = served.is_some_and(|served| served >= SETTLED);
+        if uptime < self.cfg.crash_loop_window && !settled {
             self.quick_exits += 1;
         } else {
             self.quick_exits = 0;

@@ -61,6 +61,7 @@ impl<S: Spawner> Session<S> {
             return;
         }
         g.reported_ready = true;
+        g.ready_at = Some(tokio::time::Instant::now());
         let pid = g.pid;
         self.report(SessionEvent::Ready { generation, pid });
     }
