@@ -205,10 +205,18 @@ fn a_crash_loop_backs_off_then_fails_with_data_and_an_edit_recovers() {
     args.push(bad.display().to_string());
     let mut p = Proc::spawn(&args);
     let start = Instant::now();
-    // The first request starts the worker, which dies under it; mcpvisor
-    // restarts it eagerly and it keeps dying at once.
+    // The first request starts the worker, which dies without reading it;
+    // mcpvisor restarts it eagerly and it keeps dying at once. No worker
+    // ever read the request: it waits for each next one, and is refused as
+    // not started once that is a crash loop.
     let r = p.call(json!(1), "echo", json!({}));
-    assert_eq!(r["error"]["code"], -32010, "{r}");
+    assert_eq!(r["error"]["code"], -32011, "{r}");
+    assert!(
+        r["error"]["data"]["reason"]
+            .to_string()
+            .contains("crash-looping"),
+        "{r}"
+    );
     p.wait_stderr("failing requests until");
     let elapsed = start.elapsed();
     let r = p.call(json!(2), "echo", json!({}));
