@@ -23,6 +23,7 @@ mod server;
 mod signals;
 mod stdio;
 mod ui;
+mod watchers;
 mod wrap;
 
 use std::process::ExitCode;

@@ -90,7 +90,6 @@ fn http_main(
         cached: None,
         cache_key: None,
         // `run`'s own watcher (with --watch and --build) reloads it.
-        watch: false,
         env_overrides: spec.env_overrides,
         per_client: false,
     };
@@ -116,7 +115,12 @@ fn http_main(
             while let Some(control) = reload_rx.recv().await {
                 if let Control::Reload(_) = control {
                     if hub
-                        .send(mcpvisor_gateway::Control::Reload(name.clone()))
+                        .send(mcpvisor_gateway::Control::Reload {
+                            server: name.clone(),
+                            cause: mcpvisor_gateway::ReloadCause::FilesChanged(
+                                "its files changed".into(),
+                            ),
+                        })
                         .await
                         .is_err()
                     {
@@ -131,7 +135,12 @@ fn http_main(
             settings,
             vec![plan],
             (control_tx, control_rx),
-            move || Some(mcpvisor_gateway::Control::Reload(reload_name.clone())),
+            move || {
+                Some(mcpvisor_gateway::Control::Reload {
+                    server: reload_name.clone(),
+                    cause: mcpvisor_gateway::ReloadCause::Asked,
+                })
+            },
             None,
         )
         .await;

@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{Logging, Supervision, parse_duration};
 use crate::ui::UiPlan;
+use crate::watchers::ServerWatchers;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -143,6 +144,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
                 }
             }
         }
+        source.watch_servers(control_tx.clone(), &plans);
         if !args.no_watch {
             tasks.extend(watch_configs(&args, source.clone(), control_tx.clone()));
         }
@@ -201,6 +203,9 @@ struct ReloadSource {
     /// `--only`, and every server added from the UI since the start.
     only: Option<Arc<Mutex<Vec<String>>>>,
     defaults: Defaults,
+    /// The servers' own files' watchers, kept in step with every reload;
+    /// `None` until the runtime runs.
+    watchers: Arc<Mutex<Option<ServerWatchers>>>,
 }
 
 impl From<&ServeArgs> for ReloadSource {
@@ -209,6 +214,7 @@ impl From<&ServeArgs> for ReloadSource {
             configs: args.configs.clone(),
             only: args.only.clone().map(|names| Arc::new(Mutex::new(names))),
             defaults: Defaults::from(args),
+            watchers: Arc::default(),
         }
     }
 }
@@ -226,10 +232,26 @@ impl ReloadSource {
     }
 
     /// Reads the config files again, or says why they cannot be served.
+    /// The servers' files are watched as the new plans say.
     fn try_plans(&self) -> Result<Vec<ServerPlan>, String> {
         let only = self.only.as_ref().map(|names| names_of(names).clone());
         let set = ServerSet::load(&self.configs, only.as_deref()).map_err(|e| e.to_string())?;
-        Ok(self.defaults.plans(&set))
+        let plans = self.defaults.plans(&set);
+        self.follow(&plans);
+        Ok(plans)
+    }
+
+    /// Starts watching the files of `plans`' servers (with `--no-watch`,
+    /// none), asking `control` for each server's reload. Needs the runtime.
+    fn watch_servers(&self, control: mpsc::Sender<Control>, plans: &[ServerPlan]) {
+        *lock(&self.watchers) = Some(ServerWatchers::new(control));
+        self.follow(plans);
+    }
+
+    fn follow(&self, plans: &[ServerPlan]) {
+        if let Some(watchers) = lock(&self.watchers).as_mut() {
+            watchers.follow(plans, self.defaults.watch);
+        }
     }
 
     /// Serves `name` from now on, and across every later reload, even
@@ -248,9 +270,13 @@ impl ReloadSource {
 /// The `--only` names; a panic elsewhere while they were held leaves them
 /// as they were, a list of names, still usable.
 fn names_of(names: &Mutex<Vec<String>>) -> std::sync::MutexGuard<'_, Vec<String>> {
-    names
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock(names)
+}
+
+/// What a mutex holds, even after a panic elsewhere while it was held: each
+/// one here holds a value that is whole between two statements.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The flags every server starts from.
@@ -356,7 +382,6 @@ impl Defaults {
             health_misses: own.health_misses.unwrap_or(self.health_misses),
             cached,
             cache_key,
-            watch: self.watch,
             env_overrides: Vec::new(),
             per_client,
         }
@@ -434,15 +459,7 @@ fn watch_configs(
 /// When the file a server runs last changed (its entry file: the script or
 /// binary its command names), so that an edit invalidates cached lists.
 fn entry_mtime(def: &mcpvisor_config::ServerDef) -> Option<std::time::SystemTime> {
-    if def.is_remote() {
-        return None;
-    }
-    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
-        .chain(def.args.iter().cloned())
-        .map(Into::into)
-        .collect();
-    let files = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
-    files
+    mcpvisor_watch::server_files(def)
         .iter()
         .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
         .max()

@@ -655,6 +655,48 @@ fn a_server_list_change_is_told_once_and_its_new_tool_is_callable() {
 }
 
 #[test]
+fn editing_a_server_s_own_script_reloads_that_server_only() {
+    let dir = temp_dir("serve-file-watch");
+    let script = dir.join("server.sh");
+    let log = log_path(&dir, "b");
+    let body = format!(
+        "exec '{}' --log-file '{}'\n",
+        fake_worker().display(),
+        log.display()
+    );
+    std::fs::write(&script, &body).expect("script");
+    let config = dir.join("mcp.json");
+    let b = Entry {
+        name: "b",
+        command: "sh".into(),
+        args: vec![script.display().to_string()],
+    };
+    write_config(&config, &[Entry::logged("a", &dir, &[]), b]);
+    let mut p = serve(&config, &[]);
+    initialize_with(&mut p, json!({}));
+    let r = p.call(json!(1), "b__echo", json!({"before": true}));
+    assert_eq!(Proc::tool_json(&r), json!({"before": true}), "{r}");
+    let initialized = |name: &str| received(&dir, name).matches("initialize ").count();
+    assert_eq!(initialized("b"), 1);
+
+    std::fs::write(&script, format!("# edited\n{body}")).expect("edit the script");
+    p.wait_stderr("server.sh changed");
+    let deadline = Instant::now() + WAIT;
+    while initialized("b") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "b was not restarted: {}",
+            received(&dir, "b")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = p.call(json!(2), "b__echo", json!({"after": true}));
+    assert_eq!(Proc::tool_json(&r), json!({"after": true}), "{r}");
+    // The other server's worker was left alone.
+    assert_eq!(initialized("a"), 1, "{}", received(&dir, "a"));
+}
+
+#[test]
 fn editing_the_config_removes_and_adds_servers_and_leaves_the_rest_alone() {
     let (_dir, config, mut p) = gateway(
         "serve-config-edit",

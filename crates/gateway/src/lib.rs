@@ -42,4 +42,4 @@ pub mod naming;
 mod raw;
 pub mod search;
 
-pub use hub::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
+pub use hub::{Cached, Control, Hub, Outcome, ReloadCause, ServerPlan, Settings};

@@ -65,7 +65,6 @@ fn plan(name: &str, command: &str, args: &[&str]) -> ServerPlan {
         health_misses: 3,
         cached: None,
         cache_key: None,
-        watch: false,
         env_overrides: Vec::new(),
         per_client: false,
     }

@@ -33,6 +33,6 @@ mod filter;
 mod watcher;
 
 pub use debounce::{Change, MAX_LISTED};
-pub use entry::{SYSTEM_DIRS, entry_files};
+pub use entry::{SYSTEM_DIRS, entry_files, server_files};
 pub use filter::ALWAYS_IGNORED;
 pub use watcher::{DEFAULT_DEBOUNCE, MAX_DIRS, WatchConfig, WatchError, Watcher, watch};

@@ -44,8 +44,6 @@ pub struct ServerPlan {
     pub cached: Option<crate::hub::lists::Cached>,
     /// Where its lists are cached, when the cache is on.
     pub cache_key: Option<crate::cache::Key>,
-    /// Reload it when its own files change.
-    pub watch: bool,
     /// `--env KEY=VAL` from the command line, over everything else.
     pub env_overrides: Vec<(String, String)>,
     /// `"sessions": "per-client"`: each front gets a process of its own.
@@ -92,22 +90,12 @@ pub(crate) struct Backend {
     /// Bumped at each start, to fence late list pages of an older one.
     pub epoch: u64,
     pub started: Option<Instant>,
-    /// The task watching its files, if any.
-    pub watcher: Option<tokio::task::JoinHandle<()>>,
     /// A per-client instance: the one front it serves.
     pub owner: Option<FrontId>,
     /// A per-client instance: the configured server it was made from.
     pub template: Option<BackendId>,
     /// What the monitor shows of it.
     pub obs: Observed,
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        if let Some(w) = self.watcher.take() {
-            w.abort();
-        }
-    }
 }
 
 impl std::fmt::Debug for Backend {
@@ -155,7 +143,6 @@ impl Backend {
             health_timer: None,
             epoch: 0,
             started: None,
-            watcher: None,
             owner: None,
             template: None,
             obs: Observed::new(),
@@ -199,9 +186,6 @@ impl Hub {
         self.next_backend += 1;
         let mut backend = Backend::new(plan);
         backend.obs = obs;
-        if backend.plan.watch && backend.state != State::Disabled {
-            backend.watcher = super::watch_files(id, &backend.plan.def, self.events_tx.clone());
-        }
         let eager = !backend.plan.lazy && backend.state == State::Idle;
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
         self.backends.insert(id, backend);
@@ -281,25 +265,23 @@ impl Hub {
     /// Reloads every running process of that server (a per-client
     /// server's too): each session replaces its worker once it holds
     /// nothing. `why` is for its events; returns how many.
-    pub(crate) fn reload_backend(&mut self, name: &str, why: &str) -> usize {
+    pub(crate) fn reload_backend(&mut self, name: &str, cause: &crate::hub::ReloadCause) -> usize {
         let running: Vec<BackendId> = self
             .backends
             .iter()
             .filter(|(_, b)| b.plan.name == name && b.link.is_some())
             .map(|(id, _)| *id)
             .collect();
+        if !running.is_empty() {
+            tracing::info!(server = name, "reloading: {}", cause.describe());
+        }
         for id in &running {
-            self.reload(*id, why);
+            if let Some(link) = self.backends.get(id).and_then(|b| b.link.as_ref()) {
+                link.control(mcpvisor_session::Control::Reload(cause.label()));
+            }
+            self.observe_reload(*id, cause.describe());
         }
         running.len()
-    }
-
-    fn reload(&mut self, id: BackendId, why: &str) {
-        let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) else {
-            return;
-        };
-        link.control(mcpvisor_session::Control::Reload("file change"));
-        self.observe_reload(id, why);
     }
 
     /// Where a backend's calls are counted: its own row, or for a
@@ -653,15 +635,6 @@ impl Hub {
 
     pub(crate) fn on_backend(&mut self, id: BackendId, incoming: Incoming) {
         let msg = match incoming {
-            Incoming::FilesChanged(what) => {
-                tracing::info!(server = %self.backend_name(id), "its files changed: reloading it");
-                let mut which = self.instances_from(id);
-                which.push(id);
-                for id in which {
-                    self.reload(id, &what);
-                }
-                return;
-            }
             Incoming::Session(epoch, msg) => {
                 // A session stopped earlier may still report: fence it off.
                 if self.backends.get(&id).is_none_or(|b| b.epoch != epoch) {

@@ -79,10 +79,42 @@ pub enum Control {
     /// The configuration changed: start new servers, stop removed ones,
     /// restart changed ones, leave the rest alone.
     Reconfigure(Vec<ServerPlan>),
-    /// Reload one server (its files changed).
-    Reload(String),
+    /// Reload every running process of one server: each replaces its
+    /// worker once it holds nothing.
+    Reload {
+        /// The server's name in the config.
+        server: String,
+        cause: ReloadCause,
+    },
     /// A [`crate::monitor::Monitor`]'s question.
     Query(crate::monitor::Query),
+}
+
+/// Why a server is reloaded, for its log and its events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReloadCause {
+    /// Its files changed: what changed, for a person ("server.py changed").
+    FilesChanged(String),
+    /// A person asked for it (the web UI, a signal, an HTTP reload).
+    Asked,
+}
+
+impl ReloadCause {
+    /// The cause in a few words.
+    pub(crate) fn describe(&self) -> &str {
+        match self {
+            ReloadCause::FilesChanged(what) => what,
+            ReloadCause::Asked => "asked for by a person",
+        }
+    }
+
+    /// The label the backend's session logs its reload with.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            ReloadCause::FilesChanged(_) => "file change",
+            ReloadCause::Asked => "asked for",
+        }
+    }
 }
 
 /// How the gateway ended.
@@ -102,9 +134,6 @@ pub(crate) enum Incoming {
     /// From one session of the backend: its epoch fences off what a session
     /// stopped earlier still reports.
     Session(u64, FromSession),
-    /// The server's own files changed (debounced).
-    /// What changed, for a person ("server.py changed").
-    FilesChanged(String),
 }
 
 /// What one backend session reports.
@@ -436,8 +465,8 @@ impl Hub {
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reconfigure(plans) => hub.reconfigure(plans),
-                    Control::Reload(name) => {
-                        hub.reload_backend(&name, "its files changed");
+                    Control::Reload { server, cause } => {
+                        hub.reload_backend(&server, &cause);
                     }
                     Control::Query(query) => hub.on_query(query),
                 },
@@ -813,102 +842,5 @@ pub(crate) async fn relay_status(
         {
             return;
         }
-    }
-}
-
-/// Watches one backend's entry files; each debounced change becomes a
-/// reload of that backend.
-pub(crate) fn watch_files(
-    id: BackendId,
-    def: &mcpvisor_config::ServerDef,
-    events: mpsc::Sender<(BackendId, Incoming)>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    if def.is_remote() {
-        return None;
-    }
-    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
-        .chain(def.args.iter().cloned())
-        .map(Into::into)
-        .collect();
-    let paths = mcpvisor_watch::entry_files(&command, def.cwd.as_deref());
-    if paths.is_empty() {
-        return None;
-    }
-    let config = mcpvisor_watch::WatchConfig {
-        paths,
-        ignore: Vec::new(),
-        debounce: mcpvisor_watch::DEFAULT_DEBOUNCE,
-        poll: None,
-    };
-    let mut watcher = match mcpvisor_watch::watch(config) {
-        Ok(w) => w,
-        Err(e) => {
-            tracing::warn!(server = %def.name, "its files are not watched: {e}");
-            return None;
-        }
-    };
-    Some(tokio::spawn(async move {
-        while let Some(change) = watcher.changed().await {
-            let what = files_changed(&change);
-            if events
-                .send((id, Incoming::FilesChanged(what)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-    }))
-}
-
-/// One line on a burst of file changes: the file names (never their
-/// folders), and how many more.
-fn files_changed(change: &mcpvisor_watch::Change) -> String {
-    let names: Vec<String> = change
-        .paths
-        .iter()
-        .take(3)
-        .map(|p| {
-            p.file_name()
-                .unwrap_or(p.as_os_str())
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    let more = change.count.saturating_sub(names.len());
-    match (names.is_empty(), more) {
-        (true, _) => "its files changed".to_owned(),
-        (false, 0) => format!("{} changed", names.join(", ")),
-        (false, n) => format!("{} and {n} more changed", names.join(", ")),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::PathBuf;
-
-    use super::files_changed;
-
-    fn change(paths: &[&str], count: usize) -> mcpvisor_watch::Change {
-        mcpvisor_watch::Change {
-            paths: paths.iter().map(PathBuf::from).collect(),
-            count,
-        }
-    }
-
-    #[test]
-    fn a_reload_names_the_files_that_changed_without_their_folders() {
-        assert_eq!(
-            files_changed(&change(&["/home/me/srv/server.py"], 1)),
-            "server.py changed"
-        );
-        assert_eq!(
-            files_changed(&change(
-                &["/a/one.py", "/a/two.py", "/a/three.py", "/a/four.py"],
-                9
-            )),
-            "one.py, two.py, three.py and 6 more changed"
-        );
-        assert_eq!(files_changed(&change(&[], 0)), "its files changed");
     }
 }

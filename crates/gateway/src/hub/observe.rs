@@ -434,7 +434,7 @@ impl Hub {
         let running = b.link.is_some();
         match action {
             Action::Reload => {
-                if self.reload_backend(name, "asked for by a person") == 0 {
+                if self.reload_backend(name, &crate::hub::ReloadCause::Asked) == 0 {
                     return Err(ActionError::Refused(format!(
                         "the server `{name}` is not running: there is nothing to reload (start it instead)"
                     )));

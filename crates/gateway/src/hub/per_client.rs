@@ -34,8 +34,7 @@ impl Hub {
             return *instance;
         }
         let mut plan = b.plan.clone();
-        // Its template watches the files and keeps the cache.
-        plan.watch = false;
+        // Its template keeps the cache.
         plan.lazy = false;
         plan.cache_key = None;
         let mut instance = Backend::new(plan);
@@ -79,11 +78,6 @@ impl Hub {
     pub(crate) fn drop_instances_from(&mut self, template: BackendId, why: &str) {
         let gone = self.instances_where(|t, _| t == template);
         self.remove_instances(gone, why);
-    }
-
-    /// A template's instances, for a reload of its files.
-    pub(crate) fn instances_from(&self, template: BackendId) -> Vec<BackendId> {
-        self.instances_where(|t, _| t == template)
     }
 
     /// A template's instances with their clients, oldest client first (for

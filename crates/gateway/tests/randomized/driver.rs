@@ -336,7 +336,11 @@ impl Driver {
             85..87 => {
                 self.disrupt(backend, Upset::Reload);
                 let name = self.names[backend].clone();
-                self.control(Control::Reload(name)).await;
+                self.control(Control::Reload {
+                    server: name,
+                    cause: mcpvisor_gateway::ReloadCause::Asked,
+                })
+                .await;
             }
             _ => {
                 // Think time: lets calls overlap and finish in between.

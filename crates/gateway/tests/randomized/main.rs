@@ -116,7 +116,6 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
         health_misses: 3,
         cached: None,
         cache_key: None,
-        watch: false,
         env_overrides: Vec::new(),
         per_client: false,
     }

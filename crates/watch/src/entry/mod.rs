@@ -52,6 +52,19 @@ pub fn entry_files(command: &[OsString], cwd: Option<&Path>) -> Vec<PathBuf> {
     entry_files_with_path(command, cwd, std::env::var_os("PATH").as_deref())
 }
 
+/// A configured server's entry files: none for a remote server, whose code
+/// is not here.
+pub fn server_files(def: &mcpvisor_config::ServerDef) -> Vec<PathBuf> {
+    if def.is_remote() {
+        return Vec::new();
+    }
+    let command: Vec<OsString> = std::iter::once(def.command.clone())
+        .chain(def.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    entry_files(&command, def.cwd.as_deref())
+}
+
 /// [`entry_files`] with an explicit `PATH`, for tests.
 pub(crate) fn entry_files_with_path(
     command: &[OsString],
