@@ -388,11 +388,11 @@ fn a_url_without_a_type_falls_back_to_http_sse_when_streamable_http_is_refused()
     assert_eq!(echoed, json!({"text": "hi"}));
     let seen = legacy.seen();
     assert_eq!(
-        seen[..2],
-        ["POST /sse", "GET /sse"],
-        "Streamable HTTP first, then the old transport: {seen:?}"
+        seen[..3],
+        ["POST /sse", "POST /sse", "GET /sse"],
+        "Streamable HTTP first (server/discover, then initialize), then the old transport: {seen:?}"
     );
-    assert!(seen[2..].iter().all(|r| r == "POST /messages"), "{seen:?}");
+    assert!(seen[3..].iter().all(|r| r == "POST /messages"), "{seen:?}");
     assert_eq!(legacy.streams(), 1);
 }
 
@@ -467,7 +467,11 @@ fn a_streamable_refusal_that_http_sse_cannot_answer_either_is_reported_as_both()
             .is_some_and(|d| d.ends_with("as HTTP+SSE, HTTP 405: Method Not Allowed")),
         "{exit}"
     );
-    assert_eq!(legacy.seen(), ["POST /refuse", "GET /refuse"]);
+    // Discovery (server/discover), then initialize, then the old transport.
+    assert_eq!(
+        legacy.seen(),
+        ["POST /refuse", "POST /refuse", "GET /refuse"]
+    );
 }
 
 #[test]
@@ -513,6 +517,8 @@ fn an_entry_without_a_type_that_fell_back_reconnects_over_http_sse_at_once() {
     assert_ne!(first, second);
     let seen = legacy.seen();
     let probes = seen.iter().filter(|r| *r == "POST /sse").count();
+    // initialize, at the first connection only (the gateway declares
+    // sampling and elicitation, so no server/discover goes first).
     assert_eq!(
         probes, 1,
         "Streamable HTTP is tried once, not at the reconnect: {seen:?}"

@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -287,7 +288,9 @@ fn connect_reconnects_when_the_gateway_behind_it_restarts() {
 }
 
 /// A TCP proxy that can cut every connection through it at once, as a
-/// flaky network or a restarted load balancer does.
+/// flaky network or a restarted load balancer does. It answers
+/// `server/discover` with 404 itself, so that the server behind is spoken to
+/// in the handshake era, whose streams resume.
 struct Cutter {
     addr: String,
     conns: Arc<Mutex<Vec<TcpStream>>>,
@@ -301,10 +304,26 @@ impl Cutter {
         let kept = Arc::clone(&conns);
         std::thread::spawn(move || {
             for client in listener.incoming() {
-                let Ok(client) = client else { break };
-                let Ok(server) = TcpStream::connect(&upstream) else {
+                let Ok(mut client) = client else { break };
+                // The first request on a connection: discovery is refused.
+                let mut head = vec![0u8; 64 * 1024];
+                let Ok(n) = client.read(&mut head) else {
                     continue;
                 };
+                head.truncate(n);
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if text.contains("mcp-method: server/discover") {
+                    let _ = client.write_all(
+                        b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    );
+                    continue;
+                }
+                let Ok(mut server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                if server.write_all(&head).is_err() {
+                    continue;
+                }
                 let (Ok(c), Ok(s), Ok(c2), Ok(s2)) = (
                     client.try_clone(),
                     server.try_clone(),
@@ -392,6 +411,45 @@ fn probe(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+#[test]
+fn a_server_that_offers_2026_07_28_is_spoken_to_in_it_and_others_in_the_handshake_era() {
+    // mcpvisor's own HTTP front offers 2026-07-28: discovery finds it, and
+    // the call goes without a session.
+    let (_far, addr) = remote("127.0.0.1:0", None);
+    let url = format!("http://{addr}/mcp");
+    let (code, out, err) = probe(&["inspect", "--json", "--url", &url], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: Value = serde_json::from_str(&out).expect("inspect --json");
+    assert_eq!(report["protocolVersion"], "2026-07-28", "{report}");
+    let (code, out, err) = probe(&["inspect", "--url", &url], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("protocol   2026-07-28"), "{out}");
+    let (code, out, err) = probe(
+        &["call", "--url", &url, "echo", r#"{"text":"modern"}"#],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).ok(),
+        Some(json!({"text": "modern"}))
+    );
+
+    // Refused discovery (here by the proxy): the handshake, as before.
+    let proxy = Cutter::start(addr);
+    let url = format!("http://{}/mcp", proxy.addr);
+    let (code, out, err) = probe(&["inspect", "--json", "--url", &url], &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let report: Value = serde_json::from_str(&out).expect("inspect --json");
+    // The version the fake server behind `run` negotiates itself.
+    assert_eq!(report["protocolVersion"], "2025-06-18", "{report}");
+    let (code, out, err) = probe(&["call", "--url", &url, "echo", r#"{"text":"old"}"#], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).ok(),
+        Some(json!({"text": "old"}))
+    );
 }
 
 #[test]

@@ -94,8 +94,9 @@ pub(crate) async fn exchange(shared: &Shared, line: Bytes, id: &str, initialize:
             Ok(answer) => return Exchange::Answered(Some(answer)),
             Err(dropped) => dropped,
         };
-        // A stream without event ids cannot be resumed.
-        let Some(from) = last_id.clone() else {
+        // A stream without event ids cannot be resumed, nor can any stream
+        // of the 2026-07-28 era.
+        let Some(from) = last_id.clone().filter(|_| !shared.http.is_modern()) else {
             return Exchange::Lost(end(None, HttpStage::Post, dropped.detail));
         };
         loop {

@@ -37,6 +37,7 @@ use crate::http::Http;
 
 use crate::exchange::{Exchange, exchange, listen, post_quiet};
 use crate::legacy::{self, Posted};
+use crate::modern::{self, Era};
 
 /// How a generation speaks to its server.
 #[derive(Debug, Clone)]
@@ -96,6 +97,8 @@ pub(crate) struct Generation {
     waiting: HashMap<String, AbortHandle>,
     listening: bool,
     started: Instant,
+    /// The server speaks 2026-07-28: what its requests carry.
+    era: Option<Era>,
 }
 
 impl Generation {
@@ -106,6 +109,7 @@ impl Generation {
             waiting: HashMap::new(),
             listening: false,
             started: Instant::now(),
+            era: None,
         }
     }
 
@@ -206,6 +210,9 @@ impl Generation {
             ),
             Err(_) => (Kind::Notification, None, None, None),
         };
+        if let Some(era) = &self.era {
+            return self.send_modern(era.clone(), kind, line, id, cancelled);
+        }
         match (kind, method.as_deref(), id) {
             (Kind::Request, Some("initialize"), Some(id)) => {
                 match self.initialize(line.clone(), &id).await {
@@ -245,6 +252,40 @@ impl Generation {
                 Ok(())
             }
         }
+    }
+
+    /// Sends one line to a server of the 2026-07-28 era: a request with
+    /// its `_meta`; nothing else is sent (that era has no client
+    /// notifications over HTTP), but a cancellation closes its request's
+    /// stream.
+    fn send_modern(
+        &mut self,
+        era: Era,
+        kind: Kind,
+        line: Bytes,
+        id: Option<String>,
+        cancelled: Option<String>,
+    ) -> Result<(), Halt> {
+        match (kind, id) {
+            (Kind::Request, Some(id)) => {
+                let Some(line) = era.request(&line) else {
+                    tracing::warn!("a request that is not a JSON object was not sent");
+                    return Ok(());
+                };
+                let shared = Arc::clone(&self.shared);
+                let key = id.clone();
+                let handle = self
+                    .tasks
+                    .spawn(async move { request(&shared, line, &id).await.then_some(id) });
+                self.waiting.insert(key, handle);
+            }
+            _ => {
+                if let Some(handle) = cancelled.and_then(|id| self.waiting.remove(&id)) {
+                    handle.abort();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether a refused `initialize` sends this generation to the old
@@ -387,6 +428,18 @@ impl Generation {
     /// has given us the session and the protocol version.
     async fn initialize(&mut self, line: Bytes, id: &str) -> Result<(), HttpEnd> {
         self.shared.http.set_session(None);
+        // A server of the 2026-07-28 era is found by discovery first; any
+        // other answer leaves it to the handshake.
+        if let Some((era, answer)) = modern::discover(&self.shared.http, &line, id).await {
+            tracing::debug!(
+                generation = self.shared.generation,
+                "the remote server speaks 2026-07-28"
+            );
+            self.shared.http.set_modern();
+            self.era = Some(era);
+            let _ = self.shared.out.send(answer).await;
+            return Ok(());
+        }
         match exchange(&self.shared, line, id, true).await {
             Exchange::Answered(Some(answer)) => {
                 if let Some(version) = protocol_version(&answer) {

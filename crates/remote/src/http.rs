@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,9 @@ pub(crate) struct Http {
     session: RwLock<Option<HeaderValue>>,
     /// The version `initialize` agreed on, sent on every later request.
     protocol: RwLock<Option<HeaderValue>>,
+    /// The server is spoken to in the 2026-07-28 era: each POST names its
+    /// method (and operation) in headers.
+    modern: AtomicBool,
 }
 
 impl fmt::Debug for Http {
@@ -53,6 +57,7 @@ impl Http {
             headers,
             session: RwLock::new(None),
             protocol: RwLock::new(None),
+            modern: AtomicBool::new(false),
         }
     }
 
@@ -100,10 +105,42 @@ impl Http {
     }
 
     /// POSTs one message to `url` (the old transport's message endpoint).
+    /// From now on, POSTs are of the 2026-07-28 era.
+    pub(crate) fn set_modern(&self) {
+        self.modern.store(true, Ordering::Relaxed);
+        self.set_protocol(crate::modern::VERSION);
+    }
+
+    /// Whether POSTs are of the 2026-07-28 era.
+    pub(crate) fn is_modern(&self) -> bool {
+        self.modern.load(Ordering::Relaxed)
+    }
+
+    /// A POST to the endpoint with these headers besides the usual ones.
+    pub(crate) async fn post_with(
+        &self,
+        body: Bytes,
+        extra: HeaderMap,
+    ) -> Result<Response, reqwest::Error> {
+        let mut headers = self.session_headers();
+        headers.extend(extra);
+        self.client
+            .post(self.url.clone())
+            .headers(headers)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+    }
+
     pub(crate) async fn post_to(&self, url: &Url, body: Bytes) -> Result<Response, reqwest::Error> {
+        let mut headers = self.session_headers();
+        if self.modern.load(Ordering::Relaxed) {
+            headers.extend(crate::modern::request_headers(&body));
+        }
         self.client
             .post(url.clone())
-            .headers(self.session_headers())
+            .headers(headers)
             .header(CONTENT_TYPE, "application/json")
             .body(body)
             .send()

@@ -25,6 +25,11 @@
 //! generation connects afresh, with its headers' `${VAR}` placeholders
 //! filled again from the entry's env file.
 //!
+//! A generation first asks `server/discover` in the 2026-07-28 shape
+//! (`modern.rs`); a server that offers that era is spoken to in it, with no
+//! handshake, session or resumption; any other gets the `initialize` the
+//! session sent.
+//!
 //! Within a generation, each request's answer is awaited by a task of its
 //! own. A dropped SSE stream is resumed with `Last-Event-ID` (a few times,
 //! with growing pauses, or the server's `retry`); only when that is not
@@ -39,6 +44,7 @@ mod exchange;
 mod generation;
 mod http;
 mod legacy;
+mod modern;
 mod spawner;
 mod sse;
 
