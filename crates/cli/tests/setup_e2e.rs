@@ -480,3 +480,104 @@ fn install_gateway_adds_an_entry_that_serves_and_uninstall_removes_it() {
     assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
     assert_eq!(backups_in(&dir).len(), 2);
 }
+
+#[test]
+fn install_gateway_moves_the_clients_servers_and_uninstall_moves_them_back() {
+    let dir = temp_dir("install-move");
+    let worker = fake_worker().display().to_string();
+    let gateway = dir.join("gateway.json");
+    std::fs::write(
+        &gateway,
+        json!({"mcpServers": {"fake": {"command": worker}}}).to_string(),
+    )
+    .expect("write");
+    let client = dir.join("claude_desktop_config.json");
+    let original = format!(
+        "{{\n  \"mcpServers\": {{\n    \"mine\": {{\n      \"command\": {worker:?},\n      \"args\": [\n        \"--strict\"\n      ],\n      \"cwd\": \"work\"\n    }},\n    \"web\": {{\n      \"url\": \"http://127.0.0.1:9/mcp\"\n    }}\n  }}\n}}\n"
+    );
+    std::fs::create_dir_all(dir.join("work")).expect("mkdir");
+    std::fs::write(&client, &original).expect("write");
+    let (gateway_arg, client_arg) = (gateway.display().to_string(), client.display().to_string());
+
+    let out = mcpvisor_in(
+        &dir,
+        &[
+            "install-gateway",
+            "--config",
+            &gateway_arg,
+            "--into",
+            &client_arg,
+            "--move",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("gateway.json: moved mine, web"),
+        "{}",
+        text(&out.stdout)
+    );
+    let client_now: Value =
+        serde_json::from_str(&std::fs::read_to_string(&client).expect("read")).expect("json");
+    let names: Vec<&String> = client_now["mcpServers"]
+        .as_object()
+        .expect("servers")
+        .keys()
+        .collect();
+    assert_eq!(names, ["mcpvisor"]);
+    let gateway_now: Value =
+        serde_json::from_str(&std::fs::read_to_string(&gateway).expect("read")).expect("json");
+    assert_eq!(
+        gateway_now["mcpServers"]["web"]["url"],
+        "http://127.0.0.1:9/mcp"
+    );
+    assert_eq!(
+        gateway_now["mcpServers"]["mine"]["cwd"],
+        dir.join("work").display().to_string(),
+        "a relative cwd is made absolute"
+    );
+
+    // The gateway now serves both stdio servers.
+    let args: Vec<String> =
+        serde_json::from_value(client_now["mcpServers"]["mcpvisor"]["args"].clone()).expect("args");
+    let mut p = Proc::spawn(&args);
+    p.initialize();
+    let tools = p.request(json!(1), "tools/list", json!({}));
+    let names: Vec<&str> = tools["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"fake__echo") && names.contains(&"mine__echo"),
+        "{names:?}"
+    );
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+
+    let out = mcpvisor_in(
+        &dir,
+        &[
+            "uninstall-gateway",
+            "--into",
+            &client_arg,
+            "--move-back",
+            &gateway_arg,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("moved back mine, web"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
+    let gateway_now: Value =
+        serde_json::from_str(&std::fs::read_to_string(&gateway).expect("read")).expect("json");
+    let names: Vec<&String> = gateway_now["mcpServers"]
+        .as_object()
+        .expect("servers")
+        .keys()
+        .collect();
+    assert_eq!(names, ["fake"]);
+}

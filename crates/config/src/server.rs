@@ -330,6 +330,36 @@ pub fn parse(text: &str, path: &Path) -> Result<ConfigFile, ConfigError> {
     })
 }
 
+/// An entry's name and its fields as written.
+pub type RawEntry = (String, Map<String, Value>);
+
+/// Every entry of config `text` (as if read from `path`) with its fields as
+/// written (relative paths not resolved), in the file's order: for moving
+/// entries from one file to another. The text must load ([`parse`]).
+pub fn raw_entries(text: &str, path: &Path) -> Result<Vec<RawEntry>, ConfigError> {
+    let format = document::detect(path, text);
+    let (root, key_order) = document::parse(text, path, format)?;
+    let none = || ConfigError::File {
+        path: path.to_owned(),
+        message: "no servers table found".to_owned(),
+    };
+    let Value::Object(root) = root else {
+        return Err(none());
+    };
+    let (_, at, table) = find_servers(&root, format).ok_or_else(none)?;
+    let Value::Object(table) = table else {
+        return Err(none());
+    };
+    let order = key_order.at(at).map(|keys| keys.keys()).unwrap_or_default();
+    Ok(order
+        .into_iter()
+        .filter_map(|name| match table.get(name) {
+            Some(Value::Object(fields)) => Some((name.to_owned(), fields.clone())),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Finds the servers table: the dialect, the keys that lead to it, its value.
 fn find_servers(
     root: &Map<String, Value>,
