@@ -292,7 +292,7 @@ pub struct Front {
 
 impl Front {
     /// `mcpvisor serve -q --no-watch --config FILE --http 127.0.0.1:0`.
-    async fn serve(bins: &Binaries, config: &Gateway, extra: &[&str]) -> anyhow::Result<Self> {
+    pub async fn serve(bins: &Binaries, config: &Gateway, extra: &[&str]) -> anyhow::Result<Self> {
         let mut command = Command::new(&bins.mcpvisor);
         command
             .args(gateway::SERVE_ARGS)
@@ -495,6 +495,11 @@ impl Client {
 }
 
 impl Session {
+    /// The session's `Mcp-Session-Id`.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
     async fn post(&self, body: Vec<u8>) -> anyhow::Result<reqwest::Response> {
         let mut req = self
             .http

@@ -49,7 +49,9 @@
 
 mod baseline;
 mod gateway;
+mod hostile;
 mod http;
+mod idle;
 mod inspect;
 mod instructions;
 mod keepalive;
@@ -127,6 +129,14 @@ enum Command {
     /// Copies bytes between its own pipes and CMD's on tokio, and does
     /// nothing else: the floor `instructions` measures beside mcpvisor.
     Relay(relay::RelayArgs),
+    /// `serve --http` against clients that misbehave (trickled and oversized
+    /// headers, thousands of connections and initialize attempts, unread
+    /// streams, bodies that are not UTF-8 or nest 100,000 deep, POSTs cut
+    /// off), while well-behaved sessions call it throughout.
+    BadClients(hostile::BadClientsArgs),
+    /// `serve --http` with many servers and nothing to do: its CPU time and
+    /// wake-ups over an idle window.
+    Idle(idle::IdleArgs),
     /// Checks the envelope reading (mcpvisor's JSON scan) against serde_json
     /// on generated lines, for as long as asked.
     Scan(scan::ScanArgs),
@@ -165,6 +175,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Http(args)) => return runtime.block_on(http::run(&binaries, args)),
         Some(Command::Peers(args)) => return runtime.block_on(peers::run(&binaries, args)),
         Some(Command::Relay(args)) => return runtime.block_on(relay::run(args)),
+        Some(Command::BadClients(args)) => return runtime.block_on(hostile::run(&binaries, args)),
+        Some(Command::Idle(args)) => return runtime.block_on(idle::run(&binaries, args)),
         Some(Command::Scan(_)) | None => {}
     }
     let plan = if args.quick {

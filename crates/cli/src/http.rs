@@ -40,6 +40,12 @@ pub struct HttpArgs {
     /// Most HTTP sessions at once; past it, initialize gets 503.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..), requires = "http")]
     pub max_sessions: u32,
+    /// Most HTTP connections at once; past it, new connections wait (in the kernel's backlog) until one closes.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), requires = "http")]
+    pub max_connections: u32,
+    /// How long a connection may take to send a request's headers, or stay idle between requests, before it is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, requires = "http")]
+    pub http_header_timeout: Duration,
     /// An HTTP session idle this long is closed (its id then gets 404).
     #[arg(long, default_value = "30m", value_parser = parse_duration, requires = "http")]
     pub session_idle_timeout: Duration,
@@ -88,6 +94,8 @@ impl HttpArgs {
             token,
             max_message_bytes,
             max_sessions: self.max_sessions as usize,
+            max_connections: self.max_connections as usize,
+            header_timeout: self.http_header_timeout,
             session_idle_timeout: self.session_idle_timeout,
             max_in_flight,
             drain: self.http_drain,

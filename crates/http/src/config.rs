@@ -31,6 +31,13 @@ pub struct HttpConfig {
     pub max_message_bytes: usize,
     /// Sessions open at once; `initialize` past it gets 503.
     pub max_sessions: usize,
+    /// Connections open at once; past it the listener stops accepting until
+    /// one closes (the next wait in the kernel's backlog).
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's head (request
+    /// line and headers), and stay idle between requests; then it is
+    /// closed.
+    pub header_timeout: Duration,
     /// A session with no request in flight and no open stream for this long
     /// is closed; its id then gets 404.
     pub session_idle_timeout: Duration,
@@ -80,6 +87,8 @@ impl Default for HttpConfig {
             token: None,
             max_message_bytes: 64 * 1024 * 1024,
             max_sessions: 256,
+            max_connections: 1024,
+            header_timeout: Duration::from_secs(10),
             session_idle_timeout: Duration::from_secs(30 * 60),
             max_in_flight: 64,
             drain: Duration::from_secs(10),
@@ -109,7 +118,7 @@ pub enum ConfigError {
          (or \"*\" to accept any Host header, which leaves DNS rebinding open)"
     )]
     HostsRequired(SocketAddr),
-    #[error("{0} must be at least 1")]
+    #[error("{0} must be more than 0")]
     Zero(&'static str),
 }
 
@@ -119,9 +128,13 @@ impl HttpConfig {
         if !self.path.starts_with('/') || taken.contains(&self.path.as_str()) {
             return Err(ConfigError::Path(self.path));
         }
+        if self.header_timeout.is_zero() {
+            return Err(ConfigError::Zero("header_timeout"));
+        }
         for (name, v) in [
             ("max_message_bytes", self.max_message_bytes),
             ("max_sessions", self.max_sessions),
+            ("max_connections", self.max_connections),
             ("max_in_flight", self.max_in_flight),
             ("front_queue", self.front_queue),
             ("stream_queue", self.stream_queue),

@@ -18,6 +18,9 @@
 //! has a bounded queue: a reader that falls behind is cut off rather than
 //! waited for, so the hub is never slowed by a client.
 //!
+//! Connections (`listen.rs`) are bounded in number, and each must send its
+//! request head within a deadline and a size (431 past it).
+//!
 //! Request handlers (`server.rs`) check Host, Origin and the bearer token,
 //! then the media types and size, and peek at the message's envelope to
 //! route it: a request waits for its response (answered as JSON when the
@@ -38,12 +41,13 @@
 
 mod config;
 mod legacy;
+mod listen;
 mod modern;
 mod server;
 mod session;
 mod sse;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +56,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 pub use config::{BearerToken, ConfigError, HttpConfig, bearer};
+pub use listen::{MAX_HEADER_BYTES, READ_BUFFER_BYTES};
 pub use server::FRONT_ID_BASE;
 
 /// How long connections and sessions get to wind down after the drain.
@@ -120,12 +125,16 @@ where
             shared.stop.cancel();
         }
     };
-    let server = axum::serve(listener, server::router(shared.clone()).merge(extra))
-        .with_graceful_shutdown(drained)
-        .into_future();
+    let server = listen::serve(
+        listener,
+        server::router(shared.clone()).merge(extra),
+        shared.cfg.cfg.max_connections,
+        shared.cfg.cfg.header_timeout,
+        drained,
+    );
     let stop = shared.stop.clone();
     tokio::select! {
-        r = server => r?,
+        () = server => {}
         // A connection that does not end after its session closed (a
         // reader that stopped reading) is not waited for.
         () = async { stop.cancelled().await; tokio::time::sleep(CLOSE_GRACE).await } => {}

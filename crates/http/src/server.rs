@@ -16,6 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use mcpvisor_gateway::fronts::{FrontCommand, FrontId};
 use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Kind, build};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -332,9 +333,47 @@ pub(crate) async fn read_body(
     if declared.is_some_and(|l| l > max as u64) {
         return Err(too_large());
     }
-    axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| too_large())
+    // A body that stops arriving is not waited for without end: no more
+    // than the connection gets for its headers between two pieces.
+    let idle = shared.cfg.cfg.header_timeout;
+    let mut pieces = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut rest = bytes::BytesMut::new();
+    loop {
+        let piece = match tokio::time::timeout(idle, pieces.next()).await {
+            Err(_) => {
+                return Err(error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    None,
+                    "the request's body stopped arriving",
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(_))) => {
+                return Err(error(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    "the request's body was cut off",
+                ));
+            }
+            Ok(Some(Ok(piece))) => piece,
+        };
+        let held = first.as_ref().map_or(0, Bytes::len) + rest.len();
+        if held + piece.len() > max {
+            return Err(too_large());
+        }
+        // The usual body comes in one piece, kept as it is.
+        match first.take() {
+            None if rest.is_empty() => first = Some(piece),
+            None => rest.extend_from_slice(&piece),
+            Some(head) => {
+                rest.reserve(head.len() + piece.len());
+                rest.extend_from_slice(&head);
+                rest.extend_from_slice(&piece);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
 async fn post(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
