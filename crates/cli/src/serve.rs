@@ -136,11 +136,9 @@ pub fn main(args: ServeArgs) -> ExitCode {
                         .map_err(|e| format!("--ui: cannot listen on {ui_addr}: {e}"))?;
                     let (router, file) = start(local);
                     _runtime_file = file;
-                    tasks.push(tokio::spawn(async move {
-                        if let Err(e) = axum::serve(listener, router).await {
-                            tracing::error!("the web UI stopped: {e}");
-                        }
-                    }));
+                    // Bounded as the HTTP front is: headers within 10 s,
+                    // at most 1,024 connections.
+                    tasks.push(tokio::spawn(mcpvisor_http::serve_router(listener, router)));
                 }
             }
         }

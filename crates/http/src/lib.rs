@@ -88,6 +88,22 @@ where
     serve_with(listener, cfg, hub, shutdown, axum::Router::new()).await
 }
 
+/// Serves `router` alone on `listener` (the web UI on a port of its own),
+/// with the front's bounds on connections at their defaults (see
+/// [`HttpConfig::max_connections`] and [`HttpConfig::header_timeout`]),
+/// until the task is dropped.
+pub async fn serve_router(listener: TcpListener, router: axum::Router) {
+    let cfg = HttpConfig::default();
+    listen::serve(
+        listener,
+        router,
+        cfg.max_connections,
+        cfg.header_timeout,
+        std::future::pending(),
+    )
+    .await;
+}
+
 /// [`serve`], with `extra`'s routes (which must not overlap the endpoint,
 /// `/healthz` or `/readyz`) answered on the same listener, such as the web
 /// UI's.
