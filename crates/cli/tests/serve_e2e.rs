@@ -373,6 +373,65 @@ fn a_server_killed_from_outside_while_it_serves_is_restarted_at_once_every_time(
 }
 
 #[test]
+fn every_log_line_about_a_server_and_its_own_stderr_name_it() {
+    let worker = fake_worker().display().to_string();
+    let (_dir, _config, mut p) = gateway(
+        "serve-names",
+        &[
+            Entry::sh(
+                "alpha",
+                &format!("echo 'API_KEY missing' >&2; exec '{worker}'"),
+            ),
+            Entry::sh(
+                "beta",
+                &format!("echo 'running on stdio' >&2; exec '{worker}'"),
+            ),
+            Entry {
+                name: "gamma",
+                command: "mcpvisor-no-such-server".into(),
+                args: Vec::new(),
+            },
+        ],
+        &[],
+    );
+    initialize_with(&mut p, json!({}));
+    for (id, tool) in [("a", "alpha__echo"), ("b", "beta__echo")] {
+        let r = p.call(json!(id), tool, json!({"x": 1}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let deadline = Instant::now() + WAIT;
+    let passed_through = ["[alpha] API_KEY missing", "[beta] running on stdio"];
+    while !passed_through.iter().all(|l| p.stderr_text().contains(l)) {
+        assert!(Instant::now() < deadline, "{}", p.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = p.stderr_text();
+    assert!(text.contains("cannot start the MCP server"), "{text}");
+    for line in text.lines() {
+        if line.contains("API_KEY missing") {
+            assert!(line.starts_with("[alpha] "), "{line}");
+        }
+        if line.contains("running on stdio") {
+            assert!(line.starts_with("[beta] "), "{line}");
+        }
+    }
+    // Each line of a backend's session names its server.
+    let about =
+        |needle: &str| -> Vec<&str> { text.lines().filter(|l| l.contains(needle)).collect() };
+    let started = about("started worker");
+    assert!(started.len() >= 2, "{text}");
+    for line in &started {
+        assert!(
+            line.contains("server{name=alpha}") || line.contains("server{name=beta}"),
+            "{line}"
+        );
+    }
+    for line in about("cannot start the MCP server") {
+        assert!(line.contains("server{name=gamma}"), "{line}");
+    }
+}
+
+#[test]
 fn a_server_that_stops_answering_pings_is_restarted_once() {
     let (_dir, _config, mut p) = gateway(
         "serve-health",

@@ -114,7 +114,10 @@ pub fn spawn(spec: &Spec, timeouts: StopTimeouts) -> Result<Spawned, SpawnError>
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (exit_tx, exit_rx) = oneshot::channel();
-    tokio::spawn(own(child, pid, stop_rx, exit_tx, timeouts));
+    // Its logs (a stop's layers) belong to whatever the spawner's are about.
+    tokio::spawn(tracing::Instrument::in_current_span(own(
+        child, pid, stop_rx, exit_tx, timeouts,
+    )));
     Ok(Spawned {
         stdin,
         stdout,

@@ -23,7 +23,18 @@ pub enum Passthrough {
 
 /// Reads `stderr` to its end. `observe` sees each line without its
 /// terminator, lossily decoded.
-pub async fn pump<R, F>(stderr: R, mode: Passthrough, mut observe: F)
+pub async fn pump<R, F>(stderr: R, mode: Passthrough, observe: F)
+where
+    R: AsyncRead + Unpin,
+    F: FnMut(&str),
+{
+    pump_prefixed(stderr, mode, "", observe).await;
+}
+
+/// [`pump`], with `prefix` written before each line passed through (the
+/// server's name, where several servers share one stderr). `observe` sees
+/// the line without it.
+pub async fn pump_prefixed<R, F>(stderr: R, mode: Passthrough, prefix: &str, mut observe: F)
 where
     R: AsyncRead + Unpin,
     F: FnMut(&str),
@@ -39,9 +50,19 @@ where
         }
         if mode == Passthrough::Inherit {
             // One write per line keeps worker lines whole among our own logs.
-            let _ = out.write_all(&line).await;
-            if line.last() != Some(&b'\n') {
-                let _ = out.write_all(b"\n").await;
+            if prefix.is_empty() {
+                let _ = out.write_all(&line).await;
+                if line.last() != Some(&b'\n') {
+                    let _ = out.write_all(b"\n").await;
+                }
+            } else {
+                let mut whole = Vec::with_capacity(prefix.len() + line.len() + 1);
+                whole.extend_from_slice(prefix.as_bytes());
+                whole.extend_from_slice(&line);
+                if line.last() != Some(&b'\n') {
+                    whole.push(b'\n');
+                }
+                let _ = out.write_all(&whole).await;
             }
         }
         let text = String::from_utf8_lossy(&line);

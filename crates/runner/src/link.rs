@@ -49,9 +49,11 @@ impl Link {
         let input = Lines::new(lines_rx, cfg.max_message_bytes);
         let output = Outlet::lines(output, Some(cfg.client_write_timeout));
         let (control, control_rx) = mpsc::channel(4);
-        let session = tokio::spawn(Session::run_with(
+        // The session, and the tasks it starts, log in the caller's span
+        // (a gateway's names the server).
+        let session = tokio::spawn(tracing::Instrument::in_current_span(Session::run_with(
             cfg, spawner, input, output, control_rx, status,
-        ));
+        )));
         Self {
             lines,
             control,

@@ -31,6 +31,17 @@ pub enum ServerSpawner {
     Broken(String),
 }
 
+impl ServerSpawner {
+    /// Puts `[name] ` before each stderr line its processes pass through,
+    /// for a stderr that several servers share.
+    pub fn with_stderr_named(mut self, name: &str) -> Self {
+        if let ServerSpawner::Process(p) = &mut self {
+            p.stderr_prefix = format!("[{name}] ");
+        }
+        self
+    }
+}
+
 impl Spawner for ServerSpawner {
     fn spawn(
         &mut self,

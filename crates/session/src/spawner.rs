@@ -17,6 +17,7 @@ use mcpvisor_process::stderr::{self, Passthrough};
 use mcpvisor_process::{Spec, StdinProbe, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use crate::session::WorkerEvent;
 
@@ -149,6 +150,9 @@ pub struct ProcessSpawner {
     /// Layered last (`--env KEY=VAL`).
     pub env_overrides: Vec<(OsString, OsString)>,
     pub observer: Option<StderrObserver>,
+    /// Written before each stderr line passed through (`[name] ` in a
+    /// gateway, where many servers share its stderr).
+    pub stderr_prefix: String,
 }
 
 impl std::fmt::Debug for ProcessSpawner {
@@ -168,6 +172,7 @@ impl ProcessSpawner {
             env_source: None,
             env_overrides: Vec::new(),
             observer: None,
+            stderr_prefix: String::new(),
         }
     }
 }
@@ -209,7 +214,8 @@ impl Spawner for ProcessSpawner {
         let observer = self.observer.clone();
         let mut detector = AuthDetector::new();
         let mut reported: Option<String> = None;
-        tokio::spawn(stderr::pump(spawned.stderr, self.stderr, move |line| {
+        let (mode, prefix) = (self.stderr, self.stderr_prefix.clone());
+        let observe = move |line: &str| {
             if let Ok(mut t) = tail.lock() {
                 t.push_line(line);
             }
@@ -222,7 +228,11 @@ impl Spawner for ProcessSpawner {
             if let Some(observe) = &observer {
                 observe(generation, line);
             }
-        }));
+        };
+        let pump = async move {
+            stderr::pump_prefixed(spawned.stderr, mode, &prefix, observe).await;
+        };
+        tokio::spawn(pump.in_current_span());
         Ok(WorkerIo {
             stdin: Box::pin(spawned.stdin),
             stdout: Box::pin(spawned.stdout),

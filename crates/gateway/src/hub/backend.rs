@@ -213,11 +213,14 @@ impl Hub {
             def: b.plan.def.clone(),
             env_overrides: b.plan.env_overrides.clone(),
         };
-        let spawner = mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr);
+        let spawner = mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr)
+            .with_stderr_named(&b.plan.name);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
         b.epoch += 1;
         let output = Box::new(super::ToHub::new(id, b.epoch, events.clone()));
-        let link = Link::start(spawner, b.plan.session.clone(), sink, output);
+        // Every line the backend's session (and its processes) log names it.
+        let span = tracing::info_span!("server", name = %b.plan.name);
+        let link = span.in_scope(|| Link::start(spawner, b.plan.session.clone(), sink, output));
         tokio::spawn(super::relay_status(id, b.epoch, status, events));
         b.link = Some(link);
         b.state = State::Starting;

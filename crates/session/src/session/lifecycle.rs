@@ -156,10 +156,11 @@ impl<S: Spawner> Session<S> {
         let stdin = writer::Outlet::new(stdin, Some(self.cfg.write_timeout));
         self.stdouts.push(id, stdout, self.cfg.max_message_bytes);
         let events = self.events_tx.clone();
-        tokio::spawn(async move {
+        let watch = async move {
             let exit = exited.await;
             let _ = events.send((id, WorkerEvent::Exited(exit))).await;
-        });
+        };
+        tokio::spawn(tracing::Instrument::in_current_span(watch));
         Generation {
             phase: Phase::Ready,
             stdin,
