@@ -41,6 +41,8 @@ pub enum Command {
     Connect(Box<crate::connect::ConnectArgs>),
     /// Show the servers of a running gateway (one started with `serve --ui`).
     Status(crate::ui::StatusArgs),
+    /// A remote server's OAuth authorization: `mcpvisor auth login NAME | status | logout NAME`.
+    Auth(crate::auth::AuthArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// Print shell completions: `mcpvisor completions bash|zsh|fish|elvish|powershell`.
@@ -220,6 +222,8 @@ pub struct ServerArgs {
     /// A header for a remote server (--url, or a config entry with a url); repeatable; `${VAR}` is taken from the environment.
     #[arg(long = "header", value_name = "K:V", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    #[command(flatten)]
+    pub oauth: crate::auth::OAuthArgs,
 }
 
 #[derive(Debug, Args)]

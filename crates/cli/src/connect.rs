@@ -31,6 +31,8 @@ pub struct ConnectArgs {
     #[arg(long, value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
     #[command(flatten)]
+    pub oauth: crate::auth::OAuthArgs,
+    #[command(flatten)]
     pub sup: Supervision,
     #[command(flatten)]
     pub log: Logging,
@@ -48,6 +50,8 @@ pub fn main(args: ConnectArgs) -> ExitCode {
     if let Err(e) = crate::run::init_logging(&args.log) {
         return crate::refuse(e);
     }
+    // A remote server's OAuth link opens in the browser (and is logged).
+    mcpvisor_oauth::set_open_browser(true);
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
@@ -76,6 +80,7 @@ fn definition(args: &ConnectArgs) -> Result<ServerDef, String> {
     }
     let mut def = ServerDef::remote("remote", &args.url);
     def.headers = args.headers.iter().cloned().collect();
+    args.oauth.apply(&mut def)?;
     if let Some(path) = &args.auth_token_file {
         if def
             .headers

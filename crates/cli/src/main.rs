@@ -5,6 +5,7 @@
 //! up logging on stderr or a file (never stdout, which belongs to the
 //! protocol), turns signals into session controls, and runs the session.
 
+mod auth;
 mod call;
 mod cli;
 mod connect;
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
         cli::Command::Status(args) => ui::status(args),
         cli::Command::Completions(args) => docs::completions(args),
         cli::Command::Man(args) => docs::man(args),
+        cli::Command::Auth(args) => auth::main(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

@@ -66,7 +66,7 @@ where
     Fut: std::future::Future<Output = (Probe, Result<u8, Failed>)>,
 {
     init_logging(args.show_stderr);
-    let chosen = match choose(
+    let mut chosen = match choose(
         args.config.as_deref(),
         name,
         command,
@@ -81,6 +81,12 @@ where
             return 2;
         }
     };
+    if let Err(e) = args.oauth.apply(&mut chosen.spec.def) {
+        eprintln!("mcpvisor: {e}");
+        return 2;
+    }
+    // A remote server's OAuth link opens in the browser (and is printed).
+    mcpvisor_oauth::set_open_browser(true);
     let Some(runtime) = crate::runtime() else {
         return 2;
     };
@@ -187,6 +193,7 @@ async fn show_auth(events: Option<mpsc::Receiver<SessionEvent>>) {
                 eprintln!(
                     "\nmcpvisor: the server is waiting for you to authorize it. Open:\n\n    {url}\n"
                 );
+                crate::auth::offer_paste();
             }
         }
     }

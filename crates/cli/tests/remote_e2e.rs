@@ -505,7 +505,7 @@ fn inspect_and_call_take_a_url_and_headers() {
     let failure: Value = serde_json::from_str(&out).expect("call --json");
     assert_eq!(
         failure["error"]["crash"]["exit"],
-        json!({"kind": "http", "status": 401, "stage": "post", "detail": "not authorized: check the headers (OAuth is for a bridge such as mcp-remote)"}),
+        json!({"kind": "http", "status": 401, "stage": "post", "detail": "not authorized: check the headers"}),
         "{failure}"
     );
     assert!(!out.contains("not-the-token") && !err.contains("not-the-token"));

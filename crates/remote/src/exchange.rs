@@ -146,8 +146,8 @@ fn judge(
         return Some(Exchange::Fatal(end(Some(code), stage, detail)));
     }
     if code == 401 || code == 403 {
-        let detail = "not authorized: check the headers (OAuth is for a bridge such as mcp-remote)";
-        return Some(Exchange::Fatal(end(Some(code), stage, detail.to_owned())));
+        let detail = shared.http.refused_detail();
+        return Some(Exchange::Fatal(end(Some(code), stage, detail)));
     }
     if initialize {
         return Some(Exchange::Fatal(end(Some(code), stage, String::new())));

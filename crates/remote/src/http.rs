@@ -2,13 +2,14 @@
 //! request carries, and the session the server gave us.
 
 use std::fmt;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Client, Response, Url};
+use mcpvisor_oauth::{Authorizer, Challenge, Prompt};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Client, RequestBuilder, Response, Url};
 
 /// `Mcp-Session-Id`.
 pub(crate) const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
@@ -19,6 +20,19 @@ const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// Bound on a DELETE at the end of a session.
 const DELETE_BOUND: Duration = Duration::from_secs(2);
+/// Times one request is sent again after a new token, at most.
+const AUTH_RETRIES: u32 = 3;
+
+/// OAuth for a server whose entry uses it: the token every request
+/// carries, and what to do with a 401 or a 403 `insufficient_scope`.
+#[derive(Clone)]
+pub(crate) struct Auth {
+    pub authorizer: Arc<Authorizer>,
+    /// Shows the authorization link (reported to the session).
+    pub prompt: Prompt,
+    /// Why the last authorization failed, for the report of the 401.
+    pub failure: Arc<Mutex<Option<String>>>,
+}
 
 /// The HTTP side of one remote session.
 pub(crate) struct Http {
@@ -33,6 +47,7 @@ pub(crate) struct Http {
     /// The server is spoken to in the 2026-07-28 era: each POST names its
     /// method (and operation) in headers.
     modern: AtomicBool,
+    auth: Option<Auth>,
 }
 
 impl fmt::Debug for Http {
@@ -46,7 +61,7 @@ impl fmt::Debug for Http {
 }
 
 impl Http {
-    pub(crate) fn new(client: Client, url: Url, mut headers: HeaderMap) -> Self {
+    pub(crate) fn new(client: Client, url: Url, mut headers: HeaderMap, auth: Option<Auth>) -> Self {
         headers.insert(
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
@@ -58,6 +73,80 @@ impl Http {
             session: RwLock::new(None),
             protocol: RwLock::new(None),
             modern: AtomicBool::new(false),
+            auth,
+        }
+    }
+
+    /// What a 401 or 403 means, for the report: why authorization failed,
+    /// or, for an entry that does not use OAuth, where to look.
+    pub(crate) fn refused_detail(&self) -> String {
+        let failure = self
+            .auth
+            .as_ref()
+            .and_then(|auth| auth.failure.lock().ok().and_then(|f| f.clone()));
+        match failure {
+            Some(why) => format!("not authorized: {why}"),
+            None => "not authorized: check the headers".to_owned(),
+        }
+    }
+
+    /// Sends the request `make` builds from the session's headers, with
+    /// the OAuth token when the entry uses OAuth; after a 401, or a 403
+    /// asking for more scopes, authorizes (a refresh, or a person in a
+    /// browser) and sends it again.
+    async fn send(
+        &self,
+        make: impl Fn(HeaderMap) -> RequestBuilder,
+    ) -> Result<Response, reqwest::Error> {
+        let Some(auth) = &self.auth else {
+            return make(self.session_headers()).send().await;
+        };
+        let mut retries = 0;
+        loop {
+            let token = auth.authorizer.bearer().await;
+            let mut headers = self.session_headers();
+            if let Some(token) = &token {
+                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                {
+                    value.set_sensitive(true);
+                    headers.insert(AUTHORIZATION, value);
+                }
+            }
+            let response = match make(headers.clone()).send().await {
+                Ok(response) => response,
+                // After a wait for a person, the pooled connection may have
+                // been closed by the server; the resend of a request it
+                // refused goes once more on a new one.
+                Err(err) if retries > 0 && !err.is_timeout() => {
+                    tracing::debug!("resending after authorization: {}", describe(&err));
+                    make(headers).send().await?
+                }
+                Err(err) => return Err(err),
+            };
+            let status = response.status().as_u16();
+            if status != 401 && status != 403 {
+                if response.status().is_success() {
+                    auth.authorizer.succeeded();
+                }
+                return Ok(response);
+            }
+            let challenge = Challenge::from_headers(status, response.headers());
+            if (status == 403 && !challenge.insufficient_scope()) || retries >= AUTH_RETRIES {
+                return Ok(response);
+            }
+            let outcome = auth
+                .authorizer
+                .authorize(&challenge, token.as_ref(), Some(&auth.prompt))
+                .await;
+            let failure = outcome.as_ref().err().map(ToString::to_string);
+            if let Ok(mut slot) = auth.failure.lock() {
+                slot.clone_from(&failure);
+            }
+            if let Some(why) = failure {
+                tracing::warn!(status, "authorization failed: {why}");
+                return Ok(response);
+            }
+            retries += 1;
         }
     }
 
@@ -122,29 +211,33 @@ impl Http {
         body: Bytes,
         extra: HeaderMap,
     ) -> Result<Response, reqwest::Error> {
-        let mut headers = self.session_headers();
-        headers.extend(extra);
-        self.client
-            .post(self.url.clone())
-            .headers(headers)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
+        self.send(|mut headers| {
+            headers.extend(extra.clone());
+            self.client
+                .post(self.url.clone())
+                .headers(headers)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })
+        .await
     }
 
     pub(crate) async fn post_to(&self, url: &Url, body: Bytes) -> Result<Response, reqwest::Error> {
-        let mut headers = self.session_headers();
-        if self.modern.load(Ordering::Relaxed) {
-            headers.extend(crate::modern::request_headers(&body));
-        }
-        self.client
-            .post(url.clone())
-            .headers(headers)
-            .header(CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
+        let modern = self
+            .modern
+            .load(Ordering::Relaxed)
+            .then(|| crate::modern::request_headers(&body));
+        self.send(|mut headers| {
+            if let Some(modern) = &modern {
+                headers.extend(modern.clone());
+            }
+            self.client
+                .post(url.clone())
+                .headers(headers)
+                .header(CONTENT_TYPE, "application/json")
+                .body(body.clone())
+        })
+        .await
     }
 
     /// Opens (or, with `last_event_id`, resumes) an SSE stream.
@@ -152,16 +245,15 @@ impl Http {
         &self,
         last_event_id: Option<&str>,
     ) -> Result<Response, reqwest::Error> {
-        let mut headers = self.session_headers();
-        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
-        if let Some(id) = last_event_id.and_then(|id| HeaderValue::from_str(id).ok()) {
-            headers.insert(LAST_EVENT_ID, id);
-        }
-        self.client
-            .get(self.url.clone())
-            .headers(headers)
-            .send()
-            .await
+        let last_event_id = last_event_id.and_then(|id| HeaderValue::from_str(id).ok());
+        self.send(|mut headers| {
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+            if let Some(id) = &last_event_id {
+                headers.insert(LAST_EVENT_ID, id.clone());
+            }
+            self.client.get(self.url.clone()).headers(headers)
+        })
+        .await
     }
 
     /// Ends the session (bounded; a 405 or no answer is fine). The status,
@@ -170,11 +262,16 @@ impl Http {
         if !self.has_session() {
             return None;
         }
-        let request = self
-            .client
-            .delete(self.url.clone())
-            .headers(self.session_headers())
-            .send();
+        let mut headers = self.session_headers();
+        if let Some(auth) = &self.auth {
+            if let Some(token) = auth.authorizer.bearer().await {
+                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+                    value.set_sensitive(true);
+                    headers.insert(AUTHORIZATION, value);
+                }
+            }
+        }
+        let request = self.client.delete(self.url.clone()).headers(headers).send();
         match tokio::time::timeout(DELETE_BOUND, request).await {
             Ok(Ok(response)) => Some(response.status().as_u16()),
             _ => None,

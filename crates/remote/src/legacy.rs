@@ -58,8 +58,7 @@ pub(crate) async fn open(shared: &Shared) -> Result<Stream, HttpEnd> {
     let code = status.as_u16();
     if !status.is_success() {
         let detail = if code == 401 || code == 403 {
-            "not authorized: check the headers (OAuth is for a bridge such as mcp-remote)"
-                .to_owned()
+            shared.http.refused_detail()
         } else {
             error_body(response).await
         };
@@ -204,8 +203,7 @@ pub(crate) async fn post(shared: &Shared, endpoint: &Url, line: Bytes) -> Posted
         return Posted::Accepted;
     }
     let detail = match code {
-        401 | 403 => "not authorized: check the headers (OAuth is for a bridge such as mcp-remote)"
-            .to_owned(),
+        401 | 403 => shared.http.refused_detail(),
         404 => "the server no longer knows our session".to_owned(),
         _ => error_body(response).await,
     };

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mcpvisor_config::report::StderrTail;
-use mcpvisor_config::secrets::expand_headers;
+use mcpvisor_config::secrets::{expand_headers, resolve_env};
 use mcpvisor_config::{RemoteTransport, ServerDef};
 use mcpvisor_jsonrpc::LineCodec;
 use mcpvisor_session::WorkerExit as Exit;
@@ -18,7 +18,7 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 use crate::generation::{Generation, Shared, Transport};
-use crate::http::Http;
+use crate::http::{Auth, Http};
 
 /// Room in each in-memory pipe between the session and a generation.
 const PIPE_BYTES: usize = 1 << 20;
@@ -42,6 +42,9 @@ pub struct RemoteSpawner {
     /// An entry without a `type` whose server turned out to speak the old
     /// HTTP+SSE transport: its later generations go there at once.
     learned_legacy: Arc<AtomicBool>,
+    /// OAuth, unless the entry turns it off or sends its own
+    /// `Authorization` header.
+    authorizer: Option<Arc<mcpvisor_oauth::Authorizer>>,
 }
 
 impl std::fmt::Debug for RemoteSpawner {
@@ -65,6 +68,9 @@ pub enum RemoteError {
     /// The HTTP client could not be made.
     #[error("cannot make an HTTP client: {0}")]
     Client(String),
+    /// The entry's `oauth` settings cannot be used.
+    #[error("{0}")]
+    OAuth(String),
 }
 
 impl RemoteSpawner {
@@ -91,6 +97,7 @@ impl RemoteSpawner {
             .user_agent(concat!("mcpvisor/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| RemoteError::Client(e.to_string()))?;
+        let authorizer = authorizer(def, &url)?;
         Ok(Self {
             def: Arc::new(def.clone()),
             url,
@@ -98,6 +105,7 @@ impl RemoteSpawner {
             max_message_bytes,
             ceiling,
             learned_legacy: Arc::new(AtomicBool::new(false)),
+            authorizer,
         })
     }
 
@@ -131,6 +139,43 @@ impl RemoteSpawner {
     }
 }
 
+/// The entry's OAuth authorizer: none when its `oauth` is `false`, when it
+/// sends an `Authorization` header of its own, or when there is nowhere to
+/// keep tokens (no `$HOME`).
+fn authorizer(
+    def: &ServerDef,
+    url: &Url,
+) -> Result<Option<Arc<mcpvisor_oauth::Authorizer>>, RemoteError> {
+    let lookup = |key: &str| {
+        resolve_env(def)
+            .ok()
+            .and_then(|vars| vars.into_iter().find(|(k, _)| k == key))
+            .map(|(_, v)| v.expose().to_owned())
+            .or_else(|| std::env::var(key).ok())
+    };
+    let base = def.source.as_deref().and_then(std::path::Path::parent);
+    let settings = mcpvisor_oauth::Settings::from_entry(&def.name, &def.extra, base, &lookup)
+        .map_err(|e| RemoteError::OAuth(e.to_string()))?;
+    let own_header = def
+        .headers
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case("authorization"));
+    if !settings.enabled || own_header {
+        return Ok(None);
+    }
+    let store = match mcpvisor_oauth::Store::default_location() {
+        Ok(store) => store,
+        Err(why) => {
+            tracing::warn!(server = %def.name, "OAuth is off: {why}");
+            return Ok(None);
+        }
+    };
+    let wait = def.auth_timeout.unwrap_or(mcpvisor_oauth::DEFAULT_WAIT);
+    mcpvisor_oauth::Authorizer::for_server(&def.name, url, settings, store, wait)
+        .map(Some)
+        .map_err(|e| RemoteError::OAuth(e.to_string()))
+}
+
 /// Follows a redirect only on the first URL's origin: the entry's headers,
 /// often credentials, go with every request, and an endpoint on another
 /// origin is refused rather than followed. A redirect that is not followed
@@ -153,7 +198,15 @@ impl Spawner for RemoteSpawner {
         reporter: WorkerReporter,
     ) -> Result<WorkerIo, SpawnFailure> {
         let headers = self.headers()?;
-        let http = Http::new(self.client.clone(), self.url.clone(), headers);
+        let auth = self.authorizer.as_ref().map(|authorizer| {
+            let reporter = reporter.clone();
+            Auth {
+                authorizer: Arc::clone(authorizer),
+                prompt: Arc::new(move |link: &str| reporter.auth_prompt(link.to_owned())),
+                failure: Arc::new(Mutex::new(None)),
+            }
+        });
+        let http = Http::new(self.client.clone(), self.url.clone(), headers, auth);
         let (session_in, ours_in) = tokio::io::duplex(PIPE_BYTES);
         let (ours_out, session_out) = tokio::io::duplex(PIPE_BYTES);
         let (out, out_rx) = mpsc::channel(1024);

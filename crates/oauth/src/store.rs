@@ -1,0 +1,328 @@
+//! Where tokens and client registrations live: one JSON file per server
+//! under `$XDG_STATE_HOME/mcpvisor/oauth` (`~/.local/state/mcpvisor/oauth`
+//! without it), mode 0600 in a 0700 directory, replaced atomically (a
+//! temporary file renamed over it), so that a reader never sees half a
+//! file and a crash never loses the previous one. Beside each file, a lock
+//! file serializes refreshes across processes.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::Secret;
+
+/// The longest wait for another process's refresh.
+const LOCK_WAIT: Duration = Duration::from_secs(60);
+/// Most bytes of a store file.
+const FILE_BYTES: u64 = 1 << 20;
+
+/// The token store.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// What is kept for one server.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StoredServer {
+    /// The server's URL.
+    pub server: String,
+    /// The clients mcpvisor registered (or was given), by issuer.
+    #[serde(default)]
+    pub clients: BTreeMap<String, StoredClient>,
+    /// The tokens, when authorized.
+    pub tokens: Option<StoredTokens>,
+}
+
+/// A client at one authorization server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredClient {
+    /// Its id.
+    pub client_id: String,
+    /// Its secret, when it has one.
+    pub client_secret: Option<Secret>,
+    /// How it authenticates at the token endpoint: `none`,
+    /// `client_secret_basic` or `client_secret_post`.
+    pub auth_method: String,
+    /// The redirect URI it was registered with.
+    pub redirect_uri: Option<String>,
+}
+
+/// Tokens from one issuer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredTokens {
+    /// The issuer that gave them.
+    pub issuer: String,
+    /// The access token.
+    pub access_token: Secret,
+    /// The refresh token, when one came.
+    pub refresh_token: Option<Secret>,
+    /// When the access token expires (seconds since the epoch), when said.
+    pub expires_at: Option<u64>,
+    /// The scopes granted (or asked for, when the answer did not say).
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    /// The resource indicator they were asked for.
+    pub resource: Option<String>,
+}
+
+impl StoredTokens {
+    /// Whether the access token expires within `margin`.
+    pub fn expires_within(&self, margin: Duration) -> bool {
+        self.expires_at
+            .is_some_and(|at| at <= now_secs().saturating_add(margin.as_secs()))
+    }
+}
+
+/// Seconds since the epoch.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Held while a process refreshes or authorizes a server; released on drop.
+#[derive(Debug)]
+pub struct StoreLock {
+    _lock: Flock<File>,
+}
+
+impl Store {
+    /// The store under `dir`.
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The store in the user's state directory: `$XDG_STATE_HOME/mcpvisor/oauth`,
+    /// else `$HOME/.local/state/mcpvisor/oauth`.
+    pub fn default_location() -> Result<Self, String> {
+        let state = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .map(|home| home.join(".local/state"))
+            })
+            .ok_or("neither XDG_STATE_HOME nor HOME is set to an absolute path")?;
+        Ok(Self::at(state.join("mcpvisor").join("oauth")))
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn stem(server: &str) -> String {
+        let digest = Sha256::digest(server.as_bytes());
+        digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The file of `server`.
+    pub fn file(&self, server: &str) -> PathBuf {
+        self.dir.join(format!("{}.json", Self::stem(server)))
+    }
+
+    fn ensure_dir(&self) -> Result<(), String> {
+        fs::create_dir_all(&self.dir)
+            .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot restrict {}: {e}", self.dir.display()))
+    }
+
+    /// What is kept for `server`, if anything.
+    pub fn load(&self, server: &str) -> Result<Option<StoredServer>, String> {
+        let path = self.file(server);
+        let loaded = read_file(&path)?;
+        // A file of another server whose name has the same digest prefix is
+        // not ours.
+        Ok(loaded.filter(|s| s.server == server))
+    }
+
+    /// Writes what is kept for a server, atomically, mode 0600.
+    pub fn save(&self, stored: &StoredServer) -> Result<(), String> {
+        self.ensure_dir()?;
+        let path = self.file(&stored.server);
+        let text = serde_json::to_vec_pretty(stored).map_err(|e| e.to_string())?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .permissions(fs::Permissions::from_mode(0o600))
+            .tempfile_in(&self.dir)
+            .map_err(|e| format!("cannot write in {}: {e}", self.dir.display()))?;
+        tmp.write_all(&text)
+            .and_then(|()| tmp.as_file().sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        tmp.persist(&path)
+            .map_err(|e| format!("cannot replace {}: {}", path.display(), e.error))?;
+        Ok(())
+    }
+
+    /// Forgets a server's tokens and clients; whether there was anything.
+    pub fn forget(&self, server: &str) -> Result<bool, String> {
+        if self.load(server)?.is_none() {
+            return Ok(false);
+        }
+        let path = self.file(server);
+        fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
+        let _ = fs::remove_file(path.with_extension("lock"));
+        Ok(true)
+    }
+
+    /// Every server something is kept for.
+    pub fn list(&self) -> Result<Vec<StoredServer>, String> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("cannot read {}: {e}", self.dir.display())),
+        };
+        let mut servers = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "json") {
+                if let Ok(Some(server)) = read_file(&path) {
+                    servers.push(server);
+                }
+            }
+        }
+        servers.sort_by(|a, b| a.server.cmp(&b.server));
+        Ok(servers)
+    }
+
+    /// Takes the lock of `server` (every mcpvisor process on the machine
+    /// takes it to refresh or store its tokens), waiting a bounded time for
+    /// another holder.
+    pub async fn lock(&self, server: &str) -> Result<StoreLock, String> {
+        self.ensure_dir()?;
+        let path = self.file(server).with_extension("lock");
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(StoreLock { _lock: lock }),
+                Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(format!(
+                            "another mcpvisor process has held {} for {LOCK_WAIT:?}",
+                            path.display()
+                        ));
+                    }
+                    file = back;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err((_, errno)) => return Err(format!("cannot lock {}: {errno}", path.display())),
+            }
+        }
+    }
+}
+
+fn read_file(path: &Path) -> Result<Option<StoredServer>, String> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > FILE_BYTES {
+        return Err(format!("{} is over {FILE_BYTES} bytes", path.display()));
+    }
+    let text = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_slice(&text)
+        .map(Some)
+        .map_err(|e| format!("{} is not a token file: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(access: &str) -> StoredTokens {
+        StoredTokens {
+            issuer: "https://as.example".into(),
+            access_token: Secret::new(access),
+            refresh_token: Some(Secret::new("r1")),
+            expires_at: Some(now_secs() + 30),
+            scopes: vec!["a".into()],
+            resource: None,
+        }
+    }
+
+    #[test]
+    fn saves_atomically_with_mode_0600_and_reads_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::at(dir.path().join("oauth"));
+        let server = "https://mcp.example/mcp";
+        assert_eq!(store.load(server).expect("load"), None);
+        let stored = StoredServer {
+            server: server.into(),
+            clients: BTreeMap::new(),
+            tokens: Some(tokens("a1")),
+        };
+        store.save(&stored).expect("save");
+        let mode = fs::metadata(store.file(server))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let dir_mode = fs::metadata(store.dir())
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(dir_mode & 0o777, 0o700);
+        assert_eq!(store.load(server).expect("load"), Some(stored.clone()));
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(store.dir())
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert_eq!(store.list().expect("list"), vec![stored]);
+        assert!(store.forget(server).expect("forget"));
+        assert!(!store.forget(server).expect("forget again"));
+        assert_eq!(store.load(server).expect("load"), None);
+    }
+
+    #[test]
+    fn expiry_margin() {
+        let t = tokens("a");
+        assert!(t.expires_within(Duration::from_secs(60)));
+        assert!(!t.expires_within(Duration::from_secs(5)));
+        let forever = StoredTokens {
+            expires_at: None,
+            ..t
+        };
+        assert!(!forever.expires_within(Duration::from_secs(3600)));
+    }
+
+    #[tokio::test]
+    async fn the_lock_is_exclusive_until_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::at(dir.path());
+        let held = store.lock("s").await.expect("lock");
+        let other = store.clone();
+        let waiter = tokio::spawn(async move { other.lock("s").await.map(drop) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "a second holder got the lock");
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("bounded")
+            .expect("join")
+            .expect("second lock");
+    }
+}
