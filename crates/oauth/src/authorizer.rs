@@ -184,7 +184,7 @@ impl Authorizer {
     /// expire; `None` before the first authorization.
     pub async fn bearer(&self) -> Option<Secret> {
         let tokens = self.load().ok()?.tokens?;
-        if tokens.expires_within(REFRESH_MARGIN) && tokens.refresh_token.is_some() {
+        if tokens.needs_refresh(REFRESH_MARGIN) && tokens.refresh_token.is_some() {
             let mut backoff = self.busy.lock().await;
             match self.refresh(&mut backoff, &tokens.access_token, None).await {
                 Ok(fresh) => return Some(fresh.access_token),
@@ -349,7 +349,7 @@ impl Authorizer {
             .tokens
             .clone()
             .ok_or_else(|| AuthError::Token("no tokens are stored".into()))?;
-        if &tokens.access_token != used && !tokens.expires_within(REFRESH_MARGIN) {
+        if &tokens.access_token != used && !tokens.needs_refresh(REFRESH_MARGIN) {
             tracing::debug!(server = %self.name, "another process refreshed the token");
             return Ok(tokens);
         }
@@ -620,6 +620,7 @@ impl Authorizer {
             expires_at: answer
                 .expires_in()
                 .map(|d| now_secs().saturating_add(d.as_secs())),
+            issued_at: Some(now_secs()),
             scopes: answer
                 .scopes()
                 .map(|s| {

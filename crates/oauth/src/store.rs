@@ -66,6 +66,9 @@ pub struct StoredTokens {
     pub refresh_token: Option<Secret>,
     /// When the access token expires (seconds since the epoch), when said.
     pub expires_at: Option<u64>,
+    /// When it was issued (seconds since the epoch).
+    #[serde(default)]
+    pub issued_at: Option<u64>,
     /// The scopes granted (or asked for, when the answer did not say).
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -74,6 +77,19 @@ pub struct StoredTokens {
 }
 
 impl StoredTokens {
+    /// Whether the access token is to be refreshed now: it expires within
+    /// `margin`, or within a third of its lifetime when that is shorter.
+    pub fn needs_refresh(&self, margin: Duration) -> bool {
+        let Some(at) = self.expires_at else {
+            return false;
+        };
+        let lifetime = self
+            .issued_at
+            .map_or(u64::MAX, |issued| at.saturating_sub(issued));
+        let margin = Duration::from_secs(margin.as_secs().min(lifetime / 3));
+        self.expires_within(margin)
+    }
+
     /// Whether the access token expires within `margin`.
     pub fn expires_within(&self, margin: Duration) -> bool {
         self.expires_at
@@ -256,6 +272,7 @@ mod tests {
             access_token: Secret::new(access),
             refresh_token: Some(Secret::new("r1")),
             expires_at: Some(now_secs() + 30),
+            issued_at: None,
             scopes: vec!["a".into()],
             resource: None,
         }
@@ -307,6 +324,20 @@ mod tests {
             ..t
         };
         assert!(!forever.expires_within(Duration::from_secs(3600)));
+        assert!(!forever.needs_refresh(Duration::from_secs(3600)));
+        // A short-lived token is refreshed in the last third of its life.
+        let short = StoredTokens {
+            issued_at: Some(now_secs()),
+            expires_at: Some(now_secs() + 9),
+            ..forever
+        };
+        assert!(!short.needs_refresh(Duration::from_secs(60)));
+        let late = StoredTokens {
+            issued_at: Some(now_secs() - 7),
+            expires_at: Some(now_secs() + 2),
+            ..short
+        };
+        assert!(late.needs_refresh(Duration::from_secs(60)));
     }
 
     #[tokio::test]

@@ -178,6 +178,7 @@ fn expiring(store: &Store, server: &Url, issuer: &str, refresh: &str) {
                 access_token: Secret::new("old"),
                 refresh_token: Some(Secret::new(refresh)),
                 expires_at: Some(now_secs() + 5),
+                issued_at: None,
                 scopes: vec!["mcp:read".into()],
                 resource: None,
             }),
