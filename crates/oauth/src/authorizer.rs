@@ -37,6 +37,9 @@ const TOKEN_ANSWER_BYTES: usize = 256 * 1024;
 /// The first pause after a 429 or 5xx; it doubles up to `BACKOFF_MAX`.
 const BACKOFF_FIRST: Duration = Duration::from_secs(15);
 const BACKOFF_MAX: Duration = Duration::from_secs(600);
+/// A token this young that the server refuses is not renewed: the server
+/// refuses what its authorization server issues.
+const FRESH: Duration = Duration::from_secs(10);
 /// The default bound on the wait for a person.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 
@@ -244,6 +247,15 @@ impl Authorizer {
             }
         } else if let Some(tokens) = &stored.tokens {
             let same_issuer = tokens.issuer == found.issuer;
+            let fresh = tokens
+                .issued_at
+                .is_some_and(|at| now_secs() < at.saturating_add(FRESH.as_secs()));
+            if same_issuer && fresh && used == Some(&tokens.access_token) {
+                // Refreshing or authorizing again would only do the same.
+                return Err(AuthError::Refused(
+                    "the server refuses the token its authorization server just issued".into(),
+                ));
+            }
             if same_issuer && tokens.refresh_token.is_some() {
                 match self
                     .refresh(&mut backoff, &tokens.access_token, Some(&found))

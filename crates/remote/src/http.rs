@@ -134,15 +134,6 @@ impl Http {
             if (status == 403 && !challenge.insufficient_scope()) || retries >= AUTH_RETRIES {
                 return Ok(response);
             }
-            if status == 401 && retries > 0 {
-                // A token just issued is refused: authorizing again would
-                // only do the same.
-                let why = "the server refuses the token its authorization server just issued";
-                if let Ok(mut slot) = auth.failure.lock() {
-                    *slot = Some(why.to_owned());
-                }
-                return Ok(response);
-            }
             let outcome = auth
                 .authorizer
                 .authorize(&challenge, token.as_ref(), Some(&auth.prompt))

@@ -445,3 +445,28 @@ async fn step_ups_are_limited() {
         .await
         .expect("a new round after a success");
 }
+
+#[tokio::test]
+async fn a_token_refused_as_soon_as_issued_is_not_renewed() {
+    let (fake, server) = start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let auth = authorizer(&server, &Store::at(dir.path()), Settings::default());
+    let challenge = Challenge {
+        status: 401,
+        ..Challenge::default()
+    };
+    auth.authorize(&challenge, None, Some(&browser()))
+        .await
+        .expect("authorized");
+    let requests = fake.token_requests.load(Ordering::SeqCst);
+    let err = auth
+        .authorize(&challenge, Some(&Secret::new("a1")), Some(&browser()))
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, AuthError::Refused(_)), "{err}");
+    assert_eq!(
+        fake.token_requests.load(Ordering::SeqCst),
+        requests,
+        "no refresh, no flow"
+    );
+}
