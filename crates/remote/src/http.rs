@@ -61,7 +61,12 @@ impl fmt::Debug for Http {
 }
 
 impl Http {
-    pub(crate) fn new(client: Client, url: Url, mut headers: HeaderMap, auth: Option<Auth>) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        url: Url,
+        mut headers: HeaderMap,
+        auth: Option<Auth>,
+    ) -> Self {
         headers.insert(
             ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
@@ -265,7 +270,8 @@ impl Http {
         let mut headers = self.session_headers();
         if let Some(auth) = &self.auth {
             if let Some(token) = auth.authorizer.bearer().await {
-                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                {
                     value.set_sensitive(true);
                     headers.insert(AUTHORIZATION, value);
                 }
