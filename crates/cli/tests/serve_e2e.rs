@@ -567,6 +567,33 @@ fn a_server_that_starts_crash_looping_later_fails_its_calls_not_the_others() {
 }
 
 #[test]
+fn a_call_to_a_failing_server_s_tool_gets_its_report_not_unknown_tool() {
+    // It never starts: its tools were never listed, and are withdrawn. A
+    // client that holds a name under its prefix is told why.
+    let config = temp_dir("serve-failing-name").join("mcp.json");
+    write_config(
+        &config,
+        &[
+            Entry::fake("a", &[]),
+            Entry::sh("needs-key", "echo boom >&2; exit 3"),
+        ],
+    );
+    let mut p = serve(&config, &["--crash-loop-exits", "2"]);
+    initialize_with(&mut p, json!({}));
+    p.wait_stderr("its tools are withdrawn");
+    let r = p.call(json!(1), "needs-key__read_graph", json!({}));
+    assert_eq!(error_code(&r), NOT_STARTED, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`needs-key`"), "{r}");
+    assert!(r["error"]["data"]["reason"].is_string(), "{r}");
+    // A name under no server's prefix is still unknown.
+    let r = p.call(json!(2), "nobody__read_graph", json!({}));
+    assert_eq!(error_code(&r), mcpvisor_jsonrpc::INVALID_PARAMS, "{r}");
+    let r = p.call(json!(3), "a__echo", json!({"ok": 1}));
+    assert_eq!(Proc::tool_json(&r), json!({"ok": 1}), "{r}");
+}
+
+#[test]
 fn a_server_that_could_not_start_is_retried_until_it_starts() {
     // Its first two starts fail the handshake, the third works. Each retry
     // stops the session before, which ends in the background while the

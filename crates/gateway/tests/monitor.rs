@@ -243,9 +243,17 @@ impl Gateway {
     }
 
     async fn state(&mut self, name: &str, state: ServerState) -> ServerStatus {
+        self.state_with(name, state).await.0
+    }
+
+    /// [`Gateway::state`], with every row of `name` published meanwhile.
+    async fn state_with(
+        &mut self,
+        name: &str,
+        state: ServerState,
+    ) -> (ServerStatus, Vec<ServerStatus>) {
         self.until(name, &format!("{state:?}"), |s| s.state == state)
             .await
-            .0
     }
 
     async fn events_of(&self, name: &str) -> Vec<(EventKind, String)> {
@@ -441,6 +449,44 @@ async fn a_crash_loop_ends_failed_with_its_reason_and_restarts_counted() {
     let none = gw.monitor.stderr("loop", Some(9)).await.expect("answers");
     assert_eq!(none, Some(Vec::new()), "a crash not kept has no lines");
     // The other server is not held up.
+    gw.state("ok", ServerState::Ready).await;
+    gw.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_initialize_is_never_shown_ready() {
+    // Its session enters its failed state and fails the gateway's
+    // initialize. A cooldown later it would start processes again that
+    // nobody initializes, each taken for ready at spawn; the gateway stops
+    // it instead, so no row ever says ready, and the last crash's phase is
+    // the handshake's.
+    let mut p = plan("boom", "sh", &["-c", "echo boom >&2; exit 3"]);
+    p.session.crash_loop_exits = 2;
+    p.session.failed_cooldown = Duration::from_millis(200);
+    let mut gw = Gateway::start(vec![p, fake("ok", &[])]).await;
+    let (_, mut seen) = gw.state_with("boom", ServerState::Failed).await;
+    // Three cooldowns: time for a session left running to start again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    while let Ok(event) = gw.events.try_recv() {
+        if let MonitorEvent::Server { status } = event {
+            if status.name == "boom" {
+                seen.push(*status);
+            }
+        }
+    }
+    let states: Vec<ServerState> = seen.iter().map(|s| s.state).collect();
+    assert!(!states.contains(&ServerState::Ready), "{states:?}");
+    let row = gw.row("boom").await;
+    assert_eq!(row.state, ServerState::Failed, "{row:?}");
+    assert_eq!(row.pid, None, "{row:?}");
+    let detail = gw
+        .monitor
+        .server("boom")
+        .await
+        .expect("answers")
+        .expect("known");
+    let crash = detail.last_crash.expect("a crash report");
+    assert_eq!(crash["phase"], "initialize", "{crash}");
     gw.state("ok", ServerState::Ready).await;
     gw.stop().await;
 }

@@ -164,6 +164,47 @@ impl Backend {
         matches!(self.state, State::Starting) || self.reading > 0
     }
 
+    /// Why a request for it is refused before it is sent, with the
+    /// refusal's `error.data`: it is failing (its crash report), waits for
+    /// authorization (the link), is disabled or was stopped by a person.
+    /// `None` when it takes requests (at once, or once it has started).
+    pub fn refusal(&self) -> Option<(String, Value)> {
+        match &self.state {
+            State::Failed(data) => Some((
+                format!(
+                    "Request not started: the server `{}` is failing ({}). It is safe to retry once it recovers.",
+                    self.plan.name,
+                    data.get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("it keeps exiting")
+                ),
+                data.clone(),
+            )),
+            State::WaitingAuth(url) => Some((
+                format!(
+                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
+                    self.plan.name
+                ),
+                serde_json::json!({"reason": "waiting for authorization", "server": self.plan.name, "authorization_url": url}),
+            )),
+            State::Disabled => Some((
+                format!(
+                    "Request not started: the server `{}` is disabled.",
+                    self.plan.name
+                ),
+                serde_json::json!({"reason": "disabled", "server": self.plan.name}),
+            )),
+            State::Stopped => Some((
+                format!(
+                    "Request not started: the server `{}` was stopped by a person, and stays stopped until someone starts it again. It is safe to retry then.",
+                    self.plan.name
+                ),
+                serde_json::json!({"reason": "stopped by a person", "server": self.plan.name}),
+            )),
+            _ => None,
+        }
+    }
+
     fn declares(&self, capability: &str) -> bool {
         self.init
             .as_ref()
@@ -441,40 +482,7 @@ impl Hub {
             return;
         };
         b.last_used = Instant::now();
-        let refusal = match &b.state {
-            State::Failed(data) => Some((
-                format!(
-                    "Request not started: the server `{}` is failing ({}). It is safe to retry once it recovers.",
-                    b.plan.name,
-                    data.get("reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("it keeps exiting")
-                ),
-                data.clone(),
-            )),
-            State::WaitingAuth(url) => Some((
-                format!(
-                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
-                    b.plan.name
-                ),
-                serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url}),
-            )),
-            State::Disabled => Some((
-                format!(
-                    "Request not started: the server `{}` is disabled.",
-                    b.plan.name
-                ),
-                serde_json::json!({"reason": "disabled", "server": b.plan.name}),
-            )),
-            State::Stopped => Some((
-                format!(
-                    "Request not started: the server `{}` was stopped by a person, and stays stopped until someone starts it again. It is safe to retry then.",
-                    b.plan.name
-                ),
-                serde_json::json!({"reason": "stopped by a person", "server": b.plan.name}),
-            )),
-            _ => None,
-        };
+        let refusal = b.refusal();
         if let Some((message, data)) = refusal {
             self.count_error(id, NOT_STARTED);
             self.forget_front(gid);

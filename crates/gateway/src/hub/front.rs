@@ -142,7 +142,7 @@ impl Hub {
                 }
                 let target = self.merged.tools.get(name.as_ref());
                 let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
-                    if let Some((message, data)) = self.waiting_for_authorization(&name) {
+                    if let Some((message, data)) = self.refused_by_prefix(&name) {
                         let refusal =
                             build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
                         self.emit_to(front, refusal, Some(id.clone()));
@@ -166,6 +166,12 @@ impl Hub {
                 let name = obj.str_ref("name").unwrap_or_default();
                 let target = self.merged.prompts.get(name.as_ref());
                 let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
+                    if let Some((message, data)) = self.refused_by_prefix(&name) {
+                        let refusal =
+                            build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
+                        self.emit_to(front, refusal, Some(id.clone()));
+                        return;
+                    }
                     if !retry && self.any_settling() {
                         return self.park_line(front, id, line);
                     }
@@ -291,27 +297,20 @@ impl Hub {
         );
     }
 
-    /// For a name under the prefix of a server that waits on an
-    /// authorization link (its tools are not known until it is authorized):
-    /// the refusal that carries the link, for the person to open.
-    fn waiting_for_authorization(&self, name: &str) -> Option<(String, Value)> {
+    /// For a name under the prefix of a configured server that refuses
+    /// requests (failing, waiting for authorization, disabled, stopped):
+    /// that server's refusal, with its crash report or its authorization
+    /// link. Its tools are withdrawn or not known yet, but a client that
+    /// holds the name is told why, not "unknown".
+    fn refused_by_prefix(&self, name: &str) -> Option<(String, Value)> {
         self.order.iter().find_map(|id| {
             let b = &self.backends[id];
-            let State::WaitingAuth(url) = &b.state else {
-                return None;
-            };
+            let refusal = b.refusal()?;
             // The prefix its names get: the exposed name of a one-letter
             // name, less that letter.
             let probe = crate::naming::exposed_name(&self.settings.separator, b.name(), "x");
             let prefix = probe.strip_suffix('x').unwrap_or(&probe);
-            name.starts_with(prefix).then(|| {
-                let message = format!(
-                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
-                    b.name()
-                );
-                let data = json!({"reason": "waiting for authorization", "server": b.name(), "authorization_url": url});
-                (message, data)
-            })
+            name.starts_with(prefix).then_some(refusal)
         })
     }
 

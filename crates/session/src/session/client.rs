@@ -126,6 +126,7 @@ impl<S: Spawner> Session<S> {
                 .map(RawValue::to_owned)
                 .unwrap_or_else(empty_object)
         });
+        self.handshake.asked |= initialize.is_some();
         let wid = self.next_worker_id();
         let spliced = Message::spliced(line, raw_id, Piece::Number(Digits::new(wid)));
         let now = Instant::now();

@@ -180,6 +180,7 @@ impl<S: Spawner> Session<S> {
             init_result: None,
             auth: None,
             reported_ready: false,
+            shook_hands: false,
             ready_at: None,
         }
     }
@@ -263,7 +264,10 @@ impl<S: Spawner> Session<S> {
             (r.generation == Some(id) || !handshake_done && r.generation.is_none())
                 && r.client().is_some_and(|c| c.initialize.is_some())
         });
-        let phase = if client_init_in_flight {
+        // A client of the handshake era whose `initialize` this worker
+        // never accepted: it did not get past the handshake.
+        let never_shook_hands = self.handshake.asked && !g.shook_hands;
+        let phase = if client_init_in_flight || never_shook_hands {
             CrashPhase::Initialize
         } else {
             phase

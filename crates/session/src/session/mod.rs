@@ -123,6 +123,9 @@ pub(crate) struct Generation {
     /// The authorization link it waits on, until `initialize` completes.
     pub auth: Option<String>,
     /// Whether it was reported ready.
+    /// An `initialize` (the client's own, or a replay) was answered on it
+    /// with a result.
+    pub shook_hands: bool,
     pub reported_ready: bool,
     /// When it was reported ready: how long it has served.
     pub ready_at: Option<Instant>,
@@ -169,6 +172,10 @@ pub(crate) enum Waiting {
 #[derive(Debug, Default)]
 pub(crate) struct Handshake {
     pub init_params: Option<Box<RawValue>>,
+    /// The client sent an `initialize`, answered or not: it speaks the
+    /// handshake era, and a worker no `initialize` was answered on has not
+    /// shaken hands with it.
+    pub asked: bool,
     pub initialized: bool,
     /// The params of the last `logging/setLevel` the server accepted.
     pub log_level: Option<Box<RawValue>>,

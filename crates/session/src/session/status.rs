@@ -30,10 +30,12 @@ impl<S: Spawner> Session<S> {
     /// The generation answered an `initialize`, the client's own or a
     /// replay: whatever it was waiting on is over, and after the client's
     /// own it is ready (a replay's answer makes it ready by `become_ready`).
-    pub(crate) fn on_initialize_answered(&mut self, generation: u64, replay: bool) {
+    /// `accepted`: it answered with a result, so it has shaken hands.
+    pub(crate) fn on_initialize_answered(&mut self, generation: u64, replay: bool, accepted: bool) {
         let Some(g) = self.gens.get_mut(&generation) else {
             return;
         };
+        g.shook_hands |= accepted;
         if g.auth.take().is_some() {
             self.report(SessionEvent::Authorized { generation });
         }
@@ -57,6 +59,12 @@ impl<S: Spawner> Session<S> {
         let Some(g) = self.gens.get_mut(&generation) else {
             return;
         };
+        // A client of the handshake era none of whose `initialize` this
+        // worker accepted (it failed on an earlier one, and the client
+        // sent no other): it has not shaken hands, and is not ready.
+        if self.handshake.asked && !g.shook_hands {
+            return;
+        }
         if g.reported_ready || !matches!(g.phase, Phase::Ready) {
             return;
         }

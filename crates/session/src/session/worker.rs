@@ -114,7 +114,8 @@ impl<S: Spawner> Session<S> {
             || req.client().is_some_and(|c| c.initialize.is_some());
         if handshake {
             let replay = matches!(&req.owner, Owner::Replay);
-            self.on_initialize_answered(generation, replay);
+            let accepted = result_of(line).is_some();
+            self.on_initialize_answered(generation, replay, accepted);
         }
         match req.owner {
             Owner::Replay => self.on_replayed_initialize(generation, line).await,
