@@ -512,6 +512,45 @@ async fn a_server_waiting_for_authorization_shows_its_link_until_it_is_ready() {
 }
 
 #[tokio::test]
+async fn a_server_that_asks_again_mid_session_is_ready_once_it_answers() {
+    // A bridge (mcp-remote) whose grant was revoked prints a new link while
+    // a call is in flight; once the person authorized it, that call is
+    // answered. The answer ends the waiting: later calls are served.
+    let link = "https://auth.example.com/authorize?client_id=gw&state=again";
+    let mut gw = Gateway::start(vec![fake("remote", &[])]).await;
+    gw.state("remote", ServerState::Ready).await;
+    let slow = gw
+        .begin(
+            "tools/call",
+            json!({"name": "remote__sleep", "arguments": {"ms": 800}}),
+        )
+        .await;
+    let prompt = format!("[7] Please authorize this client by visiting:\n[7] {link}");
+    let printed = gw.call("remote__stderr", json!({"text": prompt})).await;
+    assert_eq!(printed["result"]["isError"], false, "{printed}");
+    let answered = gw.answer(slow).await;
+    assert!(answered.get("result").is_some(), "{answered}");
+    // Its answers after the prompt (the slow call's, at least) end the
+    // waiting, whichever of them came after it was seen.
+    let ready = gw.state("remote", ServerState::Ready).await;
+    assert_eq!(ready.auth_url, None);
+    let events = gw.events_of("remote").await;
+    let pending = events
+        .iter()
+        .position(|(k, _)| *k == EventKind::AuthPending);
+    let authorized = events
+        .iter()
+        .rposition(|(k, _)| *k == EventKind::Authorized);
+    assert!(
+        pending.is_some() && authorized > pending,
+        "the prompt, then its end: {events:?}"
+    );
+    let after = gw.call("remote__echo", json!({"after": 1})).await;
+    assert_eq!(tool_json(&after), json!({"after": 1}), "{after}");
+    gw.stop().await;
+}
+
+#[tokio::test]
 async fn a_per_client_server_s_row_shows_a_client_s_process_waiting_for_authorization() {
     let link = "https://auth.example.com/authorize?client_id=gw&state=2";
     let script = authorizing(link);

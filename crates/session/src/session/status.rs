@@ -36,11 +36,19 @@ impl<S: Spawner> Session<S> {
             return;
         };
         g.shook_hands |= accepted;
-        if g.auth.take().is_some() {
-            self.report(SessionEvent::Authorized { generation });
-        }
+        self.on_authorized(generation);
         if !replay {
             self.report_ready(generation);
+        }
+    }
+
+    /// The generation answered after its authorization prompt: the prompt
+    /// is over.
+    pub(crate) fn on_authorized(&mut self, generation: u64) {
+        if let Some(g) = self.gens.get_mut(&generation) {
+            if g.auth.take().is_some() {
+                self.report(SessionEvent::Authorized { generation });
+            }
         }
     }
 

@@ -112,6 +112,14 @@ impl<S: Spawner> Session<S> {
         };
         let handshake = matches!(&req.owner, Owner::Replay)
             || req.client().is_some_and(|c| c.initialize.is_some());
+        if !handshake && self.gens.get(&generation).is_some_and(|g| g.auth.is_some()) {
+            // It answered after its authorization prompt (a bridge that
+            // authorized again in the middle of a session): the person has
+            // done what it waited for.
+            if result_of(line).is_some() {
+                self.on_authorized(generation);
+            }
+        }
         if handshake {
             let replay = matches!(&req.owner, Owner::Replay);
             let accepted = result_of(line).is_some();
