@@ -106,6 +106,14 @@ async fn a_stateless_json_server_with_headers_from_the_env_file() {
     conn.close().await;
 
     let seen = seen.lock().expect("seen").clone();
+    // The era is asked first (`server/discover`, with the entry's headers);
+    // this stub is of the handshake era, so the rest goes as ever.
+    let (probe, seen) = seen.split_first().expect("a request");
+    assert_eq!(probe.2["method"], "server/discover", "{probe:?}");
+    assert_eq!(
+        probe.1.get("x-api-key").map(String::as_str),
+        Some("key=k-123")
+    );
     let methods: Vec<(Method, String)> = seen
         .iter()
         .map(|(m, _, body)| (m.clone(), body["method"].as_str().unwrap_or("").to_owned()))
