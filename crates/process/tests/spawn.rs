@@ -36,7 +36,14 @@ async fn reports_exit_code() {
 
 #[tokio::test]
 async fn closing_stdin_is_the_first_layer() {
-    let mut spawned = spawn(&sh("cat >/dev/null; exit 0"), quick()).expect("spawn");
+    // The shell has its whole close grace to see the end of its input: on a
+    // loaded machine 200 ms can pass before it runs, and then SIGTERM, the
+    // next layer, would be what ended it.
+    let patient = StopTimeouts {
+        after_close: Duration::from_secs(5),
+        ..quick()
+    };
+    let mut spawned = spawn(&sh("cat >/dev/null; exit 0"), patient).expect("spawn");
     drop(spawned.stdin);
     spawned.process.stop();
     let exit = tokio::time::timeout(Duration::from_secs(5), spawned.process.wait())
