@@ -198,6 +198,16 @@ def whoami_call(rid: int) -> dict:
             "params": {"name": TOOL_PREFIX + "whoami", "arguments": {}}}
 
 
+def stateless_whoami(rid: int) -> dict:
+    """`whoami_call` as a 2026-07-28 request: its envelope in `_meta`."""
+    body = whoami_call(rid)
+    body["params"]["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": STATELESS,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    return body
+
+
 def sleep_call(rid: int, ms: int) -> dict:
     # With a progress token the answer is an event stream that starts with
     # the first progress notification.
@@ -262,8 +272,7 @@ class Replica:
 
     def ask_pid(self) -> int:
         box = [None]
-        r = post(box, "127.0.0.1", self.port, whoami_call(1),
-                 {"mcp-protocol-version": STATELESS, "authorization": f"Bearer {TOKEN}"})
+        r = post(box, "127.0.0.1", self.port, stateless_whoami(1), stateless_headers())
         close(box)
         pid = pid_of(r.answer)
         if pid is None:
@@ -331,7 +340,7 @@ class Balancer:
             if self.proc is not None and self.proc.poll() is not None:
                 raise Failed(f"haproxy exited with {self.proc.returncode}; see {self.work / 'haproxy.log'}")
             rid += 1
-            r = post(box, "127.0.0.1", self.port, whoami_call(rid), stateless_headers(), timeout=5)
+            r = post(box, "127.0.0.1", self.port, stateless_whoami(rid), stateless_headers(), timeout=5)
             pid = pid_of(r.answer)
             if pid is not None:
                 seen.add(pid)
@@ -352,7 +361,9 @@ class Balancer:
 
 
 def stateless_headers() -> dict:
-    return {"mcp-protocol-version": STATELESS, "authorization": f"Bearer {TOKEN}"}
+    """The headers of a 2026-07-28 `stateless_whoami`: they name what its body does."""
+    return {"mcp-protocol-version": STATELESS, "authorization": f"Bearer {TOKEN}",
+            "mcp-method": "tools/call", "mcp-name": TOOL_PREFIX + "whoami"}
 
 
 # ------------------------------------------------------------------ clients
@@ -586,7 +597,8 @@ class Test:
         status, body = get("127.0.0.1", r.port, "/healthz")
         check(status == 200 and body == "ok", f"/healthz without a token: {status} {body!r}", self.failures)
         box = [None]
-        resp = post(box, "127.0.0.1", r.port, whoami_call(1), {"mcp-protocol-version": STATELESS})
+        headers = {k: v for k, v in stateless_headers().items() if k != "authorization"}
+        resp = post(box, "127.0.0.1", r.port, stateless_whoami(1), headers)
         close(box)
         check(resp.status == 401, f"the endpoint itself needs the token: {resp.status}", self.failures)
 
@@ -714,7 +726,7 @@ class Test:
         def worker(k: int) -> None:
             box = [None]
             for i in range(30):
-                r = post(box, "127.0.0.1", self.lb.port, whoami_call(k * 1000 + i), stateless_headers())
+                r = post(box, "127.0.0.1", self.lb.port, stateless_whoami(k * 1000 + i), stateless_headers())
                 with lock:
                     outcomes[classify(r)] += 1
                     if r.session:
