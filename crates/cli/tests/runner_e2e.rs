@@ -105,7 +105,7 @@ fn inspect_lists_everything_following_pagination() {
     assert!(
         human.contains("server     fake-worker")
             && human.contains("tools (12):")
-            && human.contains("(ms: integer, progress_ms?: integer)"),
+            && human.contains("(ms: integer, progress_ms?: integer, tag?: string)"),
         "{human}"
     );
 }
