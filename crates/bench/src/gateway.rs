@@ -45,6 +45,10 @@ use crate::stats::Latencies;
 
 /// The variable that moves mcpvisor's caches (the gateway's list cache).
 const CACHE_DIR_VAR: &str = "MCPVISOR_CACHE_DIR";
+/// Set in every server's environment to `<this bench's pid>/<name>`, so
+/// that its processes can be told apart in `/proc` (which server a pid
+/// is, and whether any is left after the gateway stopped).
+pub const SERVER_MARK: &str = "MCPVISOR_BENCH_SERVER";
 /// `mcpvisor serve`'s arguments before its config file.
 pub const SERVE_ARGS: [&str; 4] = ["serve", "-q", "--no-watch", "--config"];
 /// The one server of the throughput cells, and the tool they call.
@@ -209,6 +213,16 @@ impl Gateway {
     /// Writes a config file (Claude Desktop's format) with `servers`.
     pub fn new(bins: &Binaries, label: &str, servers: &[Server]) -> anyhow::Result<Self> {
         let dir = TempDir::new(label)?;
+        let config = dir.path().join("servers.json");
+        let gateway = Self { dir, config };
+        gateway.rewrite(bins, servers)?;
+        Ok(gateway)
+    }
+
+    /// Replaces the config file with one of `servers`, at once (written
+    /// beside it, then renamed over it): a gateway reading it sees the old
+    /// file or the new one, never a part.
+    pub fn rewrite(&self, bins: &Binaries, servers: &[Server]) -> anyhow::Result<()> {
         let worker = bins
             .worker
             .to_str()
@@ -217,15 +231,21 @@ impl Gateway {
             .iter()
             .map(|s| {
                 let start = if s.lazy { "lazy" } else { "eager" };
-                let entry = json!({ "command": worker, "args": s.args, "start": start });
+                let mark = server_mark(&s.name);
+                let entry = json!({
+                    "command": worker,
+                    "args": s.args,
+                    "start": start,
+                    "env": { SERVER_MARK: mark },
+                });
                 (s.name.clone(), entry)
             })
             .collect();
-        let config = dir.path().join("servers.json");
         let text = serde_json::to_string_pretty(&json!({ "mcpServers": entries }))?;
-        std::fs::write(&config, text)
-            .with_context(|| format!("cannot write {}", config.display()))?;
-        Ok(Self { dir, config })
+        let next = self.dir.path().join("servers.json.next");
+        std::fs::write(&next, text).with_context(|| format!("cannot write {}", next.display()))?;
+        std::fs::rename(&next, &self.config)
+            .with_context(|| format!("cannot replace {}", self.config.display()))
     }
 
     /// The config file.
@@ -246,6 +266,12 @@ impl Gateway {
         self.cache_env(&mut command);
         Peer::start(Via::Serve, command, bins.show_stderr)
     }
+}
+
+/// The value of [`SERVER_MARK`] in the environment of server `name`'s
+/// processes.
+pub fn server_mark(name: &str) -> String {
+    format!("{}/{name}", std::process::id())
 }
 
 /// A fresh directory under the temp dir, removed on drop.

@@ -250,7 +250,8 @@ pub fn check_echo(payloads: &Payloads, answer: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn snippet_of(v: &Value) -> String {
+/// The first 200 characters of `v` as JSON, for error messages.
+pub fn snippet_of(v: &Value) -> String {
     let text = v.to_string();
     format!("answer: {:.200}", text)
 }
@@ -281,6 +282,10 @@ pub async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output>
 }
 
 // === the server under test ===
+
+/// How long a front has to end after SIGTERM: mcpvisor's drain of requests
+/// in flight (`--http-drain`, 10 s) and its servers' stop.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A running HTTP server (mcpvisor or a peer) and its URL.
 #[derive(Debug)]
@@ -349,18 +354,22 @@ impl Front {
         }
     }
 
-    pub async fn stop(mut self) {
+    /// SIGTERM, then SIGKILL if it has not ended within `STOP_TIMEOUT`.
+    /// Its exit status when it ended by itself; `None` when it had to be
+    /// killed (or could not be waited for).
+    pub async fn stop(mut self) -> Option<std::process::ExitStatus> {
         if let Some(pid) = self.child.id() {
             // SIGTERM first: mcpvisor drains and stops its servers.
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &pid.to_string()])
                 .status();
         }
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
+        match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                None
+            }
         }
     }
 }
@@ -559,6 +568,7 @@ async fn read_answer(resp: reqwest::Response) -> anyhow::Result<Value> {
     }
     let mut resp = resp;
     let mut buf = Vec::new();
+    let mut answer: Option<Value> = None;
     loop {
         // Whole events so far: look for the answer among them.
         while let Some(end) = find_event_end(&buf) {
@@ -578,12 +588,21 @@ async fn read_answer(resp: reqwest::Response) -> anyhow::Result<Value> {
             if msg.get("id").is_some()
                 && (msg.get("result").is_some() || msg.get("error").is_some())
             {
-                return Ok(msg);
+                if let Some(first) = &answer {
+                    bail!(
+                        "one request was answered twice on its stream: {} then {}",
+                        snippet_of(first),
+                        snippet_of(&msg)
+                    );
+                }
+                answer = Some(msg);
             }
         }
+        // Read on to the stream's end (the server ends it after the
+        // answer): a second answer would be a fault.
         match resp.chunk().await.context("reading the event stream")? {
             Some(chunk) => buf.extend_from_slice(&chunk),
-            None => bail!("the event stream ended without the answer"),
+            None => return answer.context("the event stream ended without the answer"),
         }
     }
 }

@@ -80,6 +80,30 @@ pub fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The value of `name` in a process's environment (`/proc/PID/environ`,
+/// as it was when the process started); `None` when it has no such
+/// variable, or is gone or not ours to read.
+pub fn env_var(pid: u32, name: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|&b| b == 0).find_map(|entry| {
+        let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
+/// Every process whose environment has `name` set, with its value. A
+/// process that ends while the table is read is simply not counted.
+pub fn processes_with_env(name: &str) -> Vec<(u32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, env_var(pid, name)?)))
+        .collect()
+}
+
 /// The parent pid in a `/proc/PID/stat` line: the second field after the
 /// command name, which is in parentheses and may hold anything, even `)`.
 fn parent_of(stat: &str) -> Option<u32> {
@@ -139,6 +163,34 @@ mod tests {
         let _ = child.kill();
         let _ = child.wait();
         assert!(found);
+    }
+
+    #[test]
+    fn a_childs_environment_is_read() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .env("MCPVISOR_BENCH_TEST_MARK", "a=b")
+            .spawn()
+            .expect("sleep");
+        // The environment is the child's once it has exec'd.
+        let mut value = None;
+        for _ in 0..100 {
+            value = env_var(child.id(), "MCPVISOR_BENCH_TEST_MARK");
+            if value.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let found = processes_with_env("MCPVISOR_BENCH_TEST_MARK")
+            .contains(&(child.id(), "a=b".to_owned()));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(value.as_deref(), Some("a=b"));
+        assert!(found);
+        assert_eq!(
+            env_var(std::process::id(), "MCPVISOR_BENCH_NO_SUCH_VAR"),
+            None
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@
 //! under every figure.
 
 mod baseline;
+mod churn;
 mod gateway;
 mod hostile;
 mod http;
@@ -140,6 +141,12 @@ enum Command {
     /// Checks the envelope reading (mcpvisor's JSON scan) against serde_json
     /// on generated lines, for as long as asked.
     Scan(scan::ScanArgs),
+    /// `serve --http` with several servers and many sessions under steady
+    /// load (quick calls and slow ones) for minutes, while the servers are
+    /// SIGKILLed in turn and the config is edited and reloaded: every
+    /// answer checked, the errors explained, the memory kept flat, nothing
+    /// left after SIGTERM.
+    Soak(churn::SoakArgs),
 }
 
 fn main() -> ExitCode {
@@ -177,6 +184,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Some(Command::Relay(args)) => return runtime.block_on(relay::run(args)),
         Some(Command::BadClients(args)) => return runtime.block_on(hostile::run(&binaries, args)),
         Some(Command::Idle(args)) => return runtime.block_on(idle::run(&binaries, args)),
+        Some(Command::Soak(args)) => return runtime.block_on(churn::run(&binaries, args)),
         Some(Command::Scan(_)) | None => {}
     }
     let plan = if args.quick {
