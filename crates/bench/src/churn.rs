@@ -3,15 +3,19 @@
 //!
 //! `mcpvisor serve --http 127.0.0.1:0` (files not watched) with
 //! `--servers` fake workers (`s1`, `s2`, ...) that stay configured, and at
-//! times one more, `extra`. `--sessions` Streamable HTTP sessions call it
-//! for `--seconds`, each with two loops, one call after another:
+//! times one more, `extra`. `--sessions` clients call it for `--seconds`:
+//! Streamable HTTP sessions (2025-06-18), and among them `--stateless`
+//! clients of 2026-07-28, whose requests stand alone. Each has two loops,
+//! one call after another:
 //!
 //! - quick calls: the `echo` tool of each server in turn, whose answer
 //!   must be the call's own payload (it starts with the call's id), and
 //!   every `servers + 1`th call `extra__echo`, whether `extra` is
 //!   configured at that moment or not;
-//! - slow calls: the `sleep` tool (`--slow-ms`) of each server in turn,
-//!   with a tag (the call's id) that the answer must give back.
+//! - slow calls: the `sleep` tool (`--slow-ms`) of a server picked at
+//!   random for each call (taken in turn, the loops fall into step with
+//!   the kills and keep away from them), with a tag (the call's id) that
+//!   the answer must give back.
 //!
 //! Meanwhile:
 //!
@@ -30,19 +34,19 @@
 //!   own payload;
 //! - a call of a server that stays configured is answered with its result,
 //!   or with `-32010` only when that server was killed between the call's
-//!   send and its answer;
+//!   send and its answer (and the error says it ended by SIGKILL);
 //! - a call of `extra` is answered with its result; with `-32602 Unknown
 //!   tool` (a name that no configured server owns) except when it was sent
 //!   after `extra`'s process ran and answered before the SIGHUP that
 //!   removed it; or with `-32010` (in flight at the removal) or `-32011`
 //!   (queued at the removal) only when such a SIGHUP came between its
-//!   send and its answer;
+//!   send and its answer, and the error says it was removed;
 //! - no server that stays configured is restarted except by a kill (a
 //!   SIGHUP that changes nothing of it leaves its process alone);
 //! - an added `extra` runs, and a removed one ends, within
 //!   [`EDIT_TIMEOUT`];
-//! - every session still works at the end: each calls every server once
-//!   more, after the churn stopped;
+//! - every session (and every 2026-07-28 client) still works at the end:
+//!   each calls every server once more, after the churn stopped;
 //! - the gateway's VmRSS (sampled every second) at the end is at most its
 //!   VmRSS after `--warmup` × `--rss-factor` + `--rss-slack-mib`;
 //! - after SIGTERM the gateway ends by itself within the stop timeout, and
@@ -92,10 +96,13 @@ pub struct SoakArgs {
     /// Seconds of load before the gateway's memory is read the first time.
     #[arg(long, default_value_t = 30.0)]
     warmup: f64,
-    /// Client sessions, each with a loop of quick calls and one of slow
-    /// calls.
+    /// Clients, each with a loop of quick calls and one of slow calls.
     #[arg(long, default_value_t = 24)]
     sessions: usize,
+    /// How many of the clients speak 2026-07-28 (no session; the others
+    /// open one, at 2025-06-18).
+    #[arg(long, default_value_t = 6)]
+    stateless: usize,
     /// Servers that stay configured (`s1`, `s2`, ...).
     #[arg(long, default_value_t = 3)]
     servers: usize,
@@ -127,6 +134,8 @@ pub struct SoakArgs {
 pub struct Figures {
     pub seconds: f64,
     pub sessions: usize,
+    /// Of `sessions`, the 2026-07-28 clients.
+    pub stateless: usize,
     pub servers: usize,
     /// Quick calls of the servers that stay, answered with their echo.
     pub quick_calls: u64,
@@ -171,6 +180,10 @@ pub async fn run(bins: &Binaries, args: &SoakArgs) -> anyhow::Result<()> {
     ensure!(args.servers > 0, "--servers must be at least 1");
     ensure!(args.sessions > 0, "--sessions must be at least 1");
     ensure!(
+        args.stateless <= args.sessions,
+        "--stateless must be at most --sessions"
+    );
+    ensure!(
         args.kill_every > 0.0 && args.edit_every > 0.0,
         "--kill-every and --edit-every must be more than 0"
     );
@@ -183,8 +196,8 @@ pub async fn run(bins: &Binaries, args: &SoakArgs) -> anyhow::Result<()> {
     let config = Gateway::new(bins, "soak", &steady)?;
     let front = Front::serve(bins, &config, &[]).await?;
     progress(format_args!(
-        "soak: {} sessions, {} servers for {} s; a kill every {} s, a config change every {} s",
-        args.sessions, args.servers, args.seconds, args.kill_every, args.edit_every
+        "soak: {} sessions ({} of 2026-07-28), {} servers for {} s; a kill every {} s, a config change every {} s",
+        args.sessions, args.stateless, args.servers, args.seconds, args.kill_every, args.edit_every
     ));
     let rig = Rig {
         bins,
@@ -253,7 +266,7 @@ fn summary(f: &Figures) -> String {
         .map(|(code, n)| format!("{code} x{n}"))
         .collect();
     format!(
-        "soak over {:.0} s, {} sessions, {} servers: \
+        "soak over {:.0} s, {} sessions ({} of 2026-07-28), {} servers: \
          {} quick calls answered (p50 {:.1} ms, p99 {:.1} ms, max {:.0} ms), {} slow calls answered (max {:.0} ms); \
          {} kills ({} turns skipped), {} config edits, {} SIGHUPs; \
          lost at a kill: {} quick and {} slow calls; \
@@ -263,6 +276,7 @@ fn summary(f: &Figures) -> String {
          stopped {} ({}); {} processes left\n",
         f.seconds,
         f.sessions,
+        f.stateless,
         f.servers,
         f.quick_calls,
         f.quick_p50_ms,
@@ -368,8 +382,12 @@ impl Rig<'_> {
         let args = self.args;
         let client = Client::new(args.sessions * 2 + 4)?;
         let mut sessions = Vec::with_capacity(args.sessions);
-        for _ in 0..args.sessions {
-            sessions.push(client.open(&front.url).await?);
+        for n in 0..args.sessions {
+            sessions.push(if n < args.sessions - args.stateless {
+                client.open(&front.url).await?
+            } else {
+                client.stateless(&front.url)
+            });
         }
         let started = Instant::now();
         let until = started + Duration::from_secs_f64(args.seconds);
@@ -387,6 +405,7 @@ impl Rig<'_> {
         let mut figures = Figures {
             seconds: started.elapsed().as_secs_f64(),
             sessions: args.sessions,
+            stateless: args.stateless,
             servers: args.servers,
             kills,
             kills_skipped: skipped,
@@ -474,14 +493,14 @@ impl Rig<'_> {
         (latencies, extra_ok)
     }
 
-    /// Slow calls of each server in turn (never `extra`).
+    /// Slow calls of a server picked at random each time (never `extra`).
     async fn slow_loop(&self, session: &Session, n: usize, until: Instant) -> Latencies {
         let mut latencies = Latencies::default();
         let ms = self.args.slow_ms;
         let mut id = ((n as u64) << 40) | (1 << 36);
         while Instant::now() < until {
             id += 1;
-            let i = (id % self.names.len() as u64) as usize;
+            let i = (mix(id) % self.names.len() as u64) as usize;
             let tag = format!("{id:016x}");
             let body = format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{}__sleep","arguments":{{"ms":{ms},"tag":"{tag}"}}}}}}"#,
@@ -564,7 +583,10 @@ impl Rig<'_> {
             let within = |t: &Instant| e.sent <= *t && *t <= e.answered;
             let explained = match (e.target, code) {
                 (Target::Server(i), WORKER_LOST) => {
-                    let at_kill = kills.iter().any(|(k, t)| *k == i && within(t));
+                    // Lost to a SIGKILL (the exit it reports) of this
+                    // server while the call was out.
+                    let at_kill = e.error["data"]["exit"]["signal"] == 9
+                        && kills.iter().any(|(k, t)| *k == i && within(t));
                     if at_kill {
                         if e.slow {
                             figures.lost_slow += 1;
@@ -590,7 +612,8 @@ impl Rig<'_> {
                     } else {
                         figures.extra_not_started += 1;
                     }
-                    removals.iter().any(within)
+                    let reason = e.error["data"]["reason"].as_str().unwrap_or_default();
+                    reason.contains("removed from the configuration") && removals.iter().any(within)
                 }
                 _ => false,
             };
@@ -811,5 +834,31 @@ impl Rig<'_> {
         }
         let first = first.context("no memory reading after the warm-up")?;
         Ok((first, last, most))
+    }
+}
+
+/// SplitMix64's finalizer: `x` scrambled, so that consecutive ids pick
+/// servers with no pattern.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_calls_spread_over_the_servers() {
+        let mut counts = [0u32; 3];
+        for id in (1u64 << 36)..(1u64 << 36) + 3000 {
+            counts[(mix(id) % 3) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&c| (800..1200).contains(&c)),
+            "{counts:?}"
+        );
     }
 }

@@ -450,15 +450,21 @@ pub struct Client {
     http: reqwest::Client,
 }
 
-/// One MCP session over Streamable HTTP.
+/// One MCP session over Streamable HTTP, or a client of the 2026-07-28
+/// revision, which has none.
 #[derive(Debug)]
 pub struct Session {
     http: reqwest::Client,
     url: String,
     id: Option<String>,
+    /// Each request a 2026-07-28 one: no session, its envelope in
+    /// `params._meta`, its method and name in headers.
+    stateless: bool,
 }
 
 const PROTOCOL: &str = "2025-06-18";
+/// The revision of requests without a session.
+const STATELESS: &str = "2026-07-28";
 
 impl Client {
     pub fn new(connections: usize) -> anyhow::Result<Self> {
@@ -477,6 +483,7 @@ impl Client {
             http: self.http.clone(),
             url: url.to_owned(),
             id: None,
+            stateless: false,
         };
         let init = format!(
             r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{PROTOCOL}","capabilities":{{}},"clientInfo":{{"name":"mcpvisor-bench","version":"0"}}}}}}"#
@@ -503,6 +510,19 @@ impl Client {
     }
 }
 
+impl Client {
+    /// A client of the 2026-07-28 revision: nothing to open, each request
+    /// stands alone.
+    pub fn stateless(&self, url: &str) -> Session {
+        Session {
+            http: self.http.clone(),
+            url: url.to_owned(),
+            id: None,
+            stateless: true,
+        }
+    }
+}
+
 impl Session {
     /// The session's `Mcp-Session-Id`.
     pub fn id(&self) -> Option<&str> {
@@ -526,7 +546,43 @@ impl Session {
 
     /// POSTs one request and reads its answer.
     pub async fn request(&self, body: Vec<u8>) -> anyhow::Result<Value> {
+        if self.stateless {
+            return self.request_stateless(&body).await;
+        }
         let resp = self.post(body).await?;
+        read_answer(resp).await
+    }
+
+    /// `body` as a 2026-07-28 request: the envelope goes into
+    /// `params._meta`, and the headers name the revision, the method and
+    /// (for a call) the tool.
+    async fn request_stateless(&self, body: &[u8]) -> anyhow::Result<Value> {
+        let mut message: Value =
+            serde_json::from_slice(body).context("a request that is not JSON")?;
+        let method = message["method"]
+            .as_str()
+            .context("a request without a method")?
+            .to_owned();
+        let name = message["params"]["name"].as_str().map(str::to_owned);
+        message["params"]["_meta"] = serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": STATELESS,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        });
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", STATELESS)
+            .header("mcp-method", method);
+        if let Some(name) = name {
+            req = req.header("mcp-name", name);
+        }
+        let resp = req
+            .body(serde_json::to_vec(&message)?)
+            .send()
+            .await
+            .context("the POST failed")?;
         read_answer(resp).await
     }
 

@@ -79,7 +79,8 @@ fn an_idle_gateway_does_not_poll() {
     );
 }
 
-/// 12 sessions of quick and one-second calls for 40 s through three
+/// 12 clients (9 sessions, and 3 clients of 2026-07-28 without one) of
+/// quick and one-second calls for 40 s through three
 /// servers, one of them SIGKILLed every second (each in turn, once it has
 /// run 2 s), while a fourth is added and removed by config edits with
 /// SIGHUP every 4 s and SIGHUP alone comes between: every answer is the
@@ -98,6 +99,8 @@ fn the_gateway_holds_through_kills_and_config_edits() {
             "10",
             "--sessions",
             "12",
+            "--stateless",
+            "3",
             "--servers",
             "3",
             "--kill-every",
