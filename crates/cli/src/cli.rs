@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use mcpvisor_process::StopTimeouts;
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy, RestartPolicy};
+use mcpvisor_session::{CancelAckPolicy, Config, GarbagePolicy, RestartMode};
 
 /// Keeps stdio MCP servers running behind one stable client connection.
 #[derive(Debug, Parser)]
@@ -151,8 +151,8 @@ pub struct Supervision {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub shutdown_drain: Duration,
     /// When a server that ended on its own is started again.
-    #[arg(long, value_enum, default_value_t = Restart::Always)]
-    pub restart: Restart,
+    #[arg(long, default_value_t = RestartMode::Always, value_parser = restart_modes())]
+    pub restart: RestartMode,
     /// The longest pause between restarts of a crashing server.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub restart_backoff_max: Duration,
@@ -257,14 +257,25 @@ pub enum CancelAck {
     Release,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Restart {
-    /// Restart at once, then with growing pauses while it keeps crashing.
-    Always,
-    /// Restart when the next request arrives.
-    OnDemand,
-    /// Do not restart; refuse requests until a reload.
-    Never,
+/// `--restart`'s values: the words of a config entry's `"restart"`, each
+/// with its line of help.
+fn restart_modes() -> impl clap::builder::TypedValueParser<Value = RestartMode> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    let values = RestartMode::ALL.map(|mode| {
+        PossibleValue::new(mode.as_str()).help(match mode {
+            RestartMode::Always => {
+                "Restart at once, then with growing pauses while it keeps crashing"
+            }
+            RestartMode::OnDemand => "Restart when the next request arrives",
+            RestartMode::Never => "Do not restart; refuse requests until a reload",
+        })
+    });
+    PossibleValuesParser::new(values).try_map(|word| {
+        RestartMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == word)
+            .ok_or("not a restart mode")
+    })
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -343,11 +354,7 @@ impl Supervision {
             },
             stop,
             shutdown_drain: self.shutdown_drain,
-            restart: match self.restart {
-                Restart::Always => RestartPolicy::Always,
-                Restart::OnDemand => RestartPolicy::OnDemand,
-                Restart::Never => RestartPolicy::Never,
-            },
+            restart: self.restart,
             restart_backoff_max: self.restart_backoff_max,
             crash_loop_window: self.crash_loop_window,
             crash_loop_exits: self.crash_loop_exits,

@@ -14,12 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
-use mcpvisor_config::{RestartMode, ServerSet, SessionMode, StartMode, Timer};
+use mcpvisor_config::{ServerSet, SessionMode, StartMode, Timer};
 use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::monitor::Monitor;
 use mcpvisor_gateway::naming::Separator;
 use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings};
-use mcpvisor_session::RestartPolicy;
 use tokio::sync::mpsc;
 
 use crate::cli::{Logging, Supervision, parse_duration};
@@ -340,12 +339,8 @@ impl Defaults {
         if let Some(n) = own.crash_loop_exits {
             session.crash_loop_exits = n;
         }
-        if let Some(r) = own.restart {
-            session.restart = match r {
-                RestartMode::Always => RestartPolicy::Always,
-                RestartMode::OnDemand => RestartPolicy::OnDemand,
-                RestartMode::Never => RestartPolicy::Never,
-            };
+        if let Some(restart) = own.restart {
+            session.restart = restart;
         }
         session.tools = def.tools.clone();
         let cache_key = self.cache.as_ref().map(|_| Key::new(def, entry_mtime(def)));

@@ -108,7 +108,7 @@ pub fn runner_config(mut cfg: Config) -> Config {
     // The runner applies its own deadlines; the session only backs them up.
     cfg.request_timeout = Duration::from_secs(24 * 3600);
     cfg.request_ceiling = Duration::from_secs(24 * 3600);
-    cfg.restart = mcpvisor_session::RestartPolicy::Never;
+    cfg.restart = mcpvisor_session::RestartMode::Never;
     cfg.stderr_in_errors = true;
     cfg.shutdown_drain = Duration::from_millis(500);
     cfg

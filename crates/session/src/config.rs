@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use mcpvisor_config::RestartMode;
 use mcpvisor_process::StopTimeouts;
 
 /// What to do with a worker stdout line that is not JSON-RPC. Either way it
@@ -28,18 +29,6 @@ pub enum CancelAckPolicy {
     Stop,
     /// Always just release the slot.
     Release,
-}
-
-/// When a worker that ended on its own is started again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RestartPolicy {
-    /// At once, then with growing pauses while it keeps crashing.
-    #[default]
-    Always,
-    /// When the next request arrives.
-    OnDemand,
-    /// Not at all: requests are refused until a reload (file change, SIGHUP).
-    Never,
 }
 
 /// Everything a session needs to know.
@@ -71,7 +60,9 @@ pub struct Config {
     /// After the client closes stdin, how long requests still in flight may
     /// take before mcpvisor stops.
     pub shutdown_drain: Duration,
-    pub restart: RestartPolicy,
+    /// When a worker that ended on its own is started again; with
+    /// `Never`, requests are refused until a reload (file change, SIGHUP).
+    pub restart: RestartMode,
     /// The longest pause between restarts of a crashing worker.
     pub restart_backoff_max: Duration,
     /// An exit within this long of the start counts towards a crash loop.
@@ -108,7 +99,7 @@ impl Default for Config {
             on_garbage: GarbagePolicy::Drop,
             stop: StopTimeouts::default(),
             shutdown_drain: Duration::from_secs(5),
-            restart: RestartPolicy::Always,
+            restart: RestartMode::Always,
             restart_backoff_max: Duration::from_secs(10),
             crash_loop_window: Duration::from_secs(10),
             crash_loop_exits: 5,

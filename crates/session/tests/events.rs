@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use mcpvisor_session::{Config, Control, ErrorData, RestartPolicy, SessionEvent};
+use mcpvisor_session::{Config, Control, ErrorData, RestartMode, SessionEvent};
 use serde_json::json;
 use support::{Behaviour, Client, TestSpawner, config};
 use tokio::sync::mpsc;
@@ -169,7 +169,7 @@ async fn an_auth_prompt_is_an_event_until_initialize_completes() {
 async fn a_crash_loop_is_reported_failed_then_recovered() {
     let cfg = Config {
         crash_loop_exits: 2,
-        restart: RestartPolicy::OnDemand,
+        restart: RestartMode::OnDemand,
         ..config()
     };
     let spawner = TestSpawner::new(Behaviour::default());
@@ -239,7 +239,7 @@ async fn an_observer_that_never_reads_never_blocks_the_session() {
 async fn a_restart_is_reported_with_its_backoff_delay() {
     let cfg = Config {
         crash_loop_exits: 10,
-        restart: RestartPolicy::Always,
+        restart: RestartMode::Always,
         ..config()
     };
     let spawner = TestSpawner::new(Behaviour::default());

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use mcpvisor_session::{Config, Control, RestartPolicy};
+use mcpvisor_session::{Config, Control, RestartMode};
 use serde_json::{Value, json};
 use support::{Behaviour, Client, TestSpawner, config};
 
@@ -252,7 +252,7 @@ async fn a_server_killed_after_serving_a_while_is_restarted_at_once_however_ofte
 #[tokio::test(start_paused = true)]
 async fn restart_on_demand_waits_for_the_next_request() {
     let cfg = Config {
-        restart: RestartPolicy::OnDemand,
+        restart: RestartMode::OnDemand,
         ..config()
     };
     let spawner = TestSpawner::new(tools(&["a"]));
@@ -270,7 +270,7 @@ async fn restart_on_demand_waits_for_the_next_request() {
 #[tokio::test(start_paused = true)]
 async fn restart_never_refuses_until_a_reload() {
     let cfg = Config {
-        restart: RestartPolicy::Never,
+        restart: RestartMode::Never,
         ..config()
     };
     let spawner = TestSpawner::new(tools(&["a"]));

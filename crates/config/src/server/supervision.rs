@@ -42,10 +42,12 @@ pub struct Supervision {
     pub health_misses: Option<u32>,
 }
 
-/// When a server that ended on its own is started again (`"restart"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// When a server that ended on its own is started again (`"restart"` in an
+/// entry, `--restart` on the command line). The session acts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum RestartMode {
     /// `"always"`: at once, then with growing pauses while it keeps crashing.
+    #[default]
     Always,
     /// `"on-demand"`: when the next request arrives.
     OnDemand,
@@ -89,7 +91,7 @@ trait Choice: Sized + Copy + 'static {
 }
 
 impl Choice for RestartMode {
-    const ALL: &'static [Self] = &[Self::Always, Self::OnDemand, Self::Never];
+    const ALL: &'static [Self] = &Self::ALL;
     fn word(self) -> &'static str {
         self.as_str()
     }
@@ -231,6 +233,9 @@ impl Timer {
 // === impl RestartMode ===
 
 impl RestartMode {
+    /// Every value, in the order error messages and `--help` list them.
+    pub const ALL: [Self; 3] = [Self::Always, Self::OnDemand, Self::Never];
+
     /// The word a config entry uses for this value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use mcpvisor_config::RestartMode;
 use tokio::time::Instant;
 
 use super::lifecycle::Why;
 use super::{ClientState, Phase, Session, WorkerState};
-use crate::config::RestartPolicy;
 use crate::events::SessionEvent;
 use crate::spawner::Spawner;
 use crate::table::Timer;
@@ -44,7 +44,7 @@ impl<S: Spawner> Session<S> {
             self.quick_exits = 0;
         }
         let mut data = loss.clone();
-        if self.cfg.restart == RestartPolicy::Never {
+        if self.cfg.restart == RestartMode::Never {
             data.reason = format!(
                 "the MCP server stopped ({}) and --restart is never",
                 loss.reason
@@ -60,7 +60,7 @@ impl<S: Spawner> Session<S> {
             self.enter_failed(data).await;
             return;
         }
-        if self.cfg.restart == RestartPolicy::Always || !self.waiting.is_empty() {
+        if self.cfg.restart == RestartMode::Always || !self.waiting.is_empty() {
             let delay = self.backoff();
             if let Some(generation) = loss.generation {
                 self.report(SessionEvent::Restarting { generation, delay });
@@ -87,7 +87,7 @@ impl<S: Spawner> Session<S> {
 
     /// Refuses traffic until a reload, SIGHUP, or the cooldown.
     pub(crate) async fn enter_failed(&mut self, data: ErrorData) {
-        let until = if self.cfg.restart == RestartPolicy::Never {
+        let until = if self.cfg.restart == RestartMode::Never {
             "a file changes or SIGHUP".to_owned()
         } else {
             format!(
@@ -96,7 +96,7 @@ impl<S: Spawner> Session<S> {
             )
         };
         tracing::error!(reason = data.reason, "failing requests until {until}");
-        let timer = (self.cfg.restart != RestartPolicy::Never).then(|| {
+        let timer = (self.cfg.restart != RestartMode::Never).then(|| {
             self.timers
                 .insert(Timer::Cooldown, self.cfg.failed_cooldown)
         });
@@ -115,7 +115,7 @@ impl<S: Spawner> Session<S> {
             self.report(SessionEvent::Recovered);
             self.quick_exits = self.cfg.crash_loop_exits.saturating_sub(1);
             // The fired timer is gone: the state is replaced, not left.
-            self.worker = if self.cfg.restart == RestartPolicy::Always {
+            self.worker = if self.cfg.restart == RestartMode::Always {
                 WorkerState::Starting { reload: None }
             } else {
                 WorkerState::Idle
