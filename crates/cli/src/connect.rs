@@ -61,11 +61,11 @@ pub fn main(args: ConnectArgs) -> ExitCode {
     };
     let spawner = mcpvisor_runner::spawner(&spec, &config, args.sup.stderr());
     // Every ending (stdin closed, stdout gone, a signal) is a clean one.
-    let _: Outcome = runtime.block_on(async move {
+    let outcome = runtime.block_on(async move {
         let (control_tx, control_rx) = mpsc::channel(4);
         crate::run::on_stdio(config, spawner, control_tx, control_rx).await
     });
-    ExitCode::SUCCESS
+    crate::finish(runtime, Ok(matches!(outcome, Outcome::ClientGone)))
 }
 
 /// The remote server to reach, checked.

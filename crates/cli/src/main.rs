@@ -56,6 +56,24 @@ fn runtime() -> Option<tokio::runtime::Runtime> {
     }
 }
 
+/// The end of a subcommand that served clients, once its runtime has
+/// returned: `served` is whether the client had stopped reading (then
+/// nobody is told), or why it could not start. The runtime is let go at
+/// once: a blocking read of stdin cannot be cancelled, so it is not waited
+/// for.
+fn finish(runtime: tokio::runtime::Runtime, served: Result<bool, String>) -> ExitCode {
+    runtime.shutdown_background();
+    match served {
+        Ok(client_gone) => {
+            if !client_gone {
+                tracing::info!("mcpvisor stopped");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => refuse(e),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

@@ -50,17 +50,10 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
         Ok(outcome)
     });
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(e) => return crate::refuse(e),
-    };
-    // Blocking stdin reads cannot be cancelled; do not wait for them.
-    runtime.shutdown_background();
-    match outcome {
-        Outcome::ClientClosed | Outcome::Shutdown => tracing::info!("mcpvisor stopped"),
-        Outcome::ClientGone => {}
-    }
-    ExitCode::SUCCESS
+    crate::finish(
+        runtime,
+        outcome.map(|outcome| matches!(outcome, Outcome::ClientGone)),
+    )
 }
 
 /// `run --http`: the one server served as itself over HTTP, to any number
@@ -150,14 +143,8 @@ fn http_main(
         }
         outcome
     });
-    runtime.shutdown_background();
-    match outcome {
-        Ok(_) => {
-            tracing::info!("mcpvisor stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => crate::refuse(e),
-    }
+    // No client of HTTP can be gone the way a stdio client is.
+    crate::finish(runtime, outcome.map(|_| false))
 }
 
 /// A session over mcpvisor's own stdin and stdout, with SIGTERM, SIGINT

@@ -179,16 +179,10 @@ pub fn main(args: ServeArgs) -> ExitCode {
         }
         outcome
     });
-    let outcome = match outcome {
-        Ok(outcome) => outcome,
-        Err(e) => return crate::refuse(e),
-    };
-    runtime.shutdown_background();
-    match outcome {
-        Outcome::ClientClosed | Outcome::Shutdown => tracing::info!("mcpvisor stopped"),
-        Outcome::ClientGone => {}
-    }
-    ExitCode::SUCCESS
+    crate::finish(
+        runtime,
+        outcome.map(|outcome| matches!(outcome, Outcome::ClientGone)),
+    )
 }
 
 /// What a config reload needs, cloned into the tasks that trigger one
