@@ -901,6 +901,73 @@ impl Cases {
         line
     }
 
+    /// A line for the scan of a `params` object: a message whose `params`
+    /// is anything now and then, and most of the time an object whose
+    /// member names repeat or hold escapes (`params` itself now and then
+    /// repeated or escaped); every other one broken a little.
+    pub fn next_params_line(&mut self) -> Vec<u8> {
+        const PARAMS_NAMES: &[&str] = &[
+            "name",
+            "arguments",
+            "_meta",
+            "a",
+            "a",
+            "",
+            "\\u0061",
+            "\\\"q\\\"",
+            "\\ud83d\\ude00",
+            "\\ud800",
+            "\\u00e9t\\u00e9",
+            "été",
+        ];
+        const LINE_NAMES: &[&str] = &["params", "params", "id", "method", "par\\u0061ms"];
+        let mut out = Vec::new();
+        self.ws(&mut out);
+        out.push(b'{');
+        for i in 0..1 + self.rng.usize(..4) {
+            if i > 0 {
+                out.push(b',');
+            }
+            self.ws(&mut out);
+            let name = self.pick(LINE_NAMES);
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.push(b'"');
+            self.ws(&mut out);
+            out.push(b':');
+            if name != "params" || self.rng.u8(..4) == 0 {
+                self.value(1, &mut out);
+                continue;
+            }
+            self.ws(&mut out);
+            out.push(b'{');
+            for j in 0..self.rng.usize(..5) {
+                if j > 0 {
+                    out.push(b',');
+                }
+                self.ws(&mut out);
+                out.push(b'"');
+                out.extend_from_slice(self.pick(PARAMS_NAMES).as_bytes());
+                out.push(b'"');
+                self.ws(&mut out);
+                out.push(b':');
+                self.value(2, &mut out);
+            }
+            self.ws(&mut out);
+            out.push(b'}');
+            self.ws(&mut out);
+        }
+        self.ws(&mut out);
+        out.push(b'}');
+        self.ws(&mut out);
+        if self.rng.bool() {
+            for _ in 0..1 + self.rng.usize(..3) {
+                self.mutate(&mut out);
+            }
+        }
+        out
+    }
+
     fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
         from[self.rng.usize(..from.len())]
     }

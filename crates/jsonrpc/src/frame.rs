@@ -383,15 +383,12 @@ mod tests {
                 stream.extend_from_slice(b"\n  \n");
             }
         }
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = fastrand::Rng::with_seed(0x9E37_79B9_7F4A_7C15);
         for _ in 0..50 {
             let mut chunks = Vec::new();
             let mut at = 0;
             while at < stream.len() {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let n = 1 + (seed % 900) as usize;
+                let n = rng.usize(1..=900);
                 let end = (at + n).min(stream.len());
                 chunks.push(&stream[at..end]);
                 at = end;

@@ -826,180 +826,6 @@ mod tests {
         }
     }
 
-    /// A xorshift generator: the same cases on every run.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-
-        fn pick<'a, T>(&mut self, from: &'a [T]) -> &'a T {
-            &from[self.below(from.len())]
-        }
-    }
-
-    const NAMES: &[&str] = &[
-        "id",
-        "method",
-        "params",
-        "result",
-        "error",
-        "jsonrpc",
-        "requestId",
-        "progressToken",
-        "_meta",
-        "name",
-        "",
-        "\\u0069d",
-        "m\\u00e9",
-    ];
-
-    fn ws(rng: &mut Rng, out: &mut Vec<u8>) {
-        if rng.below(4) == 0 {
-            out.extend_from_slice(rng.pick(&[" ", "  ", "\t", "\r", "\n", " \t "]).as_bytes());
-        }
-    }
-
-    fn string(rng: &mut Rng, out: &mut Vec<u8>) {
-        const PIECES: &[&str] = &[
-            "a",
-            "tools/call",
-            "0123456789",
-            " ",
-            "é",
-            "😀",
-            "\\\"",
-            "\\\\",
-            "\\/",
-            "\\n",
-            "\\t",
-            "\\u00e9",
-            "\\ud83d\\ude00",
-            "\\ud800",
-            "\\udc00",
-            "{",
-            "]",
-            ":",
-            ",",
-        ];
-        // Now and then past the words looked at one by one.
-        let pieces = if rng.below(8) == 0 { 200 } else { 6 };
-        out.push(b'"');
-        for _ in 0..rng.below(pieces) {
-            out.extend_from_slice(rng.pick(PIECES).as_bytes());
-        }
-        out.push(b'"');
-    }
-
-    fn value(rng: &mut Rng, depth: usize, out: &mut Vec<u8>) {
-        ws(rng, out);
-        let kinds = if depth > 4 { 6 } else { 8 };
-        match rng.below(kinds) {
-            0 => out.extend_from_slice(rng.pick(&["null", "true", "false"]).as_bytes()),
-            1 | 2 => {
-                let number = rng.pick(&["0", "-0", "7", "-12", "3.25", "1e5", "-2.5E-3", "6e+2"]);
-                out.extend_from_slice(number.as_bytes());
-            }
-            3..=5 => string(rng, out),
-            6 => {
-                out.push(b'[');
-                for i in 0..rng.below(4) {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    value(rng, depth + 1, out);
-                }
-                ws(rng, out);
-                out.push(b']');
-            }
-            _ => object(rng, depth + 1, out),
-        }
-        ws(rng, out);
-    }
-
-    fn object(rng: &mut Rng, depth: usize, out: &mut Vec<u8>) {
-        out.push(b'{');
-        for i in 0..rng.below(6) {
-            if i > 0 {
-                out.push(b',');
-            }
-            ws(rng, out);
-            out.push(b'"');
-            out.extend_from_slice(rng.pick(NAMES).as_bytes());
-            out.push(b'"');
-            ws(rng, out);
-            out.push(b':');
-            value(rng, depth, out);
-        }
-        ws(rng, out);
-        out.push(b'}');
-    }
-
-    /// A message-like object: envelope members with values of the usual
-    /// types most of the time, anything now and then.
-    fn message(rng: &mut Rng) -> Vec<u8> {
-        let mut out = Vec::new();
-        ws(rng, &mut out);
-        out.push(b'{');
-        for i in 0..1 + rng.below(5) {
-            if i > 0 {
-                out.push(b',');
-            }
-            ws(rng, &mut out);
-            let name = *rng.pick(NAMES);
-            out.push(b'"');
-            out.extend_from_slice(name.as_bytes());
-            out.push(b'"');
-            out.push(b':');
-            match (name, rng.below(3)) {
-                ("method", 0 | 1) => string(rng, &mut out),
-                ("params", 0 | 1) => {
-                    out.extend_from_slice(b"{\"_meta\":");
-                    if rng.below(2) == 0 {
-                        out.extend_from_slice(b"{\"progressToken\":");
-                        value(rng, 3, &mut out);
-                        out.push(b'}');
-                    } else {
-                        value(rng, 3, &mut out);
-                    }
-                    out.extend_from_slice(b",\"requestId\":");
-                    value(rng, 2, &mut out);
-                    out.extend_from_slice(b",\"progressToken\":");
-                    value(rng, 2, &mut out);
-                    out.push(b'}');
-                }
-                _ => value(rng, 1, &mut out),
-            }
-        }
-        ws(rng, &mut out);
-        out.push(b'}');
-        ws(rng, &mut out);
-        out
-    }
-
-    /// Breaks a line a little: a byte inserted, removed or replaced, or the
-    /// line cut short.
-    fn mutate(rng: &mut Rng, line: &mut Vec<u8>) {
-        const BYTES: &[u8] = b"\"{}[],:\\0-1eE.+ tnfu\x01\x0c\x7f\xc3\xa9\xff";
-        let at = rng.below(line.len() + 1);
-        match rng.below(4) {
-            0 => line.insert(at, *rng.pick(BYTES)),
-            1 if at < line.len() => {
-                line.remove(at);
-            }
-            2 if at < line.len() => line[at] = *rng.pick(BYTES),
-            _ => line.truncate(at),
-        }
-    }
-
     /// A `params` object as serde reads it: its text and its members.
     type Members<'a> = (&'a str, Vec<(Cow<'a, str>, &'a str)>);
 
@@ -1204,77 +1030,12 @@ mod tests {
         }
     }
 
-    /// A message whose `params` is anything now and then, and most of the
-    /// time an object whose member names may repeat or hold escapes.
-    fn params_message(rng: &mut Rng) -> Vec<u8> {
-        const PARAMS_NAMES: &[&str] = &[
-            "name",
-            "arguments",
-            "_meta",
-            "a",
-            "a",
-            "",
-            "\\u0061",
-            "\\\"q\\\"",
-            "\\ud83d\\ude00",
-            "\\ud800",
-            "\\u00e9t\\u00e9",
-            "été",
-        ];
-        const LINE_NAMES: &[&str] = &["params", "params", "id", "method", "par\\u0061ms"];
-        let mut out = Vec::new();
-        ws(rng, &mut out);
-        out.push(b'{');
-        for i in 0..1 + rng.below(4) {
-            if i > 0 {
-                out.push(b',');
-            }
-            ws(rng, &mut out);
-            let name = *rng.pick(LINE_NAMES);
-            out.push(b'"');
-            out.extend_from_slice(name.as_bytes());
-            out.push(b'"');
-            ws(rng, &mut out);
-            out.push(b':');
-            if name != "params" || rng.below(4) == 0 {
-                value(rng, 1, &mut out);
-                continue;
-            }
-            ws(rng, &mut out);
-            out.push(b'{');
-            for j in 0..rng.below(5) {
-                if j > 0 {
-                    out.push(b',');
-                }
-                ws(rng, &mut out);
-                out.push(b'"');
-                out.extend_from_slice(rng.pick(PARAMS_NAMES).as_bytes());
-                out.push(b'"');
-                ws(rng, &mut out);
-                out.push(b':');
-                value(rng, 2, &mut out);
-            }
-            ws(rng, &mut out);
-            out.push(b'}');
-            ws(rng, &mut out);
-        }
-        ws(rng, &mut out);
-        out.push(b'}');
-        ws(rng, &mut out);
-        out
-    }
-
     #[test]
     fn random_params_agree_with_serde() {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut cases = crate::differential::Cases::new(0x9E37_79B9_7F4A_7C15);
         let (mut scanned, mut valid) = (0, 0);
-        for case in 0..30_000 {
-            let mut line = params_message(&mut rng);
-            if case % 2 == 1 {
-                for _ in 0..1 + rng.below(3) {
-                    mutate(&mut rng, &mut line);
-                }
-            }
+        for _ in 0..30_000 {
+            let line = cases.next_params_line();
             valid += usize::from(slow_params(&line).is_ok());
             scanned += usize::from(params_agree(&line));
         }
@@ -1287,15 +1048,10 @@ mod tests {
 
     #[test]
     fn random_lines_agree_with_serde() {
-        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut cases = crate::differential::Cases::new(0x2545_F491_4F6C_DD1D);
         let (mut scanned, mut valid) = (0, 0);
-        for case in 0..30_000 {
-            let mut line = message(&mut rng);
-            if case % 2 == 1 {
-                for _ in 0..1 + rng.below(3) {
-                    mutate(&mut rng, &mut line);
-                }
-            }
+        for _ in 0..30_000 {
+            let line = cases.next_line();
             valid += usize::from(Fields::parse(&line).is_ok());
             scanned += usize::from(agrees(&line));
             params_agree(&line);

@@ -10,24 +10,8 @@ use mcpvisor_session::Config;
 use serde_json::{Value, json};
 use support::{Behaviour, Client, TestSpawner, config};
 
-/// xorshift64*: small, seedable, good enough to pick operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 async fn run_seed(seed: u64, ops: usize) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let cfg = Config {
         request_timeout: Duration::from_secs(2),
         cancel_grace: Duration::from_millis(500),
@@ -77,18 +61,18 @@ async fn run_seed(seed: u64, ops: usize) {
         let call = |tool: &str, args: Value| {
             json!({"jsonrpc":"2.0","id":n,"method":"tools/call","params":{"name":tool,"arguments":args}}).to_string()
         };
-        match rng.below(100) {
+        match rng.u32(..100) {
             0..40 => send(&mut tx, call("echo", json!({"n": n}))).await,
             40..55 => {
                 send(
                     &mut tx,
-                    call("sleep", json!({"n": n, "ms": rng.below(3000)})),
+                    call("sleep", json!({"n": n, "ms": rng.u64(..3000)})),
                 )
                 .await
             }
             55..60 => send(&mut tx, call("hang", json!({"n": n}))).await,
             60..70 if !sent.is_empty() => {
-                let target = sent[rng.below(sent.len() as u64) as usize];
+                let target = sent[rng.usize(..sent.len())];
                 cancelled.insert(target);
                 send(&mut tx, json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":target}}).to_string()).await;
                 continue;
@@ -117,7 +101,7 @@ async fn run_seed(seed: u64, ops: usize) {
                 continue;
             }
             _ => {
-                tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
+                tokio::time::sleep(Duration::from_millis(rng.u64(..1500))).await;
                 continue;
             }
         }
