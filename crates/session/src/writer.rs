@@ -13,16 +13,8 @@
 //! [`Message::Spliced`] one: the line read, with one member's bytes to be
 //! replaced on the way out. The writer puts the pieces together as it
 //! writes, so an id is changed without copying the message.
-//!
-//! [`write_tracked`] also keeps a [`Progress`]: how many of the
-//! messages it was given may have had a byte written. It claims a batch just
-//! before writing it, and after a failed write it lowers the count to the
-//! messages a byte of which did get through. The owner can fence it off at
-//! any moment: the writer writes nothing it has not claimed yet, so every
-//! message past the count is known never to have reached the reader.
 
 use std::future::Future as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -51,42 +43,6 @@ impl WriteError {
     /// The reader is gone (as opposed to slow).
     pub fn is_closed_pipe(&self) -> bool {
         matches!(self, WriteError::Io(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
-    }
-}
-
-/// How many of a writer's messages, counted from the first it was given,
-/// may have had a byte written, and whether it is fenced off.
-#[derive(Debug, Default)]
-pub struct Progress(AtomicU64);
-
-/// The fence bit; the rest of the word is the count.
-const FENCED: u64 = 1 << 63;
-
-impl Progress {
-    /// Stops the writer before it writes anything it has not claimed, and
-    /// returns how many messages may have had a byte written. Every message
-    /// after those is never written.
-    pub fn fence(&self) -> u64 {
-        self.0.fetch_or(FENCED, Ordering::AcqRel) & !FENCED
-    }
-
-    /// Claims the first `n` messages for a write; false once fenced.
-    fn claim(&self, n: u64) -> bool {
-        self.0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v & FENCED == 0).then_some(n)
-            })
-            .is_ok()
-    }
-
-    /// A write failed: only the first `n` messages had a byte written.
-    /// Nothing more will be.
-    fn fail(&self, n: u64) {
-        let _ = self
-            .0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v & FENCED == 0).then_some(n | FENCED)
-            });
     }
 }
 
@@ -235,24 +191,9 @@ impl Outgoing for Message {
 /// channel closes (then flushes and returns `Ok`) or a write fails.
 /// `stall` bounds each write; `None` waits as long as the reader needs.
 pub async fn write_lines<W, M>(
-    out: W,
-    rx: mpsc::Receiver<M>,
-    stall: Option<Duration>,
-) -> Result<(), WriteError>
-where
-    W: AsyncWrite + Unpin,
-    M: Outgoing,
-{
-    write_tracked(out, rx, stall, &Progress::default()).await
-}
-
-/// [`write_lines`], keeping `progress`. Once fenced, it stops (with `Ok`)
-/// before its next write.
-pub async fn write_tracked<W, M>(
     mut out: W,
     mut rx: mpsc::Receiver<M>,
     stall: Option<Duration>,
-    progress: &Progress,
 ) -> Result<(), WriteError>
 where
     W: AsyncWrite + Unpin,
@@ -260,61 +201,33 @@ where
 {
     let mut batch = Batch {
         buf: Vec::with_capacity(BATCH_BYTES),
-        starts: Vec::new(),
-        done: 0,
-        progress,
     };
-    let result = async {
-        while let Some(first) = rx.recv().await {
-            let mut next = Some(first);
-            while let Some(msg) = next {
-                batch.push(&mut out, msg.parts(), stall).await?;
-                next = rx.try_recv().ok();
-            }
-            batch.write(&mut out, [&[], &[], &[]], stall).await?;
-            bounded(stall, out.flush()).await?;
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next {
+            batch.push(&mut out, msg.parts(), stall).await?;
+            next = rx.try_recv().ok();
         }
+        batch.write(&mut out, [&[], &[], &[]], stall).await?;
         bounded(stall, out.flush()).await?;
-        Ok(())
     }
-    .await;
-    match result {
-        Ok(()) | Err(Halt::Fenced) => Ok(()),
-        Err(Halt::Failed(e)) => Err(e),
-    }
-}
-
-/// Why the write loop ended early.
-enum Halt {
-    Fenced,
-    Failed(WriteError),
-}
-
-impl From<WriteError> for Halt {
-    fn from(e: WriteError) -> Self {
-        Halt::Failed(e)
-    }
+    bounded(stall, out.flush()).await?;
+    Ok(())
 }
 
 /// Small messages gathered for one write.
-struct Batch<'p> {
+struct Batch {
     buf: Vec<u8>,
-    /// Where each message copied into `buf` starts.
-    starts: Vec<usize>,
-    /// Messages taken before those in `buf`; each had a byte written.
-    done: u64,
-    progress: &'p Progress,
 }
 
-impl Batch<'_> {
+impl Batch {
     async fn push<W: AsyncWrite + Unpin>(
         &mut self,
         out: &mut W,
         parts: [&[u8]; 3],
         stall: Option<Duration>,
-    ) -> Result<(), Halt> {
+    ) -> Result<(), WriteError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.starts.push(self.buf.len());
         if len < BATCH_BYTES {
             for part in parts {
                 self.buf.extend_from_slice(part);
@@ -334,48 +247,30 @@ impl Batch<'_> {
     }
 
     /// Writes what is gathered and then `large` (the pieces of the last
-    /// message taken, when it is not copied into the buffer), after
-    /// claiming every message taken.
+    /// message taken, when it is not copied into the buffer).
     async fn write<W: AsyncWrite + Unpin>(
         &mut self,
         out: &mut W,
         large: [&[u8]; 3],
         stall: Option<Duration>,
-    ) -> Result<(), Halt> {
+    ) -> Result<(), WriteError> {
         if self.buf.is_empty() && large.iter().all(|p| p.is_empty()) {
             return Ok(());
         }
-        let taken = self.done + self.starts.len() as u64;
-        self.claim(taken)?;
         let [a, b, c] = large;
-        if let Err((n, e)) = put(out, [&self.buf, a, b, c], stall).await {
-            let reached = self.starts.iter().take_while(|start| **start < n).count();
-            self.progress.fail(self.done + reached as u64);
-            return Err(e.into());
-        }
-        self.done = taken;
+        put(out, [&self.buf, a, b, c], stall).await?;
         self.buf.clear();
-        self.starts.clear();
         Ok(())
-    }
-
-    fn claim(&self, n: u64) -> Result<(), Halt> {
-        if self.progress.claim(n) {
-            Ok(())
-        } else {
-            Err(Halt::Fenced)
-        }
     }
 }
 
 /// Writes all of `parts` in order, with vectored writes of at most
-/// [`PIECE`] bytes each, each bounded by `stall`; on failure, also how many
-/// bytes got through.
+/// [`PIECE`] bytes each, each bounded by `stall`.
 async fn put<W: AsyncWrite + Unpin>(
     out: &mut W,
     parts: [&[u8]; 4],
     stall: Option<Duration>,
-) -> Result<(), (usize, WriteError)> {
+) -> Result<(), WriteError> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let mut done = 0;
     while done < total {
@@ -384,10 +279,10 @@ async fn put<W: AsyncWrite + Unpin>(
         match bounded(stall, out.write_vectored(&slices[..count])).await {
             Ok(0) => {
                 let e = std::io::Error::from(std::io::ErrorKind::WriteZero);
-                return Err((done, e.into()));
+                return Err(e.into());
             }
             Ok(n) => done += n,
-            Err(e) => return Err((done, e)),
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -435,9 +330,9 @@ enum Out {
 /// Writing from the owning task saves a writer task's wake-up, a channel
 /// hop and the waker bookkeeping of both per message.
 ///
-/// Like [`write_tracked`]'s [`Progress`], it knows how many of the messages
-/// it was given may have had a byte written ([`Outlet::reached`]): every
-/// message past that count never reached the reader.
+/// It knows how many of the messages it was given may have had a byte
+/// written ([`Outlet::reached`]): every message past that count never
+/// reached the reader.
 pub struct Outlet {
     /// `None` once closed.
     out: Option<Out>,
@@ -953,63 +848,5 @@ mod tests {
             .await
             .expect_err("must stall");
         assert!(matches!(err, WriteError::Stalled(_)));
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_failed_write_counts_only_the_messages_a_byte_of_which_got_through() {
-        // The pipe takes 8 bytes: all of "aaaa\n", the start of "bbbbbbbb\n",
-        // nothing of "cc\n".
-        let (a, _b) = tokio::io::duplex(8);
-        let (tx, rx) = mpsc::channel(4);
-        for msg in ["aaaa", "bbbbbbbb", "cc"] {
-            tx.send(Bytes::from_static(msg.as_bytes()))
-                .await
-                .expect("send");
-        }
-        let progress = Progress::default();
-        let err = write_tracked(a, rx, Some(Duration::from_secs(5)), &progress)
-            .await
-            .expect_err("must stall");
-        assert!(matches!(err, WriteError::Stalled(_)));
-        assert_eq!(progress.fence(), 2);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_large_message_not_begun_is_not_counted() {
-        let (a, b) = tokio::io::duplex(1 << 16);
-        drop(b);
-        let (tx, rx) = mpsc::channel(4);
-        tx.send(Bytes::from(vec![b'x'; 2 * BATCH_BYTES]))
-            .await
-            .expect("send");
-        let progress = Progress::default();
-        let err = write_tracked(a, rx, None, &progress)
-            .await
-            .expect_err("the reader is gone");
-        assert!(err.is_closed_pipe(), "{err}");
-        assert_eq!(progress.fence(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_fenced_writer_writes_nothing_more() {
-        let (a, mut b) = tokio::io::duplex(1 << 16);
-        let (tx, rx) = mpsc::channel(4);
-        let progress = std::sync::Arc::new(Progress::default());
-        let task = tokio::spawn({
-            let progress = std::sync::Arc::clone(&progress);
-            async move { write_tracked(a, rx, None, &progress).await }
-        });
-        tx.send(Bytes::from_static(b"one")).await.expect("send");
-        let mut line = [0u8; 4];
-        b.read_exact(&mut line).await.expect("read");
-        assert_eq!(&line, b"one\n");
-        assert_eq!(progress.fence(), 1);
-        tx.send(Bytes::from_static(b"two")).await.expect("send");
-        task.await
-            .expect("join")
-            .expect("a fenced writer ends quietly");
-        let mut rest = Vec::new();
-        b.read_to_end(&mut rest).await.expect("read");
-        assert!(rest.is_empty(), "{rest:?}");
     }
 }
