@@ -203,24 +203,9 @@ pub(crate) fn check(
 /// The HTTP status of a modern request's error answer: 404 for a method
 /// nobody implements, 400 for the revision's own refusals, else 200.
 pub(crate) fn status_of(line: &[u8]) -> StatusCode {
-    #[derive(Deserialize)]
-    struct Probe {
-        error: Option<Code>,
-    }
-    #[derive(Deserialize)]
-    struct Code {
-        code: i64,
-    }
-    match serde_json::from_slice::<Probe>(line)
-        .ok()
-        .and_then(|p| p.error)
-    {
-        Some(Code {
-            code: METHOD_NOT_FOUND,
-        }) => StatusCode::NOT_FOUND,
-        Some(Code {
-            code: HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION,
-        }) => StatusCode::BAD_REQUEST,
+    match mcpvisor_jsonrpc::envelope::error_code(line) {
+        Some(METHOD_NOT_FOUND) => StatusCode::NOT_FOUND,
+        Some(HEADER_MISMATCH | MISSING_CAPABILITY | UNSUPPORTED_VERSION) => StatusCode::BAD_REQUEST,
         _ => StatusCode::OK,
     }
 }

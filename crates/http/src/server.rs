@@ -441,7 +441,7 @@ async fn post_inner(
         };
         let answer = exchange(shared, &handle, id, line, accepts).await;
         let failed = match &answer {
-            Answer::Json(ev) => is_error(&ev.line),
+            Answer::Json(ev) => mcpvisor_jsonrpc::envelope::error_code(&ev.line).is_some(),
             Answer::Stream(_) => false,
             Answer::Failed(_) => true,
         };
@@ -551,15 +551,6 @@ fn cancelled_request(line: &Bytes) -> Option<Bytes> {
     }
     env.request_id
         .map(|id| Bytes::copy_from_slice(id.get().as_bytes()))
-}
-
-/// Whether a response is an error.
-fn is_error(line: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Probe {
-        error: Option<serde::de::IgnoredAny>,
-    }
-    serde_json::from_slice::<Probe>(line).is_ok_and(|p| p.error.is_some())
 }
 
 /// How a request was answered.

@@ -460,6 +460,24 @@ pub fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
     crate::scan::params_object(line)
 }
 
+/// The integer `code` of a response's top-level `error`; `None` for a
+/// result, or an error without one. The line is parsed only when an
+/// `"error"` member name appears in it somewhere, and that parse builds
+/// nothing but the code: the usual answer, a result, costs one search.
+pub fn error_code(line: &[u8]) -> Option<i64> {
+    memchr::memmem::find(line, b"\"error\"")?;
+    #[derive(Deserialize)]
+    struct Answer {
+        error: Option<Code>,
+    }
+    #[derive(Deserialize)]
+    struct Code {
+        code: i64,
+    }
+    let answer: Answer = serde_json::from_slice(line).ok()?;
+    answer.error.map(|e| e.code)
+}
+
 /// Finds the top-level `"id"` of a message that may be cut short, as the head
 /// of an oversize line is. Returns the id's text when it is complete.
 pub fn scan_id(head: &[u8]) -> Option<&str> {
@@ -732,5 +750,26 @@ mod tests {
             .envelope(line)
             .expect("fits");
         assert_eq!(good.id.map(Raw::get), Some("7"));
+    }
+
+    #[test]
+    fn an_answer_gives_its_error_code_only_from_its_own_error() {
+        let code = |line: &str| error_code(line.as_bytes());
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"x"}}"#),
+            Some(-32601)
+        );
+        assert_eq!(
+            code(r#"{"error":{"message":"x","data":{"error":1},"code":7},"id":1}"#),
+            Some(7)
+        );
+        // A result that speaks of errors is not one.
+        assert_eq!(
+            code(r#"{"id":1,"result":{"error":{"code":3},"text":"\"error\""}}"#),
+            None
+        );
+        assert_eq!(code(r#"{"id":1,"result":{}}"#), None);
+        assert_eq!(code(r#"{"id":1,"error":{"code":"x"}}"#), None);
+        assert_eq!(code(r#"{"id":1,"error":"#), None);
     }
 }
