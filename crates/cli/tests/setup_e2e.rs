@@ -65,6 +65,48 @@ fn backups_in(dir: &Path) -> Vec<String> {
     names
 }
 
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json")
+}
+
+/// A gateway config in `dir` serving the fake worker as `fake`: its path,
+/// and the worker's.
+fn gateway_config(dir: &Path) -> (PathBuf, String) {
+    let worker = fake_worker().display().to_string();
+    let gateway = dir.join("gateway.json");
+    std::fs::write(
+        &gateway,
+        json!({"mcpServers": {"fake": {"command": worker}}}).to_string(),
+    )
+    .expect("write");
+    (gateway, worker)
+}
+
+/// `mcpvisor install-gateway --config GATEWAY --into CLIENT EXTRA...` in
+/// `dir`.
+fn install_gateway(dir: &Path, gateway: &str, client: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["install-gateway", "--config", gateway, "--into", client];
+    args.extend_from_slice(extra);
+    mcpvisor_in(dir, &args)
+}
+
+/// Starts mcpvisor with a client entry's `args`, and gives the names of
+/// the tools it serves after the handshake; then closes it.
+fn tools_served(args: &[String]) -> Vec<String> {
+    let mut p = Proc::spawn(args);
+    p.initialize();
+    let tools = p.request(json!(1), "tools/list", json!({}));
+    let names = tools["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect();
+    p.close_stdin();
+    assert!(p.wait_exit(WAIT).success());
+    names
+}
+
 #[test]
 fn wrap_and_unwrap_every_usual_file_round_trip() {
     let (home, files) = home("wrap-home");
@@ -175,8 +217,7 @@ fn a_wrapped_entry_starts_and_answers() {
     assert!(out.status.success(), "{}", text(&out.stderr));
 
     // What a client reads from the file: the command and its arguments.
-    let wrapped: Value =
-        serde_json::from_str(&std::fs::read_to_string(&config).expect("read")).expect("json");
+    let wrapped = read_json(&config);
     let entry = &wrapped["mcpServers"]["fake"];
     let command = entry["command"].as_str().expect("command");
     assert_eq!(
@@ -387,29 +428,13 @@ fn the_man_pages_are_written_and_render() {
 #[test]
 fn install_gateway_adds_an_entry_that_serves_and_uninstall_removes_it() {
     let dir = temp_dir("install-gateway");
-    let worker = fake_worker().display().to_string();
-    let gateway = dir.join("gateway.json");
-    std::fs::write(
-        &gateway,
-        json!({"mcpServers": {"fake": {"command": worker}}}).to_string(),
-    )
-    .expect("write");
+    let (gateway, _) = gateway_config(&dir);
     let client = dir.join("claude_desktop_config.json");
     let original = "{\n  \"mcpServers\": {\n    \"other\": {\n      \"command\": \"x\"\n    }\n  },\n  \"globalShortcut\": \"\"\n}\n";
     std::fs::write(&client, original).expect("write");
     let (gateway_arg, client_arg) = (gateway.display().to_string(), client.display().to_string());
 
-    let dry = mcpvisor_in(
-        &dir,
-        &[
-            "install-gateway",
-            "--config",
-            &gateway_arg,
-            "--into",
-            &client_arg,
-            "--dry-run",
-        ],
-    );
+    let dry = install_gateway(&dir, &gateway_arg, &client_arg, &["--dry-run"]);
     assert!(dry.status.success(), "{}", text(&dry.stderr));
     assert!(
         text(&dry.stdout).contains("+    \"mcpvisor\": {"),
@@ -418,50 +443,21 @@ fn install_gateway_adds_an_entry_that_serves_and_uninstall_removes_it() {
     );
     assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
 
-    let out = mcpvisor_in(
-        &dir,
-        &[
-            "install-gateway",
-            "--config",
-            &gateway_arg,
-            "--into",
-            &client_arg,
-        ],
-    );
+    let out = install_gateway(&dir, &gateway_arg, &client_arg, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let written: Value =
-        serde_json::from_str(&std::fs::read_to_string(&client).expect("read")).expect("json");
+    let written = read_json(&client);
     assert_eq!(written["globalShortcut"], "");
     assert_eq!(written["mcpServers"]["other"]["command"], "x");
     let entry = &written["mcpServers"]["mcpvisor"];
     let args: Vec<String> = serde_json::from_value(entry["args"].clone()).expect("args");
     assert_eq!(args, ["serve", "--config", gateway_arg.as_str()]);
     // A second install is refused: the name is taken.
-    let again = mcpvisor_in(
-        &dir,
-        &[
-            "install-gateway",
-            "--config",
-            &gateway_arg,
-            "--into",
-            &client_arg,
-        ],
-    );
+    let again = install_gateway(&dir, &gateway_arg, &client_arg, &[]);
     assert_eq!(again.status.code(), Some(2));
 
     // The entry starts the gateway, which serves the fake worker's tools.
-    let mut p = Proc::spawn(&args);
-    p.initialize();
-    let tools = p.request(json!(1), "tools/list", json!({}));
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
-    assert!(names.contains(&"fake__echo"), "{names:?}");
-    p.close_stdin();
-    assert!(p.wait_exit(WAIT).success());
+    let names = tools_served(&args);
+    assert!(names.iter().any(|n| n == "fake__echo"), "{names:?}");
 
     // Only a gateway entry is removed.
     let out = mcpvisor_in(
@@ -484,13 +480,7 @@ fn install_gateway_adds_an_entry_that_serves_and_uninstall_removes_it() {
 #[test]
 fn install_gateway_moves_the_clients_servers_and_uninstall_moves_them_back() {
     let dir = temp_dir("install-move");
-    let worker = fake_worker().display().to_string();
-    let gateway = dir.join("gateway.json");
-    std::fs::write(
-        &gateway,
-        json!({"mcpServers": {"fake": {"command": worker}}}).to_string(),
-    )
-    .expect("write");
+    let (gateway, worker) = gateway_config(&dir);
     let client = dir.join("claude_desktop_config.json");
     let original = format!(
         "{{\n  \"mcpServers\": {{\n    \"mine\": {{\n      \"command\": {worker:?},\n      \"args\": [\n        \"--strict\"\n      ],\n      \"cwd\": \"work\"\n    }},\n    \"web\": {{\n      \"url\": \"http://127.0.0.1:9/mcp\"\n    }}\n  }}\n}}\n"
@@ -499,33 +489,21 @@ fn install_gateway_moves_the_clients_servers_and_uninstall_moves_them_back() {
     std::fs::write(&client, &original).expect("write");
     let (gateway_arg, client_arg) = (gateway.display().to_string(), client.display().to_string());
 
-    let out = mcpvisor_in(
-        &dir,
-        &[
-            "install-gateway",
-            "--config",
-            &gateway_arg,
-            "--into",
-            &client_arg,
-            "--move",
-        ],
-    );
+    let out = install_gateway(&dir, &gateway_arg, &client_arg, &["--move"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
         text(&out.stdout).contains("gateway.json: moved mine, web"),
         "{}",
         text(&out.stdout)
     );
-    let client_now: Value =
-        serde_json::from_str(&std::fs::read_to_string(&client).expect("read")).expect("json");
+    let client_now = read_json(&client);
     let names: Vec<&String> = client_now["mcpServers"]
         .as_object()
         .expect("servers")
         .keys()
         .collect();
     assert_eq!(names, ["mcpvisor"]);
-    let gateway_now: Value =
-        serde_json::from_str(&std::fs::read_to_string(&gateway).expect("read")).expect("json");
+    let gateway_now = read_json(&gateway);
     assert_eq!(
         gateway_now["mcpServers"]["web"]["url"],
         "http://127.0.0.1:9/mcp"
@@ -539,21 +517,11 @@ fn install_gateway_moves_the_clients_servers_and_uninstall_moves_them_back() {
     // The gateway now serves both stdio servers.
     let args: Vec<String> =
         serde_json::from_value(client_now["mcpServers"]["mcpvisor"]["args"].clone()).expect("args");
-    let mut p = Proc::spawn(&args);
-    p.initialize();
-    let tools = p.request(json!(1), "tools/list", json!({}));
-    let names: Vec<&str> = tools["result"]["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .filter_map(|t| t["name"].as_str())
-        .collect();
+    let names = tools_served(&args);
     assert!(
-        names.contains(&"fake__echo") && names.contains(&"mine__echo"),
+        names.iter().any(|n| n == "fake__echo") && names.iter().any(|n| n == "mine__echo"),
         "{names:?}"
     );
-    p.close_stdin();
-    assert!(p.wait_exit(WAIT).success());
 
     let out = mcpvisor_in(
         &dir,
@@ -572,8 +540,7 @@ fn install_gateway_moves_the_clients_servers_and_uninstall_moves_them_back() {
         text(&out.stdout)
     );
     assert_eq!(std::fs::read_to_string(&client).expect("read"), original);
-    let gateway_now: Value =
-        serde_json::from_str(&std::fs::read_to_string(&gateway).expect("read")).expect("json");
+    let gateway_now = read_json(&gateway);
     let names: Vec<&String> = gateway_now["mcpServers"]
         .as_object()
         .expect("servers")

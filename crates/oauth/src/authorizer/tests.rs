@@ -157,52 +157,99 @@ fn browser() -> Prompt {
     })
 }
 
-/// Stored tokens that are about to expire, refreshable with `refresh`.
-fn expiring(store: &Store, server: &Url, issuer: &str, refresh: &str) {
-    let mut clients = BTreeMap::new();
-    clients.insert(
-        issuer.to_owned(),
-        StoredClient {
-            client_id: "c1".into(),
-            client_secret: None,
-            auth_method: "none".into(),
-            redirect_uri: None,
-        },
-    );
-    store
-        .save(&StoredServer {
-            server: server.as_str().to_owned(),
-            clients,
-            tokens: Some(StoredTokens {
-                issuer: issuer.to_owned(),
-                access_token: Secret::new("old"),
-                refresh_token: Some(Secret::new(refresh)),
-                expires_at: Some(now_secs() + 5),
-                issued_at: None,
-                scopes: vec!["mcp:read".into()],
-                resource: None,
-            }),
-        })
-        .expect("save");
+/// The fake authorization server, started, and a token store of the
+/// test's own.
+struct Setup {
+    fake: Shared,
+    /// The protected MCP server's URL.
+    server: Url,
+    store: Store,
+    /// The store's folder, removed when the test ends.
+    _dir: tempfile::TempDir,
+}
+
+async fn setup() -> Setup {
+    let (fake, server) = start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    Setup {
+        fake,
+        server,
+        store: Store::at(dir.path()),
+        _dir: dir,
+    }
+}
+
+impl Setup {
+    /// The fake's address: the issuer.
+    fn base(&self) -> String {
+        self.fake.base.lock().expect("lock").clone()
+    }
+
+    /// An authorizer of its own (as a process has) on the store.
+    fn authorizer(&self, settings: Settings) -> Authorizer {
+        authorizer(&self.server, &self.store, settings)
+    }
+
+    /// Stored tokens that are about to expire, refreshable with `stored`,
+    /// while the fake takes `current` as the refresh token.
+    fn expiring(&self, stored: &str, current: &str) {
+        *self.fake.refresh.lock().expect("lock") = current.into();
+        let issuer = self.base();
+        let mut clients = BTreeMap::new();
+        clients.insert(
+            issuer.clone(),
+            StoredClient {
+                client_id: "c1".into(),
+                client_secret: None,
+                auth_method: "none".into(),
+                redirect_uri: None,
+            },
+        );
+        self.store
+            .save(&StoredServer {
+                server: self.server.as_str().to_owned(),
+                clients,
+                tokens: Some(StoredTokens {
+                    issuer,
+                    access_token: Secret::new("old"),
+                    refresh_token: Some(Secret::new(stored)),
+                    expires_at: Some(now_secs() + 5),
+                    issued_at: None,
+                    scopes: vec!["mcp:read".into()],
+                    resource: None,
+                }),
+            })
+            .expect("save");
+    }
+
+    /// What the store holds for the server.
+    fn stored(&self) -> StoredServer {
+        self.store
+            .load(self.server.as_str())
+            .expect("load")
+            .expect("stored")
+    }
+}
+
+/// A server's answer to a request without a good token.
+fn unauthorized() -> Challenge {
+    Challenge {
+        status: 401,
+        ..Challenge::default()
+    }
 }
 
 #[tokio::test]
 async fn a_401_runs_the_browser_flow_and_stores_the_tokens() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::at(dir.path());
-    let auth = authorizer(&server, &store, Settings::default());
+    let t = setup().await;
+    let auth = t.authorizer(Settings::default());
     assert_eq!(auth.bearer().await, None);
-    let challenge = Challenge {
-        status: 401,
-        ..Challenge::default()
-    };
-    auth.authorize(&challenge, None, Some(&browser()))
+    auth.authorize(&unauthorized(), None, Some(&browser()))
         .await
         .expect("authorized");
     assert_eq!(auth.bearer().await, Some(Secret::new("a1")));
-    let stored = store.load(server.as_str()).expect("load").expect("stored");
-    let base = fake.base.lock().expect("lock").clone();
+    let stored = t.stored();
+    let base = t.base();
     assert_eq!(
         stored.tokens.as_ref().map(|t| t.issuer.clone()),
         Some(base.clone())
@@ -214,7 +261,7 @@ async fn a_401_runs_the_browser_flow_and_stores_the_tokens() {
     // The resource indicator is the metadata's, the scopes its
     // scopes_supported (the challenge named none).
     assert_eq!(
-        fake.asked.lock().expect("lock").last().cloned(),
+        t.fake.asked.lock().expect("lock").last().cloned(),
         Some((format!("{base}/mcp"), "mcp:read".to_owned()))
     );
     // No token appears in what can be printed.
@@ -223,37 +270,29 @@ async fn a_401_runs_the_browser_flow_and_stores_the_tokens() {
 
 #[tokio::test]
 async fn the_resource_indicator_can_be_turned_off() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let settings = Settings {
+    let t = setup().await;
+    let auth = t.authorizer(Settings {
         resource: false,
         scopes: Some(vec!["x".into(), "y".into()]),
         ..Settings::default()
-    };
-    let auth = authorizer(&server, &Store::at(dir.path()), settings);
+    });
     let challenge = Challenge {
-        status: 401,
         scope: Some("ignored".into()),
-        ..Challenge::default()
+        ..unauthorized()
     };
     auth.authorize(&challenge, None, Some(&browser()))
         .await
         .expect("authorized");
     assert_eq!(
-        fake.asked.lock().expect("lock").last().cloned(),
+        t.fake.asked.lock().expect("lock").last().cloned(),
         Some((String::new(), "x y".to_owned()))
     );
 }
 
 #[tokio::test]
 async fn a_pasted_url_completes_the_flow_and_a_forged_state_does_not() {
-    let (_fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = Arc::new(authorizer(
-        &server,
-        &Store::at(dir.path()),
-        Settings::default(),
-    ));
+    let t = setup().await;
+    let auth = Arc::new(t.authorizer(Settings::default()));
     // The "browser" cannot reach the listener: it gets the redirect's
     // address and a person pastes it.
     let (landed_tx, mut landed) = mpsc::channel::<String>(1);
@@ -275,13 +314,7 @@ async fn a_pasted_url_completes_the_flow_and_a_forged_state_does_not() {
     });
     let flow = {
         let auth = Arc::clone(&auth);
-        tokio::spawn(async move {
-            let challenge = Challenge {
-                status: 401,
-                ..Challenge::default()
-            };
-            auth.authorize(&challenge, None, Some(&prompt)).await
-        })
+        tokio::spawn(async move { auth.authorize(&unauthorized(), None, Some(&prompt)).await })
     };
     let landed = landed.recv().await.expect("landed");
     let mut forged = Url::parse(&landed).expect("url");
@@ -310,20 +343,11 @@ async fn a_pasted_url_completes_the_flow_and_a_forged_state_does_not() {
 
 #[tokio::test]
 async fn an_expiring_token_is_refreshed_and_the_rotated_one_kept() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::at(dir.path());
-    let base = fake.base.lock().expect("lock").clone();
-    *fake.refresh.lock().expect("lock") = "r0".into();
-    expiring(&store, &server, &base, "r0");
-    let auth = authorizer(&server, &store, Settings::default());
+    let t = setup().await;
+    t.expiring("r0", "r0");
+    let auth = t.authorizer(Settings::default());
     assert_eq!(auth.bearer().await, Some(Secret::new("a1")));
-    let tokens = store
-        .load(server.as_str())
-        .expect("load")
-        .expect("stored")
-        .tokens
-        .expect("tokens");
+    let tokens = t.stored().tokens.expect("tokens");
     assert_eq!(
         tokens.refresh_token,
         Some(Secret::new("r1")),
@@ -331,25 +355,21 @@ async fn an_expiring_token_is_refreshed_and_the_rotated_one_kept() {
     );
     // Not expiring any more: no second refresh.
     assert_eq!(auth.bearer().await, Some(Secret::new("a1")));
-    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 1);
+    assert_eq!(t.fake.token_requests.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn two_processes_refreshing_at_once_make_one_refresh() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::at(dir.path());
-    let base = fake.base.lock().expect("lock").clone();
-    *fake.refresh.lock().expect("lock") = "r0".into();
-    expiring(&store, &server, &base, "r0");
+    let t = setup().await;
+    t.expiring("r0", "r0");
     // Two authorizers of their own, as two processes have, on one store.
-    let one = authorizer(&server, &store, Settings::default());
-    let two = authorizer(&server, &store, Settings::default());
+    let one = t.authorizer(Settings::default());
+    let two = t.authorizer(Settings::default());
     let (a, b) = tokio::join!(one.bearer(), two.bearer());
     assert_eq!(a, Some(Secret::new("a1")));
     assert_eq!(b, Some(Secret::new("a1")));
     assert_eq!(
-        fake.token_requests.load(Ordering::SeqCst),
+        t.fake.token_requests.load(Ordering::SeqCst),
         1,
         "the second waited for the first's refresh and took its token"
     );
@@ -357,45 +377,31 @@ async fn two_processes_refreshing_at_once_make_one_refresh() {
 
 #[tokio::test]
 async fn invalid_grant_means_authorize_again_and_nothing_else() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::at(dir.path());
-    let base = fake.base.lock().expect("lock").clone();
-    *fake.refresh.lock().expect("lock") = "r-current".into();
-    expiring(&store, &server, &base, "r-revoked");
-    let auth = authorizer(&server, &store, Settings::default());
-    let challenge = Challenge {
-        status: 401,
-        ..Challenge::default()
-    };
+    let t = setup().await;
+    t.expiring("r-revoked", "r-current");
+    let auth = t.authorizer(Settings::default());
+    let challenge = unauthorized();
     let err = auth
         .authorize(&challenge, Some(&Secret::new("old")), None)
         .await
         .expect_err("no person to ask");
     assert!(matches!(err, AuthError::NeedsLogin(_)), "{err}");
-    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 1);
-    let stored = store.load(server.as_str()).expect("load").expect("stored");
+    assert_eq!(t.fake.token_requests.load(Ordering::SeqCst), 1);
+    let stored = t.stored();
     assert!(stored.tokens.is_none(), "the dead grant is forgotten");
     assert!(!stored.clients.is_empty(), "the client is kept");
     // Asked again: no refresh is tried with nothing to refresh.
     let _ = auth.authorize(&challenge, None, None).await;
-    assert_eq!(fake.token_requests.load(Ordering::SeqCst), 1);
+    assert_eq!(t.fake.token_requests.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
 async fn a_503_backs_off_without_more_requests() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::at(dir.path());
-    let base = fake.base.lock().expect("lock").clone();
-    *fake.refresh.lock().expect("lock") = "r0".into();
-    expiring(&store, &server, &base, "r0");
-    fake.unavailable.store(true, Ordering::SeqCst);
-    let auth = authorizer(&server, &store, Settings::default());
-    let challenge = Challenge {
-        status: 401,
-        ..Challenge::default()
-    };
+    let t = setup().await;
+    t.expiring("r0", "r0");
+    t.fake.unavailable.store(true, Ordering::SeqCst);
+    let auth = t.authorizer(Settings::default());
+    let challenge = unauthorized();
     for _ in 0..5 {
         let err = auth
             .authorize(&challenge, Some(&Secret::new("old")), None)
@@ -404,26 +410,18 @@ async fn a_503_backs_off_without_more_requests() {
         assert!(matches!(err, AuthError::Backoff(..)), "{err}");
     }
     assert_eq!(
-        fake.token_requests.load(Ordering::SeqCst),
+        t.fake.token_requests.load(Ordering::SeqCst),
         1,
         "one request, then a pause"
     );
     // The tokens are kept: the grant may still be good.
-    assert!(
-        store
-            .load(server.as_str())
-            .expect("load")
-            .expect("stored")
-            .tokens
-            .is_some()
-    );
+    assert!(t.stored().tokens.is_some());
 }
 
 #[tokio::test]
 async fn step_ups_are_limited() {
-    let (_fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = authorizer(&server, &Store::at(dir.path()), Settings::default());
+    let t = setup().await;
+    let auth = t.authorizer(Settings::default());
     let more = Challenge {
         status: 403,
         error: Some("insufficient_scope".into()),
@@ -448,24 +446,20 @@ async fn step_ups_are_limited() {
 
 #[tokio::test]
 async fn a_token_refused_as_soon_as_issued_is_not_renewed() {
-    let (fake, server) = start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let auth = authorizer(&server, &Store::at(dir.path()), Settings::default());
-    let challenge = Challenge {
-        status: 401,
-        ..Challenge::default()
-    };
+    let t = setup().await;
+    let auth = t.authorizer(Settings::default());
+    let challenge = unauthorized();
     auth.authorize(&challenge, None, Some(&browser()))
         .await
         .expect("authorized");
-    let requests = fake.token_requests.load(Ordering::SeqCst);
+    let requests = t.fake.token_requests.load(Ordering::SeqCst);
     let err = auth
         .authorize(&challenge, Some(&Secret::new("a1")), Some(&browser()))
         .await
         .expect_err("refused");
     assert!(matches!(err, AuthError::Refused(_)), "{err}");
     assert_eq!(
-        fake.token_requests.load(Ordering::SeqCst),
+        t.fake.token_requests.load(Ordering::SeqCst),
         requests,
         "no refresh, no flow"
     );
