@@ -26,15 +26,11 @@ pub struct Plan {
 
 /// `None` when there is nothing to watch (`--no-watch`, or a command that
 /// names no local file and no `--watch`).
-pub fn plan(
-    args: &RunArgs,
-    command: &[std::ffi::OsString],
-    cwd: Option<&std::path::Path>,
-) -> Option<Plan> {
+pub fn plan(args: &RunArgs, def: &mcpvisor_config::ServerDef) -> Option<Plan> {
     if args.no_watch {
         return None;
     }
-    let mut paths = mcpvisor_watch::entry_files(command, cwd);
+    let mut paths = mcpvisor_watch::server_files(def);
     paths.extend(args.watch.iter().cloned());
     if paths.is_empty() {
         tracing::info!(
@@ -51,7 +47,7 @@ pub fn plan(
         },
         build: args.build.clone(),
         build_timeout: args.build_timeout,
-        cwd: cwd.map(std::path::Path::to_path_buf),
+        cwd: def.cwd.clone(),
     })
 }
 

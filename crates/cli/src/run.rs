@@ -18,12 +18,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
-    let def = &resolved.server.spec.def;
-    let command: Vec<std::ffi::OsString> = std::iter::once(def.command.clone())
-        .chain(def.args.iter().cloned())
-        .map(Into::into)
-        .collect();
-    let reload_plan = crate::reload::plan(&args, &command, def.cwd.as_deref());
+    let reload_plan = crate::reload::plan(&args, &resolved.server.spec.def);
     let http = match args.http.config(
         args.sup.max_message_bytes,
         args.sup.max_in_flight as usize,
