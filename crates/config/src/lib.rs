@@ -28,6 +28,8 @@
 //!   the server was doing, how it ended and what it said last.
 //! * [`edit`] changes a config file's entry or an env file's variable in
 //!   place, keeping everything else (TOML comments included), atomically.
+//! * [`sandbox`] reads an entry's `sandbox` (what a server may read, write
+//!   and connect to), and writes it for the helper that applies it.
 //! * [`duration`] is the one grammar of durations, `"1500ms"`, `"1.5h"`,
 //!   `"1m 30s"`, for config files and command-line flags alike.
 //! * [`wrap`] puts `mcpvisor run --` in front of a config file's servers
@@ -47,6 +49,7 @@ pub mod duration;
 pub mod edit;
 pub mod program;
 pub mod report;
+pub mod sandbox;
 pub mod secrets;
 pub mod server;
 pub mod set;
@@ -58,6 +61,7 @@ pub use program::{ProgramError, find_program};
 pub use report::{
     CrashPhase, CrashReport, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail, StrayStdout,
 };
+pub use sandbox::Sandbox;
 pub use secrets::{Secret, SecretsError};
 pub use server::{
     ConfigEntry, ConfigError, ConfigFile, Dialect, RemoteTransport, RestartMode, ServerDef,

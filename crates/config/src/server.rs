@@ -11,7 +11,7 @@
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
 //! `init_timeout`, `auth_timeout`, `disabled`, `tools`
-//! (`{"allow": [...], "deny": [...]}`) and the supervision overrides of
+//! (`{"allow": [...], "deny": [...]}`), `sandbox` ([`crate::sandbox`]) and the supervision overrides of
 //! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
 //! `sessions`, ...). Codex's `startup_timeout_sec`, `startup_timeout_ms`,
 //! `tool_timeout_sec`, `enabled`, `enabled_tools` and `disabled_tools` are
@@ -79,6 +79,9 @@ pub struct ServerDef {
     pub disabled: bool,
     /// Which tools the server may expose.
     pub tools: ToolFilter,
+    /// What a stdio server may read, write and connect to (`sandbox`);
+    /// `None` runs it with mcpvisor's own rights.
+    pub sandbox: Option<crate::sandbox::Sandbox>,
     /// How this server wants to be supervised where it differs from the
     /// defaults; see [`Supervision`].
     pub supervision: Supervision,
@@ -496,6 +499,7 @@ impl fmt::Debug for ServerDef {
             .field("auth_timeout", &self.auth_timeout)
             .field("disabled", &self.disabled)
             .field("tools", &self.tools)
+            .field("sandbox", &self.sandbox)
             .field("supervision", &self.supervision)
             .field("url", &self.url.as_ref().map(|_| "***"))
             .field("transport", &self.transport)

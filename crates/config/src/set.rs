@@ -285,6 +285,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         auth_timeout,
         disabled,
         tools,
+        sandbox,
         supervision,
         url,
         transport,
@@ -303,6 +304,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *auth_timeout == b.auth_timeout
         && *disabled == b.disabled
         && *tools == b.tools
+        && *sandbox == b.sandbox
         && *supervision == b.supervision
         && *url == b.url
         && *transport == b.transport

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 
 use super::{Format, RemoteTransport, ServerDef, ToolFilter, UnsupportedServer, supervision};
 use crate::duration::{parse_duration, seconds};
+use crate::sandbox::Sandbox;
 
 /// What one entry turned out to be.
 #[expect(
@@ -37,6 +38,7 @@ const KNOWN: &[&str] = &[
     "auth_timeout",
     "disabled",
     "tools",
+    "sandbox",
     "url",
     // Windsurf's name for `url`.
     "serverUrl",
@@ -128,6 +130,17 @@ pub(super) fn parse(
         },
     };
 
+    let sandbox = match fields.get("sandbox") {
+        None => None,
+        Some(_) if remote => {
+            return Err("a remote server (\"url\") has no \"sandbox\": it runs elsewhere".to_owned());
+        }
+        Some(value) => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            Some(Sandbox::parse(value, base_dir, home.as_deref())?)
+        }
+    };
+
     let disabled =
         fields.bool("disabled")?.unwrap_or(false) || fields.bool("enabled")? == Some(false);
 
@@ -143,6 +156,7 @@ pub(super) fn parse(
         auth_timeout: fields.duration("auth_timeout")?,
         disabled,
         tools: fields.tools()?,
+        sandbox,
         supervision: supervision::parse(&fields)?,
         url,
         transport,

@@ -759,3 +759,68 @@ fn supervision_errors_name_the_server_and_field() {
         );
     }
 }
+
+#[test]
+fn sandbox_in_json_and_toml() -> Result<(), ConfigError> {
+    use crate::sandbox::{Endpoint, Network, Sandbox};
+    let json = parse_at(
+        "/srv/mcp/servers.json",
+        r#"{"mcpServers": {
+          "fs": {"command": "npx", "sandbox": {"read": ["docs"], "write": ["/tmp/out"], "network": "none"}},
+          "web": {"command": "fetch", "sandbox": {"network": ["api.example.com:443"]}},
+          "plain": {"command": "x"}
+        }}"#,
+    )?;
+    assert_eq!(
+        json.get("fs")?.sandbox,
+        Some(Sandbox {
+            read: vec![PathBuf::from("/srv/mcp/docs")],
+            write: vec![PathBuf::from("/tmp/out")],
+            network: Network::None,
+        })
+    );
+    assert_eq!(
+        json.get("web")?.sandbox.as_ref().map(|s| &s.network),
+        Some(&Network::Ports(vec![Endpoint {
+            host: "api.example.com".to_owned(),
+            port: 443
+        }]))
+    );
+    assert_eq!(json.get("plain")?.sandbox, None);
+    assert!(json.get("fs")?.extra.is_empty(), "sandbox is not an unknown field");
+
+    let toml = parse_at(
+        "/srv/mcp/config.toml",
+        r#"
+[mcp_servers.fs]
+command = "npx"
+sandbox = { read = ["docs"], write = ["/tmp/out"], network = "none" }
+
+[mcp_servers.web]
+command = "fetch"
+[mcp_servers.web.sandbox]
+network = ["api.example.com:443"]
+"#,
+    )?;
+    assert_eq!(toml.get("fs")?.sandbox, json.get("fs")?.sandbox);
+    assert_eq!(toml.get("web")?.sandbox, json.get("web")?.sandbox);
+    Ok(())
+}
+
+#[test]
+fn sandbox_errors_name_the_entry_and_field() {
+    assert_eq!(
+        error(
+            "/c.json",
+            r#"{"mcpServers": {"a": {"command": "a", "sandbox": {"network": ["localhost"]}}}}"#
+        ),
+        "/c.json: server \"a\": \"sandbox.network[0]\": \"localhost\" is not HOST:PORT"
+    );
+    assert_eq!(
+        error(
+            "/c.json",
+            r#"{"mcpServers": {"a": {"url": "https://x.example/mcp", "sandbox": {}}}}"#
+        ),
+        "/c.json: server \"a\": a remote server (\"url\") has no \"sandbox\": it runs elsewhere"
+    );
+}
