@@ -51,6 +51,9 @@ pub enum Command {
     Man(crate::docs::ManArgs),
     /// An example MCP server on stdio (tools add, echo, whoami, crash) to try inspect, call and run on.
     ExampleServer,
+    /// Applies a server's sandbox to itself, then runs the server (started by mcpvisor's own spawner).
+    #[command(hide = true)]
+    SandboxExec(crate::sandbox::ExecArgs),
 }
 
 #[derive(Debug, Args)]

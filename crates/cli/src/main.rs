@@ -19,6 +19,7 @@ mod output;
 mod probe;
 mod reload;
 mod run;
+mod sandbox;
 mod serve;
 mod server;
 mod signals;
@@ -79,7 +80,15 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(err) => return output::clap_exit(&err),
     };
+    if !matches!(cli.command, cli::Command::SandboxExec(_)) {
+        // A server with a sandbox is started through this binary's
+        // `sandbox-exec`.
+        if let Ok(me) = std::env::current_exe() {
+            mcpvisor_runner::set_sandbox_launcher(me);
+        }
+    }
     match cli.command {
+        cli::Command::SandboxExec(args) => sandbox::main(args),
         cli::Command::Wrap(args) => wrap::wrap_main(args),
         cli::Command::Unwrap(args) => wrap::unwrap_main(args),
         cli::Command::InstallGateway(args) => gateway::install(args),

@@ -194,7 +194,9 @@ fn network(value: Option<&Value>) -> Result<Network, String> {
             .enumerate()
             .map(|(i, item)| {
                 let Value::String(text) = item else {
-                    return Err(format!("\"sandbox.network[{i}]\" must be a \"HOST:PORT\" string"));
+                    return Err(format!(
+                        "\"sandbox.network[{i}]\" must be a \"HOST:PORT\" string"
+                    ));
                 };
                 endpoint(text).map_err(|why| format!("\"sandbox.network[{i}]\": {why}"))
             })
@@ -270,9 +272,11 @@ mod tests {
             parse(json!({"network": "all"})).expect("all").network,
             Network::All
         );
-        let ports = parse(json!({"network": ["api.example.com:443", "*:80", "[::1]:8080", "127.0.0.1:5432"]}))
-            .expect("ports")
-            .network;
+        let ports = parse(
+            json!({"network": ["api.example.com:443", "*:80", "[::1]:8080", "127.0.0.1:5432"]}),
+        )
+        .expect("ports")
+        .network;
         let Network::Ports(list) = ports else {
             panic!("a port list: {ports:?}");
         };
@@ -287,13 +291,22 @@ mod tests {
             (json!(true), "\"sandbox\" must be an object"),
             (json!({"reads": []}), "unknown key \"reads\""),
             (json!({"read": "/x"}), "\"sandbox.read\" must be a list"),
-            (json!({"write": [1]}), "\"sandbox.write[0]\" must be a string"),
-            (json!({"read": [""]}), "\"sandbox.read[0]\" must not be empty"),
+            (
+                json!({"write": [1]}),
+                "\"sandbox.write[0]\" must be a string",
+            ),
+            (
+                json!({"read": [""]}),
+                "\"sandbox.read[0]\" must not be empty",
+            ),
             (json!({"read": ["~bob/x"]}), "not ~USER"),
             (json!({"network": "some"}), "\"sandbox.network\" must be"),
             (json!({"network": ["host"]}), "is not HOST:PORT"),
             (json!({"network": ["host:0"]}), "no port from 1 to 65535"),
-            (json!({"network": ["host:99999"]}), "no port from 1 to 65535"),
+            (
+                json!({"network": ["host:99999"]}),
+                "no port from 1 to 65535",
+            ),
             (json!({"network": [":80"]}), "the host must be"),
             (json!({"network": ["a b:80"]}), "the host must be"),
             (json!({"network": [443]}), "\"sandbox.network[0]\" must be"),
@@ -306,8 +319,8 @@ mod tests {
 
     #[test]
     fn home_is_needed_for_a_tilde() {
-        let err = Sandbox::parse(&json!({"read": ["~/x"]}), Path::new("/"), None)
-            .expect_err("no home");
+        let err =
+            Sandbox::parse(&json!({"read": ["~/x"]}), Path::new("/"), None).expect_err("no home");
         assert!(err.contains("$HOME is not set"), "{err}");
     }
 

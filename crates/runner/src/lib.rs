@@ -27,14 +27,19 @@
 //! [`mcpvisor_config::ServerDef`] into a spawner that reads the server's env
 //! file again at every start: processes for a stdio server, Streamable HTTP
 //! sessions ([`mcpvisor_remote`]) for a remote one, under the same session.
+//! A stdio server with a `sandbox` runs through the binary's
+//! `sandbox-exec` helper ([`set_sandbox_launcher`]), in a private
+//! temporary directory, after a check that the kernel can apply it.
 
 mod connection;
 mod driver;
 pub mod link;
+mod sandbox;
 mod spawner;
 
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
 pub use link::Link;
 pub use mcpvisor_config::CrashReport;
 pub use mcpvisor_session::{ErrorData, SessionEvent};
+pub use sandbox::set_sandbox_launcher;
 pub use spawner::{ServerSpawner, ServerSpec, spawner};

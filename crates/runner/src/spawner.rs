@@ -4,6 +4,8 @@
 use std::ffi::OsString;
 use std::sync::Arc;
 
+use crate::sandbox;
+
 use mcpvisor_config::ServerDef;
 use mcpvisor_config::secrets::resolve_env;
 use mcpvisor_process::Spec;
@@ -78,7 +80,22 @@ pub fn spawner(spec: &ServerSpec, cfg: &Config, stderr: Passthrough) -> ServerSp
             .collect(),
         cwd: def.cwd.clone(),
     };
-    let mut spawner = ProcessSpawner::new(process, cfg.stop, stderr);
+    let sandboxed = match &def.sandbox {
+        None => None,
+        Some(rules) => match sandbox::wrap(process.clone(), &def.name, rules) {
+            Ok(wrapped) => Some(wrapped),
+            Err(reason) => return ServerSpawner::Broken(reason),
+        },
+    };
+    let mut spawner = match sandboxed {
+        None => ProcessSpawner::new(process, cfg.stop, stderr),
+        Some(wrapped) => {
+            let mut spawner = ProcessSpawner::new(wrapped, cfg.stop, stderr);
+            spawner.private_tmp = true;
+            spawner.preflight = Some(sandbox::preflight());
+            spawner
+        }
+    };
     if def.env_file.is_some() {
         let def = def.clone();
         spawner.env_source = Some(Arc::new(move || {

@@ -55,6 +55,6 @@ pub use mcpvisor_config::RestartMode as RestartPolicy;
 pub use mcpvisor_config::report::{ErrorData, StderrTail};
 pub use session::{Control, Outcome, Session};
 pub use spawner::{
-    EnvSource, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, UnreadProbe, WorkerExit,
-    WorkerIo, WorkerReporter,
+    EnvSource, Preflight, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, UnreadProbe,
+    WorkerExit, WorkerIo, WorkerReporter,
 };

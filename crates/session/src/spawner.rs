@@ -139,6 +139,10 @@ pub type EnvSource = Arc<dyn Fn() -> Result<Vec<(String, Secret)>, String> + Sen
 /// Sees each stderr line of each generation (never logged by mcpvisor).
 pub type StderrObserver = Arc<dyn Fn(u64, &str) + Send + Sync>;
 
+/// Runs before a spawn with the very spec that is about to start, and
+/// refuses it with one line (a sandbox the kernel cannot apply).
+pub type Preflight = Arc<dyn Fn(&Spec) -> Result<(), String> + Send + Sync>;
+
 /// Starts real worker processes from a command line.
 #[derive(Clone)]
 pub struct ProcessSpawner {
@@ -153,6 +157,11 @@ pub struct ProcessSpawner {
     /// Written before each stderr line passed through (`[name] ` in a
     /// gateway, where many servers share its stderr).
     pub stderr_prefix: String,
+    /// Gives each generation a temporary directory of its own as `TMPDIR`
+    /// (mode 0700), removed once it has ended.
+    pub private_tmp: bool,
+    /// Checked before each spawn; its error is the spawn's failure.
+    pub preflight: Option<Preflight>,
 }
 
 impl std::fmt::Debug for ProcessSpawner {
@@ -173,6 +182,8 @@ impl ProcessSpawner {
             env_overrides: Vec::new(),
             observer: None,
             stderr_prefix: String::new(),
+            private_tmp: false,
+            preflight: None,
         }
     }
 }
@@ -197,6 +208,23 @@ impl Spawner for ProcessSpawner {
             OsString::from("MCPVISOR_GENERATION"),
             OsString::from(generation.to_string()),
         ));
+        let tmp = if self.private_tmp {
+            let dir = tempfile::Builder::new()
+                .prefix("mcpvisor-tmp-")
+                .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .tempdir()
+                .map_err(|e| {
+                    SpawnFailure(format!("cannot make its private temporary directory: {e}"))
+                })?;
+            spec.env
+                .push((OsString::from("TMPDIR"), dir.path().as_os_str().to_owned()));
+            Some(dir)
+        } else {
+            None
+        };
+        if let Some(check) = &self.preflight {
+            check(&spec).map_err(SpawnFailure)?;
+        }
         let spawned = mcpvisor_process::spawn(&spec, self.timeouts)
             .map_err(|e| SpawnFailure(e.to_string()))?;
         let mut process = spawned.process;
@@ -238,7 +266,12 @@ impl Spawner for ProcessSpawner {
             stdout: Box::pin(spawned.stdout),
             pid: Some(pid),
             stop: Box::new(move || stopper.stop()),
-            exited: Box::pin(async move { process.wait().await.into() }),
+            exited: Box::pin(async move {
+                let exit = process.wait().await.into();
+                // The private temporary directory goes with the process.
+                drop(tmp);
+                exit
+            }),
             stderr_tail,
             unread,
         })

@@ -133,7 +133,9 @@ pub(super) fn parse(
     let sandbox = match fields.get("sandbox") {
         None => None,
         Some(_) if remote => {
-            return Err("a remote server (\"url\") has no \"sandbox\": it runs elsewhere".to_owned());
+            return Err(
+                "a remote server (\"url\") has no \"sandbox\": it runs elsewhere".to_owned(),
+            );
         }
         Some(value) => {
             let home = std::env::var_os("HOME").map(PathBuf::from);

@@ -787,7 +787,10 @@ fn sandbox_in_json_and_toml() -> Result<(), ConfigError> {
         }]))
     );
     assert_eq!(json.get("plain")?.sandbox, None);
-    assert!(json.get("fs")?.extra.is_empty(), "sandbox is not an unknown field");
+    assert!(
+        json.get("fs")?.extra.is_empty(),
+        "sandbox is not an unknown field"
+    );
 
     let toml = parse_at(
         "/srv/mcp/config.toml",
