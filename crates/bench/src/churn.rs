@@ -39,8 +39,9 @@
 //!   tool` (a name that no configured server owns) except when it was sent
 //!   after `extra`'s process ran and answered before the SIGHUP that
 //!   removed it; or with `-32010` (in flight at the removal) or `-32011`
-//!   (queued at the removal) only when such a SIGHUP came between its
-//!   send and its answer, and the error says it was removed;
+//!   (queued at the removal) only when it was answered after such a SIGHUP
+//!   and sent before `extra`'s process was seen ended (the gateway applies
+//!   the removal in between), and the error says it was removed;
 //! - no server that stays configured is restarted except by a kill (a
 //!   SIGHUP that changes nothing of it leaves its process alone);
 //! - an added `extra` runs, and a removed one ends, within
@@ -340,8 +341,10 @@ struct Log {
     /// Each time `extra` was configured: from when its process was seen
     /// running to the SIGHUP that removed it (`None`: to the end).
     extra_present: Mutex<Vec<(Instant, Option<Instant>)>>,
-    /// The moments just before the SIGHUPs that removed `extra`.
-    removals: Mutex<Vec<Instant>>,
+    /// Each removal of `extra`: the moment just before its SIGHUP, and when
+    /// its process was seen ended (`None`: never). The gateway applies it
+    /// in between, when it gets to the signal.
+    removals: Mutex<Vec<(Instant, Option<Instant>)>>,
     errors: Mutex<Vec<ErrorAnswer>>,
     failures: Mutex<Vec<String>>,
 }
@@ -613,7 +616,12 @@ impl Rig<'_> {
                         figures.extra_not_started += 1;
                     }
                     let reason = e.error["data"]["reason"].as_str().unwrap_or_default();
-                    reason.contains("removed from the configuration") && removals.iter().any(within)
+                    // Answered after the SIGHUP, sent before the removal
+                    // was done with.
+                    let across = removals
+                        .iter()
+                        .any(|(hup, gone)| *hup <= e.answered && e.sent <= gone.unwrap_or(end));
+                    reason.contains("removed from the configuration") && across
                 }
                 _ => false,
             };
@@ -759,7 +767,7 @@ impl Rig<'_> {
             }
             sighups += 1;
             if !with_extra {
-                self.log.removals.lock().expect("log").push(at);
+                self.log.removals.lock().expect("log").push((at, None));
                 if let Some(last) = self.log.extra_present.lock().expect("log").last_mut() {
                     last.1.get_or_insert(at);
                 }
@@ -768,13 +776,15 @@ impl Rig<'_> {
             let deadline = at + EDIT_TIMEOUT;
             loop {
                 if self.extra_runs() == with_extra {
+                    let seen = Instant::now();
                     if with_extra {
-                        let seen = Instant::now();
                         self.log
                             .extra_present
                             .lock()
                             .expect("log")
                             .push((seen, None));
+                    } else if let Some(last) = self.log.removals.lock().expect("log").last_mut() {
+                        last.1 = Some(seen);
                     }
                     break;
                 }
