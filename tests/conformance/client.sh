@@ -5,7 +5,7 @@
 set -euo pipefail
 url="${*: -1}"
 case "${MCP_CONFORMANCE_SCENARIO:-}" in
-    initialize) exec "$MCPVISOR_BIN" inspect --timeout 20s --url "$url" ;;
+    initialize | request-metadata) exec "$MCPVISOR_BIN" inspect --timeout 20s --url "$url" ;;
     tools_call) exec "$MCPVISOR_BIN" call --timeout 20s --url "$url" add_numbers '{"a":2,"b":3}' ;;
     *) echo "client.sh: no client for scenario ${MCP_CONFORMANCE_SCENARIO:-?}" >&2; exit 2 ;;
 esac

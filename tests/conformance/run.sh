@@ -21,8 +21,9 @@
 # needs Node 22 or later). Uses $MCPVISOR_BIN if set, else target/debug/mcpvisor.
 # Extra `mcpvisor` flags: $CONFORMANCE_MCPVISOR_FLAGS (e.g. -vv). With
 # $CONFORMANCE_RESULTS set, the suite's checks.json files are kept there.
-# Then the suite's client scenarios `initialize` and `tools_call` with
-# `mcpvisor inspect|call --url` as the client (client.sh).
+# Then the suite's client scenarios `initialize`, `tools_call` and
+# `request-metadata` with `mcpvisor inspect|call --url` as the client
+# (client.sh).
 # The last line is `conformance: N passed, M failed`: the comparisons (each
 # revision through each front) and client scenarios that held and did not, a
 # fixture that fails directly counting as one that did not.
@@ -168,12 +169,12 @@ for rev in "${REVISIONS[@]}"; do
     done
 done
 # The client scenarios that are not about authorization, with `mcpvisor
-# inspect|call --url` as the client (client.sh). Not yet run: 2026-07-28's
-# request-metadata (a rejected version is not retried with a supported one;
-# the runner falls back to the handshake instead) and the scenarios of
-# features the runner lacks (input requests, Mcp-Param headers).
+# inspect|call --url` as the client (client.sh). Not yet run: the scenarios
+# of features the runner lacks (input requests, Mcp-Param headers).
+# 2026-07-28 has no initialize: the revision removed it.
 client_passed=0
-for pair in 2025-11-25:initialize 2025-11-25:tools_call 2026-07-28:tools_call; do
+for pair in 2025-11-25:initialize 2025-11-25:tools_call 2026-07-28:tools_call \
+    2026-07-28:request-metadata; do
     rev="${pair%%:*}"
     scenario="${pair#*:}"
     [[ " ${REVISIONS[*]} " == *" $rev "* ]] || continue

@@ -435,7 +435,7 @@ impl Generation {
                 generation = self.shared.generation,
                 "the remote server speaks 2026-07-28"
             );
-            self.shared.http.set_modern();
+            self.shared.http.set_modern(era.version());
             self.era = Some(era);
             let _ = self.shared.out.send(answer).await;
             return Ok(());

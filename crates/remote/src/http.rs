@@ -198,11 +198,10 @@ impl Http {
         self.post_to(&self.url, body).await
     }
 
-    /// POSTs one message to `url` (the old transport's message endpoint).
-    /// From now on, POSTs are of the 2026-07-28 era.
-    pub(crate) fn set_modern(&self) {
+    /// From now on, POSTs are of the 2026-07-28 era, in `version`.
+    pub(crate) fn set_modern(&self, version: &str) {
         self.modern.store(true, Ordering::Relaxed);
-        self.set_protocol(crate::modern::VERSION);
+        self.set_protocol(version);
     }
 
     /// Whether POSTs are of the 2026-07-28 era.
@@ -227,6 +226,7 @@ impl Http {
         .await
     }
 
+    /// POSTs one message to `url` (the old transport's message endpoint).
     pub(crate) async fn post_to(&self, url: &Url, body: Bytes) -> Result<Response, reqwest::Error> {
         let modern = self
             .modern

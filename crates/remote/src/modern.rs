@@ -10,9 +10,11 @@
 //! `_meta` and the headers (`Mcp-Name` too for a named operation), `ping` is
 //! asked as `server/discover` (that era has no `ping`), and the session's
 //! notifications stay here: the era defines none over HTTP, and closing a
-//! request's stream is its cancellation. Any other answer, an HTTP error or
-//! no answer within [`PROBE_BOUND`] leaves the server to the handshake era,
-//! as before. So does a client that declares sampling or elicitation: the
+//! request's stream is its cancellation. A server that refuses the version
+//! asked with `-32022` and lists the versions it supports in `error.data`
+//! is asked once more, in a version of that era both sides speak. Any other
+//! answer, an HTTP error or no answer within [`PROBE_BOUND`] leaves the
+//! server to the handshake era, as before. So does a client that declares sampling or elicitation: the
 //! requests it takes exist only in the handshake era, and nothing turns the
 //! 2026-07-28 input requests back into them yet.
 
@@ -27,9 +29,15 @@ use crate::http::Http;
 
 /// The revision spoken to a server that offers it.
 pub(crate) const VERSION: &str = "2026-07-28";
-/// How long discovery may take before the server is taken to be of the
-/// handshake era.
+/// The sessionless revisions spoken, newest first: what a server that
+/// refused [`VERSION`] is offered instead.
+const SPOKEN: [&str; 1] = [VERSION];
+/// How long discovery may take, a retry after `-32022` included, before
+/// the server is taken to be of the handshake era.
 pub(crate) const PROBE_BOUND: Duration = Duration::from_secs(10);
+/// The error of a server that does not speak the version a request asked
+/// for; its `data.supported` lists the versions it does.
+const UNSUPPORTED_VERSION: i64 = -32022;
 /// The id of the discovery request (the session's ids are numbers).
 const PROBE_ID: &str = "\"mcpvisor-discover\"";
 /// The most bytes of a discovery answer read.
@@ -43,18 +51,19 @@ const NAME: HeaderName = HeaderName::from_static("mcp-name");
 #[derive(Debug, Clone)]
 pub(crate) struct Era {
     meta: Value,
+    version: &'static str,
 }
 
-/// The `_meta` of a 2026-07-28 request for a client whose `initialize` had
-/// these params.
-fn meta_of(init_params: Option<&Value>) -> Value {
+/// The `_meta` of a request in `version` for a client whose `initialize`
+/// had these params.
+fn meta_of(init_params: Option<&Value>, version: &str) -> Value {
     let capabilities = init_params
         .and_then(|p| p.get("capabilities"))
         .filter(|c| c.is_object())
         .cloned()
         .unwrap_or_else(|| json!({}));
     let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/protocolVersion": version,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
     });
     if let Some(info) = init_params.and_then(|p| p.get("clientInfo")) {
@@ -79,50 +88,33 @@ pub(crate) async fn discover(http: &Http, init: &[u8], init_id: &str) -> Option<
     {
         return None;
     }
-    let meta = meta_of(init.get("params"));
-    let line = Bytes::from(format!(
-        "{{\"jsonrpc\":\"2.0\",\"id\":{PROBE_ID},\"method\":\"server/discover\",\"params\":{{\"_meta\":{meta}}}}}"
-    ));
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        HeaderName::from_static("mcp-protocol-version"),
-        HeaderValue::from_static(VERSION),
-    );
-    headers.insert(METHOD, HeaderValue::from_static("server/discover"));
-    let answer = tokio::time::timeout(PROBE_BOUND, async {
-        let mut response = http.post_with(line, headers).await.ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        let sse = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.starts_with("text/event-stream"));
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.ok()? {
-            body.extend_from_slice(&chunk);
-            if body.len() > PROBE_MAX {
-                return None;
+    let params = init.get("params");
+    let (version, result) = tokio::time::timeout(PROBE_BOUND, async {
+        match probe(http, params, VERSION).await? {
+            Probe::Discovered(result) => Some((VERSION, result)),
+            // Asked once more, in a version both speak; a second refusal
+            // is not argued with.
+            Probe::Unsupported(supported) => {
+                let version = SPOKEN
+                    .into_iter()
+                    .find(|v| supported.iter().any(|s| s == v))?;
+                tracing::debug!(
+                    version,
+                    "the remote server refused the version of discovery; asking in one it supports"
+                );
+                match probe(http, params, version).await? {
+                    Probe::Discovered(result) => Some((version, result)),
+                    Probe::Unsupported(_) => None,
+                }
             }
-            // An event stream may stay open after the answer.
-            if sse && answer_in_stream(&body).is_some() {
-                break;
-            }
-        }
-        if sse {
-            answer_in_stream(&body)
-        } else {
-            serde_json::from_slice::<Value>(&body).ok()
         }
     })
     .await
     .ok()??;
-    let result = answer.get("result")?;
     let modern = result
         .get("supportedVersions")
         .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|v| v == VERSION));
+        .is_some_and(|v| v.iter().any(|v| v == version));
     if !modern {
         return None;
     }
@@ -133,7 +125,7 @@ pub(crate) async fn discover(http: &Http, init: &[u8], init_id: &str) -> Option<
         .cloned()
         .unwrap_or_else(|| json!({"name": "unknown", "version": "unknown"}));
     let mut init_result = json!({
-        "protocolVersion": VERSION,
+        "protocolVersion": version,
         "capabilities": result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
         "serverInfo": server_info,
     });
@@ -141,7 +133,82 @@ pub(crate) async fn discover(http: &Http, init: &[u8], init_id: &str) -> Option<
         init_result["instructions"] = instructions.clone();
     }
     let answer = build::result(init_id, &init_result.to_string());
-    Some((Era { meta }, answer))
+    let meta = meta_of(params, version);
+    Some((Era { meta, version }, answer))
+}
+
+/// What one `server/discover` said.
+#[derive(Debug)]
+enum Probe {
+    /// Its result.
+    Discovered(Value),
+    /// `-32022`: the version asked is not spoken there; these are (the
+    /// strings of `error.data.supported`).
+    Unsupported(Vec<String>),
+}
+
+/// One `server/discover` in `version`. `None` for an answer that is
+/// neither a result nor `-32022` (another error, an HTTP error without
+/// one, a body that is not JSON-RPC, a broken connection).
+async fn probe(http: &Http, init_params: Option<&Value>, version: &str) -> Option<Probe> {
+    let meta = meta_of(init_params, version);
+    let line = Bytes::from(format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{PROBE_ID},\"method\":\"server/discover\",\"params\":{{\"_meta\":{meta}}}}}"
+    ));
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        HeaderName::from_static("mcp-protocol-version"),
+        HeaderValue::from_str(version).ok()?,
+    );
+    headers.insert(METHOD, HeaderValue::from_static("server/discover"));
+    let mut response = http.post_with(line, headers).await.ok()?;
+    let content_type = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let sse = content_type.starts_with("text/event-stream");
+    // A refusal comes with an HTTP error status (400 for -32022), its
+    // JSON-RPC error in the body.
+    if !response.status().is_success() && !content_type.starts_with("application/json") {
+        return None;
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        body.extend_from_slice(&chunk);
+        if body.len() > PROBE_MAX {
+            return None;
+        }
+        // An event stream may stay open after the answer.
+        if sse && answer_in_stream(&body).is_some() {
+            break;
+        }
+    }
+    let answer = if sse {
+        answer_in_stream(&body)
+    } else {
+        serde_json::from_slice::<Value>(&body).ok()
+    }?;
+    if let Some(result) = answer.get("result") {
+        return Some(Probe::Discovered(result.clone()));
+    }
+    let error = answer.get("error")?;
+    if error.get("code").and_then(Value::as_i64) != Some(UNSUPPORTED_VERSION) {
+        return None;
+    }
+    let supported = error
+        .get("data")
+        .and_then(|d| d.get("supported"))
+        .and_then(Value::as_array)
+        .map(|versions| {
+            versions
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Probe::Unsupported(supported))
 }
 
 /// The JSON-RPC answer to the discovery request among an event stream's
@@ -159,6 +226,11 @@ fn answer_in_stream(body: &[u8]) -> Option<Value> {
 }
 
 impl Era {
+    /// The protocol version spoken to the server.
+    pub(crate) fn version(&self) -> &'static str {
+        self.version
+    }
+
     /// A request of the session as this era has it: `_meta` added to its
     /// params (beside a progress token it may have), `ping` asked as
     /// `server/discover`. `None` for a line that is not a request object.
@@ -242,9 +314,13 @@ mod tests {
     #[test]
     fn requests_get_the_meta_and_ping_is_a_discovery() {
         let era = Era {
-            meta: meta_of(Some(
-                &json!({"capabilities": {"roots": {}}, "clientInfo": {"name": "c", "version": "1"}}),
-            )),
+            meta: meta_of(
+                Some(
+                    &json!({"capabilities": {"roots": {}}, "clientInfo": {"name": "c", "version": "1"}}),
+                ),
+                VERSION,
+            ),
+            version: VERSION,
         };
         let line = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":3}}}"#;
         let out: Value =

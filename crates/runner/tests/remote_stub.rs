@@ -150,3 +150,202 @@ async fn a_stateless_json_server_with_headers_from_the_env_file() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stateless server of the 2026-07-28 era that refuses the first
+/// `refuse` discoveries with `-32022`, listing `supported` as its versions;
+/// when `modern` is false it is of the handshake era past them (it does
+/// not know `server/discover`).
+#[derive(Clone)]
+struct Picky {
+    seen: Seen,
+    refuse: usize,
+    supported: &'static [&'static str],
+    modern: bool,
+}
+
+impl Picky {
+    async fn answer(self, method: Method, headers: HeaderMap, body: String) -> Response {
+        let headers: BTreeMap<String, String> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+            .collect();
+        let msg: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let refusals = {
+            let mut seen = self.seen.lock().expect("seen");
+            seen.push((method.clone(), headers.clone(), msg.clone()));
+            seen.iter()
+                .filter(|(_, _, m)| m["method"] == "server/discover")
+                .count()
+        };
+        if method != Method::POST {
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
+        let Some(id) = msg.get("id").cloned() else {
+            return StatusCode::ACCEPTED.into_response();
+        };
+        let json = |status: StatusCode, body: Value| {
+            (
+                status,
+                [("content-type", "application/json")],
+                body.to_string(),
+            )
+                .into_response()
+        };
+        let result = match msg["method"].as_str() {
+            Some("server/discover") if refusals <= self.refuse => {
+                let requested = headers.get("mcp-protocol-version").cloned();
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    json!({"jsonrpc": "2.0", "id": id, "error": {
+                        "code": -32022,
+                        "message": "Unsupported protocol version",
+                        "data": {"supported": self.supported, "requested": requested},
+                    }}),
+                );
+            }
+            Some("server/discover") if self.modern => json!({
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "picky", "version": "1"},
+                "resultType": "complete",
+            }),
+            Some("initialize") if !self.modern => json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "picky-old", "version": "1"},
+            }),
+            Some("tools/list") => json!({"tools": [], "resultType": "complete"}),
+            _ => {
+                return json(
+                    StatusCode::NOT_FOUND,
+                    json!({"jsonrpc": "2.0", "id": id, "error": {
+                        "code": -32601, "message": "Method not found"}}),
+                );
+            }
+        };
+        json(
+            StatusCode::OK,
+            json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        )
+    }
+}
+
+/// Connects to `picky`, reads its tool list, and returns what it said in
+/// `initialize` (or discovery) and every request it saw.
+async fn against(
+    picky: Picky,
+) -> (
+    String,
+    Value,
+    Vec<(Method, BTreeMap<String, String>, Value)>,
+) {
+    let seen = Arc::clone(&picky.seen);
+    let app = Router::new().route(
+        "/mcp",
+        any(move |method, headers, body| picky.clone().answer(method, headers, body)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let spec = ServerSpec {
+        def: ServerDef::remote("picky", format!("http://{addr}/mcp")),
+        env_overrides: Vec::new(),
+    };
+    let cfg = Config::default();
+    let conn = Connection::start(spawner(&spec, &cfg, Passthrough::Discard), cfg, None);
+    let init = conn.initialize(WAIT, WAIT).await.expect("initialize");
+    conn.request("tools/list", json!({}), WAIT)
+        .await
+        .expect("tools/list");
+    conn.close().await;
+    let seen = seen.lock().expect("seen").clone();
+    (init.protocol_version, init.server_info, seen)
+}
+
+fn methods(seen: &[(Method, BTreeMap<String, String>, Value)]) -> Vec<&str> {
+    seen.iter()
+        .filter_map(|(_, _, body)| body["method"].as_str())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_refused_version_is_asked_again_in_one_both_speak() {
+    let picky = Picky {
+        seen: Seen::default(),
+        refuse: 1,
+        supported: &["2026-07-28"],
+        modern: true,
+    };
+    let (version, info, seen) = against(picky).await;
+    assert_eq!(version, "2026-07-28");
+    assert_eq!(info["name"], "picky");
+    let names = methods(&seen);
+    // Discovery twice (refused, then answered), no handshake, and the
+    // session's own requests in the era.
+    assert_eq!(
+        names[..2],
+        ["server/discover", "server/discover"],
+        "{names:?}"
+    );
+    assert!(!names.contains(&"initialize"), "{names:?}");
+    assert!(names[2..].iter().all(|n| *n == "tools/list"), "{names:?}");
+    assert!(names.len() > 2, "{names:?}");
+    for (_, headers, body) in &seen {
+        assert_eq!(
+            headers.get("mcp-protocol-version").map(String::as_str),
+            Some("2026-07-28"),
+            "{body}"
+        );
+        assert_eq!(
+            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28",
+            "{body}"
+        );
+        assert!(
+            body["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"].is_object(),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_version_refused_twice_leaves_the_server_to_the_handshake() {
+    // Refused again after the retry: not asked a third time.
+    let picky = Picky {
+        seen: Seen::default(),
+        refuse: 2,
+        supported: &["2026-07-28"],
+        modern: false,
+    };
+    let (version, info, seen) = against(picky).await;
+    assert_eq!(version, "2025-11-25");
+    assert_eq!(info["name"], "picky-old");
+    let names = methods(&seen);
+    assert_eq!(
+        names[..3],
+        ["server/discover", "server/discover", "initialize"],
+        "{names:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_listing_no_version_of_the_era_is_not_asked_again() {
+    // The server names only handshake-era versions: nothing to retry with,
+    // so the handshake goes at once.
+    let picky = Picky {
+        seen: Seen::default(),
+        refuse: 1,
+        supported: &["2025-11-25", "2025-06-18"],
+        modern: false,
+    };
+    let (version, _, seen) = against(picky).await;
+    assert_eq!(version, "2025-11-25");
+    let names = methods(&seen);
+    assert_eq!(names[..2], ["server/discover", "initialize"], "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| **n == "server/discover").count(),
+        1,
+        "{names:?}"
+    );
+}
