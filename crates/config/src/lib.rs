@@ -18,6 +18,10 @@
 //! * [`secrets`] reads a server's `env_file` again at every spawn, so a
 //!   token added while mcpvisor runs reaches the next restart. Values are
 //!   [`Secret`]s, which print as `***`; no error quotes a value.
+//! * [`redact`] knows every secret value read so far and replaces it by
+//!   `[redacted:NAME]` in what mcpvisor writes for people. Its one
+//!   process-wide [`Redactor`] is the exception to "nothing holds a lock":
+//!   a short one, to swap the compiled matcher.
 //! * [`auth`] watches a worker's stderr for an OAuth prompt (mcp-remote's
 //!   and generic ones) so that a handshake blocked on a person in a browser
 //!   can be shown for what it is and given `auth_timeout` instead of
@@ -48,6 +52,7 @@ pub mod clients;
 pub mod duration;
 pub mod edit;
 pub mod program;
+pub mod redact;
 pub mod report;
 pub mod sandbox;
 pub mod secrets;
@@ -58,6 +63,7 @@ pub mod wrap;
 pub use auth::AuthDetector;
 pub use duration::{DurationError, parse_duration};
 pub use program::{ProgramError, find_program};
+pub use redact::Redactor;
 pub use report::{
     CrashPhase, CrashReport, ErrorData, ExitKind, HttpEnd, HttpStage, StderrTail, StrayStdout,
 };

@@ -3,6 +3,8 @@
 //! The stderr reader pushes every line into a [`StderrTail`], a small ring
 //! that keeps the last [`TAIL_MAX_LINES`] lines or [`TAIL_MAX_BYTES`] bytes,
 //! whichever is fewer, so a worker that floods stderr costs bounded memory.
+//! Known secrets are taken out of each line as it is kept, so the tail can
+//! be shown wherever a crash is.
 //! When the worker dies, the session answers the requests it held with an
 //! [`ErrorData`] in `error.data`: the [`CrashPhase`] it died in, its
 //! [`ExitKind`], its uptime, optionally the tail, and a count of the stdout
@@ -123,11 +125,14 @@ impl StderrTail {
     }
 
     /// Adds one line. A trailing `\n` or `\r\n` and ANSI escape codes are
-    /// removed; a line longer than [`TAIL_MAX_BYTES`] is cut.
+    /// removed, every known secret is replaced by `[redacted:NAME]`
+    /// ([`crate::redact`]), and a line longer than [`TAIL_MAX_BYTES`] is
+    /// cut.
     pub fn push_line(&mut self, line: &str) {
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let line = strip_ansi(line);
+        let line = crate::redact::global().redact(line);
+        let line = strip_ansi(&line);
         let line = truncate(&line, TAIL_MAX_BYTES);
         self.bytes += line.len();
         self.lines.push_back(line);

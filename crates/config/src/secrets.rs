@@ -73,6 +73,9 @@ pub enum SecretsError {
 /// The variables that `def.env_file` contributes, read from disk now:
 /// the keys in `def.env_keys` in that order, or every key of the file (in
 /// file order) when `env_keys` is empty. Without an `env_file`, nothing.
+/// Every value of the file is a secret from now on: the
+/// [`crate::redact::global`] redactor learns them (replacing what it held
+/// for that file).
 pub fn resolve_env(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsError> {
     let Some(path) = &def.env_file else {
         return Ok(Vec::new());
@@ -82,6 +85,10 @@ pub fn resolve_env(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsErro
         error,
     })?;
     let vars = parse_dotenv(&text, path)?;
+    crate::redact::global().learn(
+        &format!("env_file:{}", path.display()),
+        vars.iter().map(|(name, value)| (name, value.expose())),
+    );
     if def.env_keys.is_empty() {
         return Ok(vars);
     }
@@ -108,7 +115,8 @@ pub fn resolve_env(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsErro
 /// [`resolve_env`] reads it), then the entry's `env`, then mcpvisor's own
 /// environment. A `$` not followed by `{` is kept as it is. A variable set
 /// nowhere is an error that names the header and the variable, never a
-/// value.
+/// value. The redactor learns each variable used, and each whole value
+/// that was filled in or whose header's name says it is secret.
 pub fn expand_headers(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsError> {
     let needs_vars = def.headers.values().any(|v| v.contains("${"));
     let file = if needs_vars {
@@ -116,6 +124,7 @@ pub fn expand_headers(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsE
     } else {
         Vec::new()
     };
+    let mut used: Vec<(String, String)> = Vec::new();
     let lookup = |var: &str| -> Option<String> {
         if let Some((_, value)) = file.iter().find(|(name, _)| name == var) {
             return Some(value.expose().to_owned());
@@ -125,21 +134,67 @@ pub fn expand_headers(def: &ServerDef) -> Result<Vec<(String, Secret)>, SecretsE
         }
         std::env::var(var).ok()
     };
-    def.headers
+    let mut filled = Vec::with_capacity(def.headers.len());
+    for (name, template) in &def.headers {
+        let value =
+            expand(template, &lookup, &mut used).map_err(|problem| SecretsError::Header {
+                header: name.clone(),
+                problem,
+            })?;
+        filled.push((name.clone(), Secret::new(value)));
+    }
+    // The variables used, and each whole value that came from one or is
+    // secret by its header's name, are secrets from now on.
+    let whole = def
+        .headers
         .iter()
-        .map(|(name, template)| {
-            expand(template, &lookup)
-                .map(|value| (name.clone(), Secret::new(value)))
-                .map_err(|problem| SecretsError::Header {
-                    header: name.clone(),
-                    problem,
-                })
+        .zip(&filled)
+        .filter(|((name, template), _)| {
+            template.contains("${") || crate::redact::is_secret_name(name)
         })
-        .collect()
+        .map(|((name, _), (_, value))| (name.clone(), value.expose().to_owned()));
+    let learned: Vec<(String, String)> = used.into_iter().chain(whole).collect();
+    crate::redact::global().learn(&headers_source(def), learned);
+    Ok(filled)
+}
+
+/// Teaches the [`crate::redact::global`] redactor the values of `def`'s
+/// `env` whose names say they are secret ([`crate::redact::is_secret_name`]),
+/// and the values of `overrides` (`--env KEY=VALUE`) likewise.
+pub fn learn_entry(def: &ServerDef, overrides: &[(String, String)]) {
+    let entry = def
+        .env
+        .iter()
+        .chain(overrides.iter().map(|(name, value)| (name, value)))
+        .filter(|(name, _)| crate::redact::is_secret_name(name));
+    crate::redact::global().learn(&entry_source(def), entry);
+}
+
+/// The redactor's source for `def`'s own `env`.
+fn entry_source(def: &ServerDef) -> String {
+    let file = def.source.as_deref().map(Path::display);
+    match file {
+        Some(file) => format!("env:{file}:{}", def.name),
+        None => format!("env::{}", def.name),
+    }
+}
+
+/// The redactor's source for `def`'s filled headers.
+fn headers_source(def: &ServerDef) -> String {
+    let file = def.source.as_deref().map(Path::display);
+    match file {
+        Some(file) => format!("headers:{file}:{}", def.name),
+        None => format!("headers::{}", def.name),
+    }
 }
 
 /// Fills `${VAR}` and `${env:VAR}` in `template`.
-fn expand(template: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// Each variable filled in is added to `used` with its value.
+fn expand(
+    template: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    used: &mut Vec<(String, String)>,
+) -> Result<String, String> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(at) = rest.find("${") {
@@ -162,6 +217,7 @@ fn expand(template: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Str
             return Err(format!("${{{name}}} holds a line break or NUL"));
         }
         out.push_str(&value);
+        used.push((name.to_owned(), value));
         rest = &after[end + 1..];
     }
     out.push_str(rest);

@@ -86,6 +86,56 @@ impl ErrorData {
         }
     }
 
+    /// The last line of stderr it carries that says something, cut to
+    /// [`ErrorData::LAST_LINE_CHARS`] characters, for a one-line message.
+    pub fn last_stderr_line(&self) -> Option<String> {
+        let line = self
+            .stderr
+            .as_deref()?
+            .iter()
+            .rev()
+            .map(|line| line.trim())
+            .find(|line| !line.is_empty())?;
+        Some(match line.char_indices().nth(Self::LAST_LINE_CHARS) {
+            Some((at, _)) => format!("{}…", &line[..at]),
+            None => line.to_owned(),
+        })
+    }
+
+    /// `; its last stderr line: ...` when `data` (an `error.data`) carries
+    /// stderr, else nothing: for the message of an error, which a person
+    /// reads first.
+    pub fn last_words(data: &serde_json::Value) -> String {
+        Self::deserialize(data)
+            .ok()
+            .and_then(|data| data.last_stderr_line())
+            .map(|line| format!("; its last stderr line: {line}"))
+            .unwrap_or_default()
+    }
+
+    /// Most characters of [`ErrorData::last_stderr_line`].
+    pub const LAST_LINE_CHARS: usize = 300;
+
+    /// Every text it holds with the known secrets replaced
+    /// ([`crate::redact`]): for what was put together before a secret was
+    /// known, or from text that never passed through a stderr tail.
+    pub fn redacted(mut self) -> Self {
+        let redactor = crate::redact::global();
+        let stderr = self.stderr.iter_mut().flatten();
+        let heads = self.stray_stdout.heads.iter_mut();
+        let detail = match &mut self.exit {
+            Some(ExitKind::Http(end)) => Some(&mut end.detail),
+            _ => None,
+        };
+        redactor.redact_all(
+            std::iter::once(&mut self.reason)
+                .chain(stderr)
+                .chain(heads)
+                .chain(detail),
+        );
+        self
+    }
+
     /// How long the server ran, if known.
     pub fn uptime(&self) -> Option<Duration> {
         self.uptime_ms.map(Duration::from_millis)
@@ -128,6 +178,7 @@ impl StrayStdout {
             // Room for escape codes; `truncate` marks a cut head with `…`.
             let cut = &line[..line.len().min(2 * Self::HEAD_BYTES)];
             let text = String::from_utf8_lossy(cut);
+            let text = crate::redact::global().redact(&text);
             let text = strip_ansi(text.trim_end_matches(['\r', '\n']));
             self.heads.push(truncate(&text, Self::HEAD_BYTES));
         }
