@@ -273,12 +273,14 @@ async function shot(page, name) {
 // ---- the config ------------------------------------------------------------
 
 const INITIAL_SECRET = `first-${randomBytes(6).toString('hex')}`;
+// What the crash-looping server prints on stderr at every start.
+const CRASHY_SECRET = `leaked-${randomBytes(8).toString('hex')}`;
 
 function servers(dir) {
   fs.writeFileSync(path.join(dir, 'vault.env'), `# the vault's token\nOTHER=kept\nVAULT_TOKEN=${INITIAL_SECRET}\n`, { mode: 0o600 });
   return {
     echo: { command: FAKE, args: ['--initialize-delay', '2500'] },
-    crashy: { command: FAKE, args: ['--exit-on-initialize', '3'], crash_loop_exits: 3 },
+    crashy: { command: FAKE, args: ['--exit-on-initialize', '3', '--leak-env', 'CRASHY_TOKEN'], crash_loop_exits: 3, env: { CRASHY_TOKEN: CRASHY_SECRET } },
     remote: { command: PYTHON, args: [MINI, '--auth-url', AUTH_URL, '--wait-file', path.join(dir, 'authorized')] },
     vault: { command: PYTHON, args: [MINI, '--env-digest', 'VAULT_TOKEN'], env_file: 'vault.env', env_keys: ['VAULT_TOKEN'] },
     perclient: { command: FAKE, sessions: 'per-client' },
@@ -344,6 +346,10 @@ scenario('a crash shows with its reason', 60000, async ({ browser, gw }) => {
   const detail = await page.locator('tr[data-server="crashy"] .col-detail').innerText();
   assert(detail.trim().length > 0, 'a failed server says why in its row');
   assert((await page.locator('tr[data-server="crashy"] .col-state').innerText()).includes('Failed'), 'Failed as text');
+  // Its last stderr lines are in the row, the secret it printed redacted.
+  const rowStderr = await page.locator('tr[data-server="crashy"] .col-detail pre.row-stderr').innerText();
+  assert(rowStderr.includes('CRASHY_TOKEN=[redacted:CRASHY_TOKEN]'), `the row shows the last stderr lines, redacted: ${rowStderr}`);
+  assert(!(await page.content()).includes(CRASHY_SECRET), 'the servers page never shows the secret the server printed');
   await page.locator('tr[data-server="crashy"] th a').click();
   await page.waitForSelector('[data-crash]');
   const crash = await page.$$eval('[data-crash] dt', (dts) => Object.fromEntries(dts.map((dt) => [dt.textContent, dt.nextElementSibling.textContent])));
@@ -351,10 +357,13 @@ scenario('a crash shows with its reason', 60000, async ({ browser, gw }) => {
   assert(crash.Exit === 'code 3', `the crash report has the exit status: ${JSON.stringify(crash)}`);
   const events = await page.$$eval('.events .event', (lis) => lis.map((li) => li.dataset.kind));
   assert(events.includes('exited') || events.includes('failed'), `its events show the exits: ${events.join(',')}`);
-  // The stderr tail only on request, with its warning.
-  assert(await page.locator('.stderr').isHidden(), 'stderr is hidden until asked for');
-  await page.getByRole('button', { name: 'Show stderr (may contain secrets)' }).click();
+  // The whole stderr tail on request, redacted too.
+  assert(await page.locator('.stderr').isHidden(), 'the whole stderr is hidden until asked for');
+  await page.getByRole('button', { name: 'Show stderr' }).click();
   await page.waitForSelector('.stderr .warning');
+  const tail = await page.locator('.stderr pre.log').innerText();
+  assert(tail.includes('[redacted:CRASHY_TOKEN]'), `the stderr tail has the secret redacted: ${tail}`);
+  assert(!(await page.content()).includes(CRASHY_SECRET), 'the server\'s page never shows the secret the server printed');
   // Restarted, it crashes again: the first crash moves to the list of
   // earlier ones, each with its own stderr on request.
   await page.getByRole('button', { name: 'Restart', exact: true }).click();
@@ -362,7 +371,7 @@ scenario('a crash shows with its reason', 60000, async ({ browser, gw }) => {
   await page.waitForSelector('.stderr', { state: 'hidden' });
   const earlier = await page.$$eval('[data-earlier-crash]', (lis) => lis.map((li) => li.dataset.earlierCrash));
   assert(earlier.length === 1, `the first crash is listed as an earlier one: ${earlier.join(',')}`);
-  await page.locator('[data-earlier-crash]').first().getByRole('button', { name: 'Show its stderr (may contain secrets)' }).click();
+  await page.locator('[data-earlier-crash]').first().getByRole('button', { name: 'Show its stderr' }).click();
   await page.waitForSelector('[data-earlier-crash] .earlier-stderr .warning');
   await shot(page, 'crashy');
   assert(problems.length === 0, problems.join('\n'));
@@ -474,7 +483,7 @@ scenario('a secret set on the page is used at the next start and never shown', 9
   // answer, nor in the event stream, nor in mcpvisor's own stderr.
   const leaks = [];
   const check = (where, s) => {
-    for (const v of [secret, INITIAL_SECRET]) if (s.includes(v)) leaks.push(where);
+    for (const v of [secret, INITIAL_SECRET, CRASHY_SECRET]) if (s.includes(v)) leaks.push(where);
   };
   check('the page', await page.content());
   const stream = await gw.eventStream(1500);

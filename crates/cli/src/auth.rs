@@ -149,7 +149,7 @@ pub fn main(args: AuthArgs) -> ExitCode {
         )
         .with_target(false)
         .with_ansi(false)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::run::Redacting(std::io::stderr))
         .try_init();
     let store = match Store::default_location() {
         Ok(store) => store,

@@ -109,7 +109,7 @@ fn show_progress(note: &mcpvisor_runner::Notification) {
         .and_then(Value::as_str)
         .map(|m| format!(" {m}"))
         .unwrap_or_default();
-    eprintln!("progress {}{total}{message}", p["progress"]);
+    output::warn(&format!("progress {}{total}{message}", p["progress"]));
 }
 
 /// The result content, unpacked: JSON text pretty-printed, other text as

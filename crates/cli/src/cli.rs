@@ -171,8 +171,11 @@ pub struct Supervision {
     /// How long a reload waits for requests in flight on the old server; leftovers then fail with -32010.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub reload_drain_timeout: Duration,
-    /// Include the server's last stderr lines, and the start of any stdout lines that were not JSON-RPC, in error.data (both may hold secrets).
-    #[arg(long)]
+    /// Leave the server's last stderr lines, and the start of any stdout lines that were not JSON-RPC, out of error.data and of the -32010/-32011 messages (they are in them by default, with every known secret redacted).
+    #[arg(long, overrides_with = "stderr_in_errors")]
+    pub no_stderr_in_errors: bool,
+    /// The default: the server's last stderr lines in errors (kept for older command lines).
+    #[arg(long, hide = true, overrides_with = "no_stderr_in_errors")]
     pub stderr_in_errors: bool,
 }
 
@@ -363,8 +366,8 @@ impl Supervision {
             crash_loop_exits: self.crash_loop_exits,
             failed_cooldown: self.failed_cooldown,
             reload_drain_timeout: self.reload_drain_timeout,
-            stderr_in_errors: self.stderr_in_errors,
-            stdout_in_errors: self.stderr_in_errors,
+            stderr_in_errors: !self.no_stderr_in_errors,
+            stdout_in_errors: !self.no_stderr_in_errors,
             tools: mcpvisor_config::ToolFilter::default(),
         })
     }

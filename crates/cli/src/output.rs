@@ -23,12 +23,23 @@ pub enum Error {
 }
 
 /// Writes `text` to stdout and flushes it, so a failure is seen here and
-/// not lost at exit.
+/// not lost at exit. Every known secret in it is replaced by
+/// `[redacted:NAME]` (`mcpvisor_config::redact`): what the commands print is
+/// for a person or a script, never a protocol payload forwarded to a
+/// client, so a tool's result printed by `call` is redacted too.
 pub fn print(text: &str) -> Result<(), Error> {
+    let text = mcpvisor_config::redact::global().redact(text);
     let mut out = io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(Error::from)
+}
+
+/// Writes one line to stderr, with every known secret replaced as in
+/// [`print()`]. If stderr cannot be written there is nobody to tell.
+pub fn warn(line: &str) {
+    let line = mcpvisor_config::redact::global().redact(line);
+    let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
 /// Prints clap's help, version or usage error and gives the exit status:

@@ -162,7 +162,7 @@ where
                 match result {
                     Ok(code) => code,
                     Err(failed) => {
-                        eprintln!("mcpvisor: {}", failed.0);
+                        crate::output::warn(&format!("mcpvisor: {}", failed.0));
                         if json {
                             // The failure is already said; a closed or full
                             // stdout adds nothing to it.
@@ -248,6 +248,6 @@ fn init_logging(verbose: bool) {
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::run::Redacting(std::io::stderr))
         .try_init();
 }

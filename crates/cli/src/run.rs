@@ -201,9 +201,25 @@ pub(crate) fn init_logging(args: &crate::cli::Logging) -> Result<(), String> {
                 .append(true)
                 .open(path)
                 .map_err(|e| format!("--log-file {}: {e}", path.display()))?;
-            builder.with_writer(std::sync::Mutex::new(file)).init();
+            builder
+                .with_writer(Redacting(std::sync::Mutex::new(file)))
+                .init();
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        None => builder.with_writer(Redacting(std::io::stderr)).init(),
     }
     Ok(())
+}
+
+/// The log's writer: each event goes out with every known secret replaced
+/// by `[redacted:NAME]` (`mcpvisor_config::redact`), whatever the level.
+pub(crate) struct Redacting<M>(pub M);
+
+impl<'a, M: tracing_subscriber::fmt::MakeWriter<'a>> tracing_subscriber::fmt::MakeWriter<'a>
+    for Redacting<M>
+{
+    type Writer = mcpvisor_config::redact::Writer<'static, M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        mcpvisor_config::redact::Writer::global(self.0.make_writer())
+    }
 }

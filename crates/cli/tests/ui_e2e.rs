@@ -574,7 +574,7 @@ async fn servers_page_metrics_and_the_event_stream() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(
         body,
-        json!({"lines": [], "warning": "may contain secrets"}),
+        json!({"lines": [], "warning": "known secrets are redacted; a secret mcpvisor was never given may remain"}),
         "it has not crashed"
     );
 
@@ -701,7 +701,8 @@ async fn actions_and_enable_disable_edit_the_config() {
         "{detail}"
     );
 
-    // A crash's stderr is shown only when asked for.
+    // A crash's whole stderr tail is its own endpoint; the row has its last
+    // lines while the server is down.
     let deadline = Instant::now() + WAIT;
     loop {
         let (status, body) = g.get("/api/servers/bad/stderr").await;
@@ -717,7 +718,15 @@ async fn actions_and_enable_disable_edit_the_config() {
     }
     let (_, detail) = g.get("/api/servers/bad").await;
     assert!(detail["last_crash"].is_object(), "{detail}");
-    assert!(!detail.to_string().contains("oops-42"), "{detail}");
+    assert!(
+        !detail["last_crash"].to_string().contains("oops-42"),
+        "{detail}"
+    );
+    let row_stderr = detail["stderr"].as_array().expect("the row's stderr");
+    assert!(
+        row_stderr.is_empty() || row_stderr.iter().any(|l| l == "oops-42"),
+        "{detail}"
+    );
     // Each kept crash's stderr by its generation; a crash not kept has none.
     assert_eq!(detail["crashes"][0], detail["last_crash"], "{detail}");
     let generation = detail["last_crash"]["generation"]
@@ -1310,4 +1319,202 @@ async fn a_codex_toml_config_keeps_its_comments_through_the_ui() {
     assert!(after.contains("# the fake one\n"), "{after}");
     g.wait_row("second", "started", |r| r["state"] == "ready")
         .await;
+}
+
+/// A value of an env file that a server leaks, with characters a JSON
+/// string escapes (`/`, `"`, `\`).
+const FILE_SECRET: &str = r#"sk-live/"quoted"\path-90210"#;
+/// A value of an entry's `env`, secret by its name (`DB_PASSWORD`).
+const ENTRY_SECRET: &str = "pw-entry-secret-31337";
+
+/// Fails if `text` holds either secret, as it is or as a JSON string holds
+/// it.
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in [FILE_SECRET, ENTRY_SECRET] {
+        let escaped = serde_json::to_string(secret).expect("json");
+        let escaped = escaped.trim_matches('"');
+        assert!(
+            !text.contains(secret) && !text.contains(escaped),
+            "{what} shows a secret: {text}"
+        );
+    }
+    assert!(
+        !text.contains("path-90210"),
+        "{what} shows part of a secret: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_a_server_leaks_are_redacted_in_everything_mcpvisor_shows() {
+    let dir = temp_dir("ui-leak");
+    let tools = dir.join("tools.txt");
+    std::fs::write(&tools, "leak\n").expect("tools file");
+    std::fs::write(dir.join("leaky.env"), format!("API_KEY='{FILE_SECRET}'\n")).expect("env");
+    let config = dir.join("mcp.json");
+    let servers = json!({
+        "leaky": {
+            "command": fake_worker().display().to_string(),
+            "args": ["--leak-env", "API_KEY", "--tools-file", tools.display().to_string()],
+            "env_file": "leaky.env",
+        },
+        "looping": {
+            "command": fake_worker().display().to_string(),
+            "args": ["--leak-env", "DB_PASSWORD", "--exit-on-initialize", "3"],
+            "env": {"DB_PASSWORD": ENTRY_SECRET},
+        },
+    });
+    std::fs::write(
+        &config,
+        serde_json::to_string_pretty(&json!({ "mcpServers": servers })).expect("config"),
+    )
+    .expect("write config");
+    let mut g = start_on(
+        dir.clone(),
+        config.clone(),
+        &[
+            "-vv",
+            "--crash-loop-exits",
+            "2",
+            "--restart-backoff-max",
+            "100ms",
+            "--list-timeout",
+            "2s",
+        ],
+    );
+    g.proc.initialize();
+
+    // The tool's own error is the server's answer, passed to the client as
+    // it came: mcpvisor rewrites what it writes itself, never a payload.
+    let leaked = g.proc.call(json!(1), "leaky__leak", json!({}));
+    assert_eq!(leaked["result"]["isError"], true, "{leaked}");
+    assert!(leaked.to_string().contains("path-90210"), "{leaked}");
+
+    // The crash-looping server: its row says why, with its last stderr
+    // lines in the table, redacted.
+    let row = g
+        .wait_row("looping", "failed", |r| r["state"] == "failed")
+        .await;
+    let row_stderr = row["stderr"].to_string();
+    assert!(
+        row_stderr.contains("starting with DB_PASSWORD=[redacted:DB_PASSWORD]"),
+        "{row}"
+    );
+    // A call to it gets -32011 whose message carries the last stderr line.
+    let refused = g.proc.call(json!(2), "looping__echo", json!({}));
+    assert_eq!(refused["error"]["code"], -32011, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("its last stderr line: fake-worker: exiting with 3 on initialize"),
+        "{refused}"
+    );
+    assert!(
+        refused["error"]["data"]["stderr"]
+            .to_string()
+            .contains("[redacted:DB_PASSWORD]"),
+        "{refused}"
+    );
+    assert_no_secret("the -32011", &refused.to_string());
+
+    // The leaky server crashes with a call in flight: -32010, its data and
+    // message redacted.
+    let lost = g.proc.call(json!(3), "leaky__crash", json!({}));
+    assert_eq!(lost["error"]["code"], -32010, "{lost}");
+    assert!(
+        lost["error"]["message"].as_str().unwrap_or_default().contains(
+            "its last stderr line: fake-worker: refusing the call: API_KEY=[redacted:API_KEY] is wrong"
+        ),
+        "{lost}"
+    );
+    assert_no_secret("the -32010", &lost.to_string());
+    g.wait_row("leaky", "came back", |r| {
+        r["state"] == "ready" && r["generation"].as_u64() >= Some(2)
+    })
+    .await;
+
+    // Everything the UI and its API answer, and /metrics.
+    let mut answers = Vec::new();
+    for path in [
+        "/api/servers",
+        "/api/servers/leaky",
+        "/api/servers/leaky/stderr",
+        "/api/servers/looping",
+        "/api/servers/looping/stderr",
+        "/metrics",
+    ] {
+        let resp = g
+            .http
+            .get(g.url(path))
+            .header("authorization", g.bearer())
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        answers.push((path, resp.text().await.expect("text")));
+    }
+    let mut stream = g
+        .http
+        .get(g.url("/api/events"))
+        .header("authorization", g.bearer())
+        .send()
+        .await
+        .expect("events");
+    let mut seen = Vec::new();
+    events_until(&mut stream, &mut seen, "snapshot", |name, _| {
+        name == "snapshot"
+    })
+    .await;
+    answers.push(("/api/events", format!("{seen:?}")));
+    for (path, text) in &answers {
+        assert_no_secret(path, text);
+    }
+    let leaky_stderr = &answers[2].1;
+    assert!(
+        leaky_stderr.contains("refusing the call: API_KEY=[redacted:API_KEY] is wrong"),
+        "{leaky_stderr}"
+    );
+
+    // The log at -vv, with the servers' own stderr passed through.
+    let log = g.proc.stderr_text();
+    assert_no_secret("the log", &log);
+    assert!(
+        log.contains("[leaky] fake-worker: starting with API_KEY=[redacted:API_KEY]"),
+        "{log}"
+    );
+    assert!(log.contains("DB_PASSWORD=[redacted:DB_PASSWORD]"), "{log}");
+
+    // `call` prints the tool's error and a crash report, redacted.
+    for (tool, want_code) in [("leak", 1), ("crash", 2)] {
+        let out = Command::new(mcpvisor())
+            .args(["call", "--show-stderr", "--config"])
+            .arg(&config)
+            .args(["leaky", tool, "{}"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run call");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(want_code), "{tool}: {text}");
+        assert_no_secret(&format!("call {tool}"), &text);
+        assert!(
+            text.contains("API_KEY=[redacted:API_KEY]"),
+            "{tool}: {text}"
+        );
+    }
+    let out = Command::new(mcpvisor())
+        .args(["call", "--config"])
+        .arg(&config)
+        .args(["looping", "echo", "{}"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run call");
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert_no_secret("call looping", &text);
+    assert!(
+        text.contains("DB_PASSWORD=[redacted:DB_PASSWORD]"),
+        "{text}"
+    );
 }

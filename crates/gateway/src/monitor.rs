@@ -105,7 +105,15 @@ pub struct ServerStatus {
     /// other server. Such a server's own row has no process: it is the
     /// template they are made from, and its counters are theirs together.
     pub instances: Vec<InstanceStatus>,
+    /// While it is failed, restarting, or idle after it ended by itself:
+    /// the last [`ROW_STDERR_LINES`] lines its last crash wrote to stderr,
+    /// with every known secret replaced by `[redacted:NAME]`; empty
+    /// otherwise.
+    pub stderr: Vec<String>,
 }
+
+/// Most stderr lines a row ([`ServerStatus::stderr`]) shows.
+pub const ROW_STDERR_LINES: usize = 3;
 
 /// One client's own process of a per-client server.
 #[derive(Debug, Clone, Serialize)]

@@ -6,6 +6,8 @@
 //! crash-report tail and looks for authorization prompts. Lines are cut at
 //! [`MAX_LINE`] so a worker that never writes a newline costs bounded memory.
 
+use std::borrow::Cow;
+
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 
 /// The longest stderr line kept whole; the rest of a longer line is dropped.
@@ -28,15 +30,27 @@ where
     R: AsyncRead + Unpin,
     F: FnMut(&str),
 {
-    pump_prefixed(stderr, mode, "", observe).await;
+    pump_prefixed(stderr, mode, "", as_is, observe).await;
 }
 
-/// [`pump`], with `prefix` written before each line passed through (the
+/// The rewrite that changes nothing.
+fn as_is(line: &[u8]) -> Cow<'_, [u8]> {
+    Cow::Borrowed(line)
+}
+
+/// [`pump`], with each line passed through rewritten by `rewrite` (which
+/// takes out what must not be shown), and `prefix` written before it (the
 /// server's name, where several servers share one stderr). `observe` sees
-/// the line without it.
-pub async fn pump_prefixed<R, F>(stderr: R, mode: Passthrough, prefix: &str, mut observe: F)
-where
+/// the line as the worker wrote it, without the prefix.
+pub async fn pump_prefixed<R, W, F>(
+    stderr: R,
+    mode: Passthrough,
+    prefix: &str,
+    rewrite: W,
+    mut observe: F,
+) where
     R: AsyncRead + Unpin,
+    W: for<'a> Fn(&'a [u8]) -> Cow<'a, [u8]>,
     F: FnMut(&str),
 {
     let mut reader = BufReader::with_capacity(MAX_LINE, stderr);
@@ -49,6 +63,7 @@ where
             Ok(_) => {}
         }
         if mode == Passthrough::Inherit {
+            let line = rewrite(&line);
             // One write per line keeps worker lines whole among our own logs.
             if prefix.is_empty() {
                 let _ = out.write_all(&line).await;

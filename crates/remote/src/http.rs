@@ -110,12 +110,8 @@ impl Http {
         loop {
             let token = auth.authorizer.bearer().await;
             let mut headers = self.session_headers();
-            if let Some(token) = &token {
-                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                {
-                    value.set_sensitive(true);
-                    headers.insert(AUTHORIZATION, value);
-                }
+            if let Some(value) = token.as_ref().and_then(|t| self.bearer(t)) {
+                headers.insert(AUTHORIZATION, value);
             }
             let response = match make(headers.clone()).send().await {
                 Ok(response) => response,
@@ -261,6 +257,19 @@ impl Http {
         .await
     }
 
+    /// The `Authorization` header for an OAuth access token, marked
+    /// sensitive. The token is a secret from now on: the redactor learns it
+    /// (in place of this server's earlier one).
+    fn bearer(&self, token: &mcpvisor_oauth::Secret) -> Option<HeaderValue> {
+        mcpvisor_config::redact::global().learn(
+            &format!("oauth:{}", self.url),
+            [("oauth_access_token", token.expose())],
+        );
+        let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose())).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+
     /// Ends the session (bounded; a 405 or no answer is fine). The status,
     /// if one came.
     pub(crate) async fn delete(&self) -> Option<u16> {
@@ -269,12 +278,9 @@ impl Http {
         }
         let mut headers = self.session_headers();
         if let Some(auth) = &self.auth {
-            if let Some(token) = auth.authorizer.bearer().await {
-                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                {
-                    value.set_sensitive(true);
-                    headers.insert(AUTHORIZATION, value);
-                }
+            let token = auth.authorizer.bearer().await;
+            if let Some(value) = token.as_ref().and_then(|t| self.bearer(t)) {
+                headers.insert(AUTHORIZATION, value);
             }
         }
         let request = self.client.delete(self.url.clone()).headers(headers).send();

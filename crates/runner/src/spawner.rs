@@ -64,6 +64,7 @@ impl Spawner for ServerSpawner {
 /// values never appear in errors.
 pub fn spawner(spec: &ServerSpec, cfg: &Config, stderr: Passthrough) -> ServerSpawner {
     let def = &spec.def;
+    mcpvisor_config::secrets::learn_entry(def, &spec.env_overrides);
     if def.is_remote() {
         return match RemoteSpawner::new(def, cfg.max_message_bytes, cfg.request_ceiling) {
             Ok(remote) => ServerSpawner::Remote(remote),

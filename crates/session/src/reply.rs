@@ -2,6 +2,7 @@
 //! client may do next.
 
 use bytes::Bytes;
+use mcpvisor_config::redact;
 use mcpvisor_config::report::ErrorData;
 use mcpvisor_jsonrpc::{
     INVALID_REQUEST, NOT_STARTED, PARSE_ERROR, REQUEST_TIMEOUT, WORKER_LOST, build,
@@ -10,25 +11,40 @@ use mcpvisor_jsonrpc::{
 /// -32010: the worker went away with the request in flight.
 pub(crate) fn lost(id: &[u8], loss: &ErrorData) -> Bytes {
     let message = format!(
-        "The MCP server stopped before answering ({}). The request may or may not have taken \
+        "The MCP server stopped before answering ({}{}). The request may or may not have taken \
          effect: inspect state before retrying a mutation. mcpvisor will serve the next request \
          with a fresh server process.",
-        loss.reason
+        loss.reason,
+        last_words(loss),
     );
+    let message = redact::global().redact(&message);
     build::error(as_str(id), WORKER_LOST, &message, Some(&to_json(loss)))
 }
 
 /// -32011: the request was never sent to a worker. Without `data`,
 /// `error.data` is just the reason.
 pub(crate) fn not_started(id: &[u8], reason: &str, data: Option<ErrorData>) -> Bytes {
-    let message = format!("Request not started: {reason}. It is safe to retry.");
     let data = data.unwrap_or_else(|| ErrorData::reason(reason));
+    let message = format!(
+        "Request not started: {reason}{}. It is safe to retry.",
+        last_words(&data)
+    );
+    let message = redact::global().redact(&message);
     build::error(as_str(id), NOT_STARTED, &message, Some(&to_json(&data)))
 }
 
+/// `; its last stderr line: ...` when `data` carries stderr: a person reads
+/// the message first, and why a server died is most often there.
+fn last_words(data: &ErrorData) -> String {
+    data.last_stderr_line()
+        .map(|line| format!("; its last stderr line: {line}"))
+        .unwrap_or_default()
+}
+
+/// `error.data`, with every known secret replaced.
 fn to_json(data: &ErrorData) -> serde_json::Value {
     // Plain strings and numbers: serializing cannot fail.
-    serde_json::to_value(data).unwrap_or_default()
+    serde_json::to_value(data.clone().redacted()).unwrap_or_default()
 }
 
 /// The client's request ran out of time.

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use mcpvisor_config::report::{ExitKind, StderrTail};
-use mcpvisor_config::{AuthDetector, Secret};
+use mcpvisor_config::{AuthDetector, Secret, redact};
 use mcpvisor_process::stderr::{self, Passthrough};
 use mcpvisor_process::{Spec, StdinProbe, StopTimeouts};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -132,6 +132,11 @@ impl WorkerReporter {
     }
 }
 
+/// A stderr line as it is passed through: without the known secrets.
+fn redact_line(line: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    redact::global().redact_bytes(line)
+}
+
 /// Computes extra environment at each spawn (secrets read fresh from an
 /// env file). The error says what is wrong without quoting any value.
 pub type EnvSource = Arc<dyn Fn() -> Result<Vec<(String, Secret)>, String> + Send + Sync>;
@@ -244,21 +249,24 @@ impl Spawner for ProcessSpawner {
         let mut reported: Option<String> = None;
         let (mode, prefix) = (self.stderr, self.stderr_prefix.clone());
         let observe = move |line: &str| {
-            if let Ok(mut t) = tail.lock() {
-                t.push_line(line);
-            }
+            // The link is looked for in the line as written; what is kept
+            // and shown has the known secrets taken out.
             if let Some(url) = detector.feed(line) {
                 if reported.as_deref() != Some(url.as_str()) {
                     reported = Some(url.clone());
                     reporter.auth_prompt(url);
                 }
             }
+            let line = redact::global().redact(line);
+            if let Ok(mut t) = tail.lock() {
+                t.push_line(&line);
+            }
             if let Some(observe) = &observer {
-                observe(generation, line);
+                observe(generation, &line);
             }
         };
         let pump = async move {
-            stderr::pump_prefixed(spawned.stderr, mode, &prefix, observe).await;
+            stderr::pump_prefixed(spawned.stderr, mode, &prefix, redact_line, observe).await;
         };
         tokio::spawn(pump.in_current_span());
         Ok(WorkerIo {

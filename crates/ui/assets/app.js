@@ -419,13 +419,18 @@
       }
       const det = cell(tr, 'detail');
       const authKey = s.state === 'waiting_auth' ? s.auth_url || '' : '';
-      if (det.dataset.auth !== authKey || det.dataset.detail !== (s.detail || '')) {
+      // A crashed server's last stderr lines, known secrets redacted by the
+      // gateway, shown in the row: why it died is most often there.
+      const stderr = (s.stderr || []).join('\n');
+      if (det.dataset.auth !== authKey || det.dataset.detail !== (s.detail || '') || det.dataset.stderr !== stderr) {
         clear(det);
         det.dataset.auth = authKey;
         det.dataset.detail = s.detail || '';
+        det.dataset.stderr = stderr;
         if (s.state === 'waiting_auth' && s.auth_url) det.appendChild(authLink(s.auth_url, false));
         if (s.detail) det.appendChild(h('span', { class: 'detail-text', text: s.detail }));
         det.appendChild(h('span', { class: 'countdown' }));
+        if (stderr) det.appendChild(h('pre', { class: 'row-stderr', 'aria-label': 'its last stderr lines', text: stderr }));
       }
       cell(tr, 'generation').textContent = fmtNum(s.generation);
       cell(tr, 'pid').textContent = pidsOf(s);
@@ -505,7 +510,7 @@
     append(eventsSec.body, eventsList);
 
     const stderrBtn = h('button', { type: 'button', class: 'warn', 'aria-expanded': 'false', onclick: toggleStderr },
-      'Show stderr (may contain secrets)');
+      'Show stderr');
     const stderrBox = h('div', { class: 'stderr', hidden: true });
 
     append(main,
@@ -677,7 +682,7 @@
       for (const c of older) {
         const box = h('div', { class: 'earlier-stderr', hidden: true });
         const btn = h('button', { type: 'button', class: 'warn', 'aria-expanded': 'false' },
-          'Show its stderr (may contain secrets)');
+          'Show its stderr');
         btn.onclick = () => toggleEarlier(c.generation, btn, box);
         const what = [c.reason, c.exit ? fmtExit(c.exit) : null].filter(Boolean).join(' · ');
         list.appendChild(h('li', { class: 'event', 'data-earlier-crash': String(c.generation) },
@@ -693,7 +698,7 @@
       if (!box.hidden) {
         box.hidden = true;
         clear(box);
-        btn.textContent = 'Show its stderr (may contain secrets)';
+        btn.textContent = 'Show its stderr';
         btn.setAttribute('aria-expanded', 'false');
         return;
       }
@@ -702,7 +707,7 @@
         const d = await api('GET', `/api/servers/${enc(name)}/stderr?generation=${enc(String(generation))}`);
         const lines = (d && d.lines) || [];
         clear(box);
-        box.appendChild(h('p', { class: 'warning', text: `Shown on request: ${d && d.warning ? d.warning : 'may contain secrets'}.` }));
+        box.appendChild(h('p', { class: 'warning', text: `${d && d.warning ? d.warning[0].toUpperCase() + d.warning.slice(1) : 'Known secrets are redacted'}.` }));
         box.appendChild(lines.length ? h('pre', { class: 'log', tabindex: '0', text: lines.join('\n') }) : h('p', { class: 'muted', text: 'No stderr lines.' }));
         box.hidden = false;
         btn.textContent = 'Hide its stderr';
@@ -920,7 +925,7 @@
       stderrShown = false;
       stderrBox.hidden = true;
       clear(stderrBox);
-      stderrBtn.textContent = 'Show stderr (may contain secrets)';
+      stderrBtn.textContent = 'Show stderr';
       stderrBtn.setAttribute('aria-expanded', 'false');
     }
 
@@ -934,7 +939,7 @@
         const d = await api('GET', `/api/servers/${enc(name)}/stderr`);
         const lines = (d && d.lines) || [];
         clear(stderrBox);
-        stderrBox.appendChild(h('p', { class: 'warning', text: `Shown on request: ${d && d.warning ? d.warning : 'may contain secrets'}.` }));
+        stderrBox.appendChild(h('p', { class: 'warning', text: `${d && d.warning ? d.warning[0].toUpperCase() + d.warning.slice(1) : 'Known secrets are redacted'}.` }));
         stderrBox.appendChild(lines.length ? h('pre', { class: 'log', tabindex: '0', text: lines.join('\n') }) : h('p', { class: 'muted', text: 'No stderr lines.' }));
         stderrBox.hidden = false;
         stderrShown = true;
@@ -1309,7 +1314,7 @@
       if (report.exit) rows.push(['Exit', report.exit.code !== undefined ? `code ${report.exit.code}` : report.exit.signal !== undefined ? `signal ${report.exit.signal}` : JSON.stringify(report.exit)]);
       return h('div', { class: 'report', 'data-report': '' },
         h('dl', { class: 'kv' }, rows.map(([k, v]) => [h('dt', { text: k }), h('dd', { text: v })])),
-        h('details', null, h('summary', { text: 'Full report (may contain stderr)' }), h('pre', { class: 'json', text: JSON.stringify(report, null, 2) })));
+        h('details', null, h('summary', { text: 'Full report (with stderr)' }), h('pre', { class: 'json', text: JSON.stringify(report, null, 2) })));
     }
 
     return {

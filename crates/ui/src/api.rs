@@ -77,7 +77,7 @@ impl IntoResponse for ApiError {
         if let (Some(Value::Object(extra)), Some(map)) = (self.extra, body.as_object_mut()) {
             map.extend(extra);
         }
-        (self.status, axum::Json(body)).into_response()
+        json_response(self.status, &body)
     }
 }
 
@@ -123,8 +123,22 @@ fn body<T>(parsed: Result<axum::Json<T>, JsonRejection>) -> ApiResult<T> {
     })
 }
 
+/// What `/api/servers/NAME/stderr` says of its lines.
+const STDERR_WARNING: &str =
+    "known secrets are redacted; a secret mcpvisor was never given may remain";
+
+/// `value` as a JSON answer, with every known secret replaced by
+/// `[redacted:NAME]` (`mcpvisor_config::redact`): every answer of the API
+/// goes out through here or through the event stream, which does the same.
+pub(crate) fn json_response(status: StatusCode, value: &impl serde::Serialize) -> Response {
+    // Our own types and `Value`s: serializing cannot fail.
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
+    let text = mcpvisor_config::redact::global().redact(&text).into_owned();
+    (status, [(header::CONTENT_TYPE, "application/json")], text).into_response()
+}
+
 fn accepted() -> Response {
-    (StatusCode::ACCEPTED, axum::Json(json!({"ok": true}))).into_response()
+    json_response(StatusCode::ACCEPTED, &json!({"ok": true}))
 }
 
 // === the router ===
@@ -289,7 +303,7 @@ async fn asset(UrlPath(path): UrlPath<String>) -> Response {
 
 async fn servers(State(shared): State<Arc<Shared>>) -> ApiResult {
     let snapshot = shared.cfg.monitor.snapshot().await?;
-    Ok(axum::Json(snapshot).into_response())
+    Ok(json_response(StatusCode::OK, &snapshot))
 }
 
 async fn server(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> ApiResult {
@@ -308,7 +322,7 @@ async fn server(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String
             detail.env_keys = env_key_states(&def);
         }
     }
-    Ok(axum::Json(detail).into_response())
+    Ok(json_response(StatusCode::OK, &detail))
 }
 
 fn no_server(name: &str) -> ApiError {
@@ -364,7 +378,10 @@ async fn stderr(
     let Some(lines) = shared.cfg.monitor.stderr(&name, generation).await? else {
         return Err(no_server(&name));
     };
-    Ok(axum::Json(json!({"lines": lines, "warning": "may contain secrets"})).into_response())
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"lines": lines, "warning": STDERR_WARNING}),
+    ))
 }
 
 // === acting ===
@@ -482,12 +499,12 @@ async fn start_inspect(
         .map(|f| dir_of(f))
         .unwrap_or_else(|| PathBuf::from("."));
     let id = shared.jobs.start(&source, &base)?;
-    Ok((StatusCode::ACCEPTED, axum::Json(json!({ "job": id }))).into_response())
+    Ok(json_response(StatusCode::ACCEPTED, &json!({ "job": id })))
 }
 
 async fn inspect_job(State(shared): State<Arc<Shared>>, UrlPath(id): UrlPath<String>) -> ApiResult {
     match shared.jobs.view(&id) {
-        Some(view) => Ok(axum::Json(view).into_response()),
+        Some(view) => Ok(json_response(StatusCode::OK, &view)),
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no inspection {id:?} (finished ones are forgotten after a while)"),
@@ -573,11 +590,10 @@ async fn add_server(
     edit::add_server(&config, &add.name, &entry)?;
     tracing::info!(server = %add.name, file = %config.display(), "server added from the UI");
     shared.reconfigure(Some(add.name.clone())).await?;
-    Ok((
+    Ok(json_response(
         StatusCode::CREATED,
-        axum::Json(json!({"ok": true, "name": add.name, "config_file": config})),
-    )
-        .into_response())
+        &json!({"ok": true, "name": add.name, "config_file": config}),
+    ))
 }
 
 fn write_empty_env(path: &Path) -> ApiResult<()> {

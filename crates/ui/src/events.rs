@@ -97,7 +97,10 @@ fn of_monitor(ev: &MonitorEvent) -> Event {
     }
 }
 
+/// One event, its data with every known secret replaced, as the API's
+/// answers are (`api::json_response`).
 fn event(name: &str, data: &impl serde::Serialize) -> Event {
     let data = serde_json::to_string(data).unwrap_or_else(|_| "null".to_owned());
+    let data = mcpvisor_config::redact::global().redact(&data);
     Event::default().event(name).data(data)
 }

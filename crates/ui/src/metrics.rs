@@ -41,7 +41,10 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Respons
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render(&snapshot, &errors),
+        // Names and states only; redacted all the same, as every answer is.
+        mcpvisor_config::redact::global()
+            .redact(&render(&snapshot, &errors))
+            .into_owned(),
     )
         .into_response())
 }
@@ -215,6 +218,7 @@ mod tests {
             errors: 2,
             in_flight: 1,
             instances: Vec::new(),
+            stderr: Vec::new(),
             latency: Latency {
                 p50_ms: Some(1.0),
                 p99_ms: Some(9.0),

@@ -172,11 +172,12 @@ impl Backend {
         match &self.state {
             State::Failed(data) => Some((
                 format!(
-                    "Request not started: the server `{}` is failing ({}). It is safe to retry once it recovers.",
+                    "Request not started: the server `{}` is failing ({}{}). It is safe to retry once it recovers.",
                     self.plan.name,
                     data.get("reason")
                         .and_then(Value::as_str)
-                        .unwrap_or("it keeps exiting")
+                        .unwrap_or("it keeps exiting"),
+                    mcpvisor_config::ErrorData::last_words(data),
                 ),
                 data.clone(),
             )),

@@ -805,6 +805,18 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
     let next_try_at_ms = (state == ServerState::Restarting)
         .then_some(next_try_at_ms)
         .flatten();
+    let crashed = matches!(state, ServerState::Failed | ServerState::Restarting)
+        || state == ServerState::Idle && down.is_some();
+    let stderr = match b.obs.crashes.back() {
+        Some(crash) if crashed => {
+            let skip = crash
+                .stderr
+                .len()
+                .saturating_sub(crate::monitor::ROW_STDERR_LINES);
+            crash.stderr[skip..].to_vec()
+        }
+        _ => Vec::new(),
+    };
     ServerStatus {
         name: b.plan.name.clone(),
         state,
@@ -823,6 +835,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         in_flight: b.in_flight,
         latency: b.obs.stats.latency_row(),
         instances: Vec::new(),
+        stderr,
     }
 }
 
