@@ -25,7 +25,15 @@ pub(crate) struct RawObject<'a> {
 
 impl<'a> RawObject<'a> {
     /// Reads `text` as an object. `None` when it is not one.
+    ///
+    /// The structural scan that reads messages reads it, in one pass that
+    /// builds no `RawValue`; serde only for what the scan leaves to it.
     pub fn parse(text: &'a str) -> Option<Self> {
+        if let Some(object) = mcpvisor_jsonrpc::envelope::object(text) {
+            return Some(Self {
+                members: object.members,
+            });
+        }
         let mut de = serde_json::Deserializer::from_str(text);
         let members = de.deserialize_map(MembersVisitor).ok()?;
         de.end().ok()?;

@@ -434,8 +434,9 @@ pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
 /// [`Envelope::peek_with_params`]).
 pub type PeekedParams<'a> = (Envelope<'a>, Option<Option<ParamsObject<'a>>>);
 
-/// A message's `params` object, read in one pass over its line: its text as
-/// written and its members in order.
+/// A JSON object read by the structural scan in one pass: its text as
+/// written and its members in order. A message's `params` object (read with
+/// its line), or any object ([`object`]).
 #[derive(Debug)]
 pub struct ParamsObject<'a> {
     /// The object, from its `{` to its `}`.
@@ -476,6 +477,15 @@ pub fn error_code(line: &[u8]) -> Option<i64> {
     }
     let answer: Answer = serde_json::from_slice(line).ok()?;
     answer.error.map(|e| e.code)
+}
+
+/// The members of `text`, a whole JSON object, in the scan behind
+/// [`params_object`]: the same reading for any object (a `params` member's
+/// `_meta` or `arguments`, a result). `None` when `text` is not an object,
+/// or when the scan leaves it to serde (a member name that is not a valid
+/// string, nesting deeper than the scan follows): then serde is the way.
+pub fn object(text: &str) -> Option<ParamsObject<'_>> {
+    crate::scan::object(text)
 }
 
 /// Finds the top-level `"id"` of a message that may be cut short, as the head

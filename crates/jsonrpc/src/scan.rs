@@ -88,6 +88,24 @@ pub(crate) fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
     scan.end().then_some(params)
 }
 
+/// The members of `text`, a whole JSON object (whitespace around it
+/// allowed), if the scan can vouch for it: as [`params_object`] reads a
+/// `params` object. `None` when it is not an object, or leaves it to serde.
+pub(crate) fn object(text: &str) -> Option<ParamsObject<'_>> {
+    let bytes = text.as_bytes();
+    let (low, _) = extremes(bytes);
+    let mut scan = Scan::<false> {
+        bytes,
+        text: Some(text),
+        pos: 0,
+        controls: low < 0x20,
+        members: None,
+    };
+    scan.ws();
+    let object = scan.params_object()??;
+    scan.end().then_some(object)
+}
+
 /// Bytes looked at together in [`extremes`]: four SSE2 registers, so that
 /// the loop's own instructions are spread over more bytes.
 const LANES: usize = 64;
@@ -1027,6 +1045,45 @@ mod tests {
             );
             assert_eq!(params_agree(line.as_bytes()), depth <= MAX_DEPTH as usize);
             assert!(slow_params(line.as_bytes()).is_ok_and(|p| p.is_some()));
+        }
+    }
+
+    /// `object` reads a `params` object the scan of its line accepted as
+    /// that scan did, with whitespace around it too, and refuses what is
+    /// not one whole object.
+    fn object_agrees(line: &[u8]) {
+        let Some(Some(p)) = params_object(line) else {
+            return;
+        };
+        let want = (p.text, p.members);
+        for text in [p.text.to_owned(), format!(" \t{}\r\n ", p.text)] {
+            let got = object(&text).map(|o| (o.text, o.members));
+            assert_eq!(got.as_ref(), Some(&want), "{text:?}");
+        }
+        for broken in [format!("{} x", p.text), format!("[{}]", p.text)] {
+            assert!(object(&broken).is_none(), "{broken:?}");
+        }
+    }
+
+    #[test]
+    fn objects_are_read_as_params_are() {
+        for line in TYPICAL {
+            object_agrees(line.as_bytes());
+        }
+        let mut cases = crate::differential::Cases::new(0x6F62_6A65_6374);
+        for _ in 0..10_000 {
+            object_agrees(&cases.next_params_line());
+        }
+        for text in [
+            "",
+            "1",
+            "[]",
+            "\"{}\"",
+            "{",
+            "{\"a\":1,}",
+            "{\"\\ud800\":1}",
+        ] {
+            assert!(object(text).is_none(), "{text:?}");
         }
     }
 
