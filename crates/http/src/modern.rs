@@ -21,6 +21,7 @@ use std::borrow::Cow;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
+use mcpvisor_jsonrpc::envelope::{ParamsObject, raw_params};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, build};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -59,9 +60,24 @@ struct Meta<'a> {
     capabilities: Option<&'a RawValue>,
 }
 
-/// The members of `params` the checks read; everything else is skipped.
+/// A sessionless request's `params`, as far as the checks read them: the
+/// members `_meta`, `name` and `uri`, each as written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Params<'a> {
+    /// None, or `null`.
+    Missing,
+    /// Not an object, or one that repeats a member the checks read.
+    NotObject,
+    Object {
+        meta: Option<&'a str>,
+        name: Option<&'a str>,
+        uri: Option<&'a str>,
+    },
+}
+
+/// The members of `params` the checks read, when serde reads them.
 #[derive(Deserialize)]
-struct Params<'a> {
+struct Fields<'a> {
     #[serde(rename = "_meta", borrow)]
     meta: Option<&'a RawValue>,
     #[serde(borrow)]
@@ -70,21 +86,62 @@ struct Params<'a> {
     uri: Option<&'a RawValue>,
 }
 
+impl<'a> Params<'a> {
+    /// The params of `line`: from the object the envelope's scan read
+    /// (`scanned`, see `Envelope::peek_with_params`), or, for a line the
+    /// scan left to serde or one without a params object, from serde.
+    pub(crate) fn of(line: &'a [u8], scanned: Option<&Option<ParamsObject<'a>>>) -> Self {
+        if let Some(Some(object)) = scanned {
+            return Self::members(object);
+        }
+        let Some(params) = raw_params(line) else {
+            return Self::Missing;
+        };
+        match serde_json::from_str::<Fields<'_>>(params.get()) {
+            Ok(f) => Self::Object {
+                meta: f.meta.map(RawValue::get),
+                name: f.name.map(RawValue::get),
+                uri: f.uri.map(RawValue::get),
+            },
+            Err(_) => Self::NotObject,
+        }
+    }
+
+    /// The members the checks read, from a scanned object. A member given
+    /// twice makes it no object the checks take, as serde would refuse it.
+    fn members(object: &ParamsObject<'a>) -> Self {
+        let (mut meta, mut name, mut uri) = (None, None, None);
+        for (key, value) in &object.members {
+            let slot = match key.as_ref() {
+                "_meta" => &mut meta,
+                "name" => &mut name,
+                "uri" => &mut uri,
+                _ => continue,
+            };
+            if slot.replace(value.get()).is_some() {
+                return Self::NotObject;
+            }
+        }
+        Self::Object { meta, name, uri }
+    }
+}
+
 /// Whether a sessionless request is of the modern era: its `_meta` names a
 /// protocol version (no handshake-era request carries one), or its
 /// `MCP-Protocol-Version` header names no handshake-era revision. Such a
 /// request is checked by [`check`]; any other goes the way of the
 /// handshake era.
-pub(crate) fn is_modern(headers: &HeaderMap, params: Option<&RawValue>) -> bool {
+pub(crate) fn is_modern(headers: &HeaderMap, params: &Params<'_>) -> bool {
     let header = header_str(headers, PROTOCOL_VERSION);
     if header.is_some_and(|v| !VERSIONS.contains(&v) || MODERN.contains(&v)) {
         return true;
     }
-    params
-        .and_then(|p| serde_json::from_str::<Params<'_>>(p.get()).ok())
-        .and_then(|p| p.meta)
-        .and_then(|m| serde_json::from_str::<Meta<'_>>(m.get()).ok())
-        .is_some_and(|m| m.version.is_some())
+    match params {
+        Params::Object {
+            meta: Some(meta), ..
+        } => serde_json::from_str::<Meta<'_>>(meta).is_ok_and(|m| m.version.is_some()),
+        _ => false,
+    }
 }
 
 /// Checks a modern request (`id` as written) in the order the revision
@@ -95,7 +152,7 @@ pub(crate) fn check(
     headers: &HeaderMap,
     id: &str,
     method: &str,
-    params: Option<&RawValue>,
+    params: &Params<'_>,
 ) -> Result<(), Response> {
     let invalid = |message: &str| {
         Err(refusal(
@@ -106,21 +163,20 @@ pub(crate) fn check(
             None,
         ))
     };
-    let Some(params) = params else {
-        return invalid("a 2026-07-28 request needs params with _meta");
+    let (meta, name, uri) = match *params {
+        Params::Missing => return invalid("a 2026-07-28 request needs params with _meta"),
+        Params::NotObject => return invalid("params must be an object"),
+        Params::Object { meta, name, uri } => (meta, name, uri),
     };
-    let Ok(params) = serde_json::from_str::<Params<'_>>(params.get()) else {
-        return invalid("params must be an object");
-    };
-    let Some(meta) = params.meta else {
+    let Some(meta) = meta else {
         return invalid(
             "params._meta is missing: a 2026-07-28 request carries its protocol version and client capabilities there",
         );
     };
-    let Ok(meta) = serde_json::from_str::<Meta<'_>>(meta.get()) else {
+    let Ok(meta) = serde_json::from_str::<Meta<'_>>(meta) else {
         return invalid("params._meta must be an object");
     };
-    let Some(version) = meta.version.and_then(as_str) else {
+    let Some(version) = meta.version.map(RawValue::get).and_then(as_str) else {
         return invalid("params._meta needs io.modelcontextprotocol/protocolVersion, a string");
     };
     if !meta.capabilities.is_some_and(|c| c.get().starts_with('{')) {
@@ -167,8 +223,8 @@ pub(crate) fn check(
         Some(_) => {}
     }
     let named = match method {
-        "tools/call" | "prompts/get" => Some(("params.name", params.name)),
-        "resources/read" => Some(("params.uri", params.uri)),
+        "tools/call" | "prompts/get" => Some(("params.name", name)),
+        "resources/read" => Some(("params.uri", uri)),
         _ => None,
     };
     if let Some((field, value)) = named {
@@ -211,8 +267,8 @@ pub(crate) fn status_of(line: &[u8]) -> StatusCode {
 }
 
 /// A JSON string's value, or `None` for any other JSON value.
-fn as_str(raw: &RawValue) -> Option<Cow<'_, str>> {
-    serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()
+fn as_str(raw: &str) -> Option<Cow<'_, str>> {
+    serde_json::from_str::<Cow<'_, str>>(raw).ok()
 }
 
 /// A header value as its sender meant it: the Base64 sentinel form
@@ -254,6 +310,55 @@ mod tests {
             Some("Hello, 世界")
         );
         assert_eq!(decode("=?base64?not base64!?="), None);
+    }
+
+    /// The params of `line` both ways: from the envelope's scan, and from
+    /// serde alone (as for a line the scan leaves to serde).
+    fn both(line: &str) -> (Params<'_>, Params<'_>) {
+        let (_, scanned) =
+            mcpvisor_jsonrpc::Envelope::peek_with_params(line.as_bytes()).expect("an envelope");
+        let scanned = Params::of(line.as_bytes(), scanned.as_ref());
+        let serde = Params::of(line.as_bytes(), None);
+        (scanned, serde)
+    }
+
+    #[test]
+    fn params_read_from_the_scan_are_those_serde_reads() {
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{"s":"x"},"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        let (scanned, serde) = both(line);
+        assert_eq!(scanned, serde);
+        assert_eq!(
+            scanned,
+            Params::Object {
+                meta: Some(r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#),
+                name: Some(r#""echo""#),
+                uri: None,
+            }
+        );
+        // A member name with an escape is the member it spells.
+        let line = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"\u0075ri":"file:///a"}}"#;
+        let (scanned, serde) = both(line);
+        assert_eq!(scanned, serde);
+        assert!(matches!(scanned, Params::Object { uri: Some(_), .. }));
+        for (line, expected) in [
+            (r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#, Params::Missing),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"x","params":null}"#,
+                Params::Missing,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#,
+                Params::NotObject,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"x","params":{"name":"a","name":"b"}}"#,
+                Params::NotObject,
+            ),
+        ] {
+            let (scanned, serde) = both(line);
+            assert_eq!(scanned, expected, "{line}");
+            assert_eq!(serde, expected, "{line}");
+        }
     }
 
     #[test]

@@ -397,8 +397,20 @@ async fn post_inner(
         ));
     }
     let line = read_body(shared, headers, body).await?;
-    let env = match Envelope::peek(&line) {
-        Ok(env) => env,
+    let has_session = headers.contains_key(SESSION_ID);
+    // A request in a session is of the handshake era, and its params are
+    // the hub's business: its envelope is all the front reads. Only a
+    // sessionless request's params are read here (to tell its era, and to
+    // check a 2026-07-28 request's `_meta` and name), in the same pass as
+    // its envelope, since a large tool call's arguments are most of its
+    // line.
+    let peeked = if has_session {
+        Envelope::peek(&line).map(|env| (env, None))
+    } else {
+        Envelope::peek_with_params(&line)
+    };
+    let (env, scanned) = match peeked {
+        Ok(peeked) => peeked,
         Err(e) => {
             let code = match e {
                 EnvelopeError::Json(_) => mcpvisor_jsonrpc::PARSE_ERROR,
@@ -416,9 +428,10 @@ async fn post_inner(
     };
     let id = env.id.map(|id| id.get().to_owned());
     let kind = env.kind;
-    let has_session = headers.contains_key(SESSION_ID);
-    let params = mcpvisor_jsonrpc::envelope::raw_params(&line);
-    let modern_era = !has_session && modern::is_modern(headers, params);
+    let params = (!has_session).then(|| modern::Params::of(&line, scanned.as_ref()));
+    let modern_era = params
+        .as_ref()
+        .is_some_and(|params| modern::is_modern(headers, params));
     let initialize = kind == Kind::Request && env.method() == "initialize" && !modern_era;
     if initialize {
         if has_session {
@@ -499,7 +512,8 @@ async fn post_inner(
         // A sessionless client has no stream for anything else to belong to.
         return Ok(StatusCode::ACCEPTED.into_response());
     };
-    modern::check(headers, &id, env.method(), params)?;
+    let params = params.unwrap_or(modern::Params::Missing);
+    modern::check(headers, &id, env.method(), &params)?;
     if shared.draining.is_cancelled() {
         return Err(draining(Some(&id)));
     }
