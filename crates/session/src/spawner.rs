@@ -132,6 +132,9 @@ impl WorkerReporter {
     }
 }
 
+/// How long a worker's end waits for its stderr to be read to the end.
+const STDERR_DRAIN: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A stderr line as it is passed through: without the known secrets.
 fn redact_line(line: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     redact::global().redact_bytes(line)
@@ -265,8 +268,10 @@ impl Spawner for ProcessSpawner {
                 observe(generation, &line);
             }
         };
+        let (drained, stderr_done) = tokio::sync::oneshot::channel::<()>();
         let pump = async move {
             stderr::pump_prefixed(spawned.stderr, mode, &prefix, redact_line, observe).await;
+            let _ = drained.send(());
         };
         tokio::spawn(pump.in_current_span());
         Ok(WorkerIo {
@@ -276,6 +281,11 @@ impl Spawner for ProcessSpawner {
             stop: Box::new(move || stopper.stop()),
             exited: Box::pin(async move {
                 let exit = process.wait().await.into();
+                // What it wrote last is in the pipe still: its crash report
+                // (and its last words, shown with it) wait for the pump to
+                // read stderr to its end, bounded, since a child it left
+                // behind may hold the pipe open.
+                let _ = tokio::time::timeout(STDERR_DRAIN, stderr_done).await;
                 // The private temporary directory goes with the process.
                 drop(tmp);
                 exit
