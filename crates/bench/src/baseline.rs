@@ -17,7 +17,9 @@ const MEASURED: &str = "User-space instructions (callgrind Ir) executed by the m
 process per request: a run of `requests` requests minus a run with none (the same start, \
 handshake and shutdown), divided by `requests`. The requests are bench/echo through run, tools/call \
 of the fake worker's echo tool as HTTP POSTs on one keep-alive connection through run --http, \
-and tools/call of that tool (bench__echo) through serve. The tokio-relay rows are not \
+and tools/call of that tool (bench__echo) through serve and serve --http; over HTTP from a \
+2025-11-25 client in its session, and in the rows named 2026-07-28 from a 2026-07-28 client, \
+each call on its own with its envelope in _meta. The tokio-relay rows are not \
 mcpvisor: `mcpvisor-bench relay`, which only copies bytes on tokio, traced the same way with \
 bench/echo, the floor under the others. The fake worker runs untraced \
 (--trace-children=no) and the client outside valgrind. Written by `mcpvisor-bench \

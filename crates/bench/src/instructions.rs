@@ -15,8 +15,8 @@
 //! of the fake worker ([`Launch`]: `run` wraps it and is sent `bench/echo`;
 //! `serve` has it as the one server of a config file and is sent a
 //! `tools/call` of its `echo` tool) and how the client reaches it
-//! ([`Front`]); each is measured at its [`Scenario::loads`] ([`LOADS`] for
-//! mcpvisor's own).
+//! ([`Front`]: stdio, or HTTP with a client of either protocol era); each
+//! is measured at its [`Scenario::loads`] ([`LOADS`] for mcpvisor's own).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ use tokio::process::Command;
 
 use crate::baseline::{Baseline, Figure};
 use crate::gateway::{self, Gateway, Server};
-use crate::keepalive;
+use crate::keepalive::{self, Revision};
 use crate::load::{self, Load, Stop};
 use crate::payload::{Echo, Payloads};
 use crate::peer::{Binaries, Peer, Via};
@@ -55,8 +55,9 @@ pub struct InstructionsArgs {
     /// The valgrind binary.
     #[arg(long, value_name = "PATH", default_value = "valgrind")]
     valgrind: PathBuf,
-    /// Measure only this scenario (run, serve, run-http, tokio-relay; may
-    /// be repeated):
+    /// Measure only this scenario (run, serve, run-http,
+    /// run-http-2026-07-28, serve-http, serve-http-2026-07-28, tokio-relay;
+    /// may be repeated):
     /// a quicker count while working on one path. Not with --check or
     /// --write, which need every figure.
     #[arg(long, value_name = "NAME", conflicts_with_all = ["check", "write"])]
@@ -70,9 +71,10 @@ pub enum Front {
     Stdio,
     /// Streamable HTTP: mcpvisor's arguments include `--http 127.0.0.1:0`,
     /// the address it prints on stderr is where a plain HTTP/1.1 client
-    /// ([`crate::keepalive::Client`]) posts each request on one keep-alive
-    /// connection, asking for JSON answers. The run ends with SIGTERM.
-    Http,
+    /// ([`crate::keepalive::Client`]) of this protocol revision posts each
+    /// request on one keep-alive connection, asking for JSON answers. The
+    /// run ends with SIGTERM.
+    Http(Revision),
 }
 
 /// How mcpvisor is given the fake worker, and what the client sends.
@@ -114,31 +116,40 @@ impl Scenario {
         }];
         words.extend(self.args);
         match self.launch {
-            Launch::Wrap if self.front == Front::Http => words.extend([
-                "mcpvisor-fake-worker",
-                "(HTTP POSTs on one keep-alive connection; tools/call echo)",
-            ]),
             Launch::Wrap | Launch::Relay => words.push("mcpvisor-fake-worker"),
             Launch::Gateway => words.extend([
                 "FILE",
                 "(FILE: one server, bench, the mcpvisor-fake-worker; tools/call bench__echo)",
             ]),
         }
+        match self.front {
+            Front::Stdio => {}
+            Front::Http(Revision::Handshake) => words.push(
+                "(a 2025-11-25 client: HTTP POSTs in one session on one keep-alive connection; tools/call)",
+            ),
+            Front::Http(Revision::Stateless) => words.push(
+                "(a 2026-07-28 client: HTTP POSTs with no session on one keep-alive connection; tools/call)",
+            ),
+        }
         words.join(" ")
     }
 
     /// The requests of one load on this scenario.
     fn payloads(&self, payload: usize) -> Payloads {
-        match (self.launch, self.front) {
+        let payloads = match (self.launch, self.front) {
             (Launch::Wrap | Launch::Relay, Front::Stdio) => Payloads::new(payload),
             // The HTTP front is the gateway's hub, which routes only MCP's
             // own methods.
-            (Launch::Wrap | Launch::Relay, Front::Http) => {
+            (Launch::Wrap | Launch::Relay, Front::Http(_)) => {
                 Payloads::with(payload, Echo::Tool(vec!["echo".to_owned()]))
             }
             (Launch::Gateway, _) => {
                 Payloads::with(payload, Echo::Tool(vec![gateway::TOOL.to_owned()]))
             }
+        };
+        match self.front {
+            Front::Http(Revision::Stateless) => payloads.stateless(),
+            Front::Stdio | Front::Http(Revision::Handshake) => payloads,
         }
     }
 }
@@ -161,10 +172,35 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "run-http",
-        args: &["run", "-q", "--no-watch", "--http", "127.0.0.1:0", "--"],
+        args: &RUN_HTTP_ARGS,
         launch: Launch::Wrap,
-        front: Front::Http,
+        front: Front::Http(Revision::Handshake),
         loads: LOADS,
+    },
+    // A call from a client of each era through each HTTP front: the
+    // 2026-07-28 request (no session; its envelope checked by the front,
+    // taken off for the worker, and resultType added to its answer) is to
+    // cost no more than the 2025-11-25 one.
+    Scenario {
+        name: "run-http-2026-07-28",
+        args: &RUN_HTTP_ARGS,
+        launch: Launch::Wrap,
+        front: Front::Http(Revision::Stateless),
+        loads: SMALL,
+    },
+    Scenario {
+        name: "serve-http",
+        args: &SERVE_HTTP_ARGS,
+        launch: Launch::Gateway,
+        front: Front::Http(Revision::Handshake),
+        loads: SMALL,
+    },
+    Scenario {
+        name: "serve-http-2026-07-28",
+        args: &SERVE_HTTP_ARGS,
+        launch: Launch::Gateway,
+        front: Front::Http(Revision::Stateless),
+        loads: SMALL,
     },
     Scenario {
         name: "tokio-relay",
@@ -174,12 +210,28 @@ pub const SCENARIOS: &[Scenario] = &[
         // At 64 KiB the relay's count is how many reads the copy's 8 KiB
         // buffer took, which moves with the pipes' timing by more than the
         // check's tolerance; the floor that matters is the small request's.
-        loads: &[(64, 1)],
+        loads: SMALL,
     },
 ];
 
-/// Payload sizes at concurrency 1, measured for every mcpvisor scenario.
+/// `run --http`'s arguments, before the fake worker.
+const RUN_HTTP_ARGS: [&str; 6] = ["run", "-q", "--no-watch", "--http", "127.0.0.1:0", "--"];
+
+/// `serve --http`'s arguments, before its config file.
+const SERVE_HTTP_ARGS: [&str; 6] = [
+    "serve",
+    "-q",
+    "--no-watch",
+    "--http",
+    "127.0.0.1:0",
+    "--config",
+];
+
+/// Payload sizes at concurrency 1, measured for mcpvisor's own scenarios.
 pub const LOADS: &[(usize, usize)] = &[(64, 1), (65_536, 1)];
+
+/// Only the small request, where the hops are the cost.
+const SMALL: &[(usize, usize)] = &[(64, 1)];
 
 /// Requests per measured run unless `--requests` says otherwise: enough
 /// that the sweep timer and the first requests' allocations are lost in
@@ -357,9 +409,9 @@ impl Tracer {
                 }
                 pid
             }
-            Front::Http => {
+            Front::Http(revision) => {
                 let payloads = scenario.payloads(payload);
-                drive_http(command, &self.dir, &label, &payloads, requests).await?
+                drive_http(command, &self.dir, &label, &payloads, revision, requests).await?
             }
         };
         let out = self.dir.join(format!("{label}.{pid}.callgrind"));
@@ -394,13 +446,15 @@ const HTTP_START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One run on an HTTP front: starts `command` (mcpvisor under valgrind with
 /// `--http 127.0.0.1:0`), reads the address it listens on from its stderr,
-/// does the handshake and `requests` requests one at a time on one
-/// keep-alive connection, then stops it with SIGTERM. Returns its pid.
+/// does the handshake (a 2025-11-25 client's) and `requests` requests one
+/// at a time on one keep-alive connection, then stops it with SIGTERM.
+/// Returns its pid.
 async fn drive_http(
     mut command: Command,
     dir: &Path,
     label: &str,
     payloads: &Payloads,
+    revision: Revision,
     requests: u64,
 ) -> anyhow::Result<u32> {
     use tokio::io::AsyncBufReadExt as _;
@@ -449,7 +503,7 @@ async fn drive_http(
         .parse()
         .with_context(|| format!("{label}: mcpvisor listens on {url:?}, not an address"))?;
     let driven = async {
-        let mut client = keepalive::Client::connect(addr, path).await?;
+        let mut client = keepalive::Client::connect(addr, path, revision).await?;
         client.initialize().await?;
         client.echo(payloads, requests).await
     }
@@ -555,13 +609,25 @@ mod tests {
     fn scenarios_are_chosen_by_name_in_report_order() {
         let names = |chosen: Vec<&Scenario>| chosen.iter().map(|s| s.name).collect::<Vec<_>>();
         let all = names(chosen(&[]).expect("every one"));
-        assert_eq!(all, ["run", "serve", "run-http", "tokio-relay"]);
+        assert_eq!(
+            all,
+            [
+                "run",
+                "serve",
+                "run-http",
+                "run-http-2026-07-28",
+                "serve-http",
+                "serve-http-2026-07-28",
+                "tokio-relay"
+            ]
+        );
         let asked = ["run-http".to_owned(), "run".to_owned()];
         assert_eq!(names(chosen(&asked).expect("known")), ["run", "run-http"]);
         let err = chosen(&["gateway".to_owned()]).expect_err("unknown");
         assert!(
             err.to_string().contains(
-                "--scenario gateway: no such scenario (known: run, serve, run-http, tokio-relay)"
+                "--scenario gateway: no such scenario (known: run, serve, run-http, \
+                 run-http-2026-07-28, serve-http, serve-http-2026-07-28, tokio-relay)"
             ),
             "{err}"
         );

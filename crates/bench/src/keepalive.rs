@@ -1,5 +1,12 @@
 //! A plain HTTP/1.1 client on one keep-alive connection, for driving
-//! `mcpvisor run --http` one request at a time.
+//! `mcpvisor run --http` (or `serve --http`) one request at a time.
+//!
+//! It is a client of one protocol revision ([`Revision`]): of 2025-11-25,
+//! it opens a session with `initialize` and names the session and the
+//! revision on each request after; of 2026-07-28, it has no handshake and
+//! no session, and each request carries its envelope in `params._meta`
+//! (see [`Payloads::stateless`]) and the `MCP-Protocol-Version`,
+//! `Mcp-Method` and `Mcp-Name` headers.
 //!
 //! It speaks just enough HTTP for the Streamable HTTP front's JSON answers:
 //! a POST with a `Content-Length` body, and an answer framed by its
@@ -14,11 +21,23 @@ use anyhow::{Context as _, anyhow, bail};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::payload::{Answer, Payloads, Scratch};
+use crate::payload::{Answer, Payloads, STATELESS_META, STATELESS_REVISION, Scratch};
 use crate::peer::ANSWER_TIMEOUT;
 
 /// The most headers an answer may carry.
 const MAX_HEADERS: usize = 32;
+
+/// The revision a handshake-era client negotiates.
+const HANDSHAKE_REVISION: &str = "2025-11-25";
+
+/// The protocol revision a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revision {
+    /// 2025-11-25: a session opened by `initialize`.
+    Handshake,
+    /// 2026-07-28: no handshake, no session; the envelope on each request.
+    Stateless,
+}
 
 /// One connection to an MCP endpoint, and its session once initialized.
 #[derive(Debug)]
@@ -26,6 +45,7 @@ pub struct Client {
     stream: TcpStream,
     host: String,
     path: String,
+    revision: Revision,
     session: Option<String>,
     next_id: u64,
     /// What was read past the last answer, and room for the next.
@@ -42,8 +62,9 @@ pub struct Reply {
 }
 
 impl Client {
-    /// Connects to `addr`, whose endpoint is `path`.
-    pub async fn connect(addr: SocketAddr, path: &str) -> anyhow::Result<Self> {
+    /// Connects to `addr`, whose endpoint is `path`, as a client of
+    /// `revision`.
+    pub async fn connect(addr: SocketAddr, path: &str, revision: Revision) -> anyhow::Result<Self> {
         let stream = tokio::time::timeout(ANSWER_TIMEOUT, TcpStream::connect(addr))
             .await
             .map_err(|_| anyhow!("connecting to {addr}: no answer within {ANSWER_TIMEOUT:?}"))?
@@ -53,6 +74,7 @@ impl Client {
             stream,
             host: addr.to_string(),
             path: path.to_owned(),
+            revision,
             session: None,
             next_id: 1,
             buf: Vec::with_capacity(64 * 1024),
@@ -61,13 +83,18 @@ impl Client {
     }
 
     /// The MCP handshake: `initialize` (which opens the session), then
-    /// `notifications/initialized` in it.
+    /// `notifications/initialized` in it. A 2026-07-28 client has none; it
+    /// asks `server/discover` instead, which is answered once the server is
+    /// ready, as `initialize` is.
     pub async fn initialize(&mut self) -> anyhow::Result<()> {
+        if self.revision == Revision::Stateless {
+            return self.discover().await;
+        }
         let id = self.take_id();
         let line = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"mcpvisor-bench","version":"0"}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize","params":{{"protocolVersion":"{HANDSHAKE_REVISION}","capabilities":{{}},"clientInfo":{{"name":"mcpvisor-bench","version":"0"}}}}}}"#
         );
-        let (reply, session) = self.post(&[line.as_bytes()]).await?;
+        let (reply, session) = self.post(&[line.as_bytes()], None).await?;
         if reply.status != 200 {
             bail!(
                 "initialize was answered with HTTP {}: {}",
@@ -77,7 +104,10 @@ impl Client {
         }
         self.session = Some(session.context("initialize was answered without Mcp-Session-Id")?);
         let (reply, _) = self
-            .post(&[br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#])
+            .post(
+                &[br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#],
+                None,
+            )
             .await?;
         if reply.status != 202 {
             bail!(
@@ -88,8 +118,31 @@ impl Client {
         Ok(())
     }
 
+    /// A 2026-07-28 client's `server/discover`, which must be answered with
+    /// a result.
+    async fn discover(&mut self) -> anyhow::Result<()> {
+        let id = self.take_id();
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"server/discover","params":{{"_meta":{STATELESS_META}}}}}"#
+        );
+        let (reply, _) = self
+            .post(&[line.as_bytes()], Some(("server/discover", None)))
+            .await?;
+        let answered = serde_json::from_slice::<serde_json::Value>(&reply.body)
+            .is_ok_and(|v| v.get("result").is_some());
+        if reply.status != 200 || !answered {
+            bail!(
+                "server/discover was answered with HTTP {}: {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body)
+            );
+        }
+        Ok(())
+    }
+
     /// Sends `requests` echo requests one at a time and checks each answer
-    /// byte for byte.
+    /// byte for byte. A 2026-07-28 client's `payloads` are
+    /// [`Payloads::stateless`].
     pub async fn echo(&mut self, payloads: &Payloads, requests: u64) -> anyhow::Result<()> {
         let mut scratch = Scratch::default();
         for _ in 0..requests {
@@ -99,7 +152,14 @@ impl Client {
             // need.
             let last = parts.len() - 1;
             parts[last] = parts[last].strip_suffix(b"\n").unwrap_or(parts[last]);
-            let (reply, _) = self.post(&parts).await?;
+            let tool = match self.revision {
+                Revision::Handshake => None,
+                Revision::Stateless => Some(payloads.tool(id).context(
+                    "a 2026-07-28 client's load is tool calls (the front routes MCP's own methods)",
+                )?),
+            };
+            let named = tool.map(|tool| ("tools/call", Some(tool)));
+            let (reply, _) = self.post(&parts, named).await?;
             if reply.status != 200 {
                 bail!(
                     "request {id} was answered with HTTP {}: {}",
@@ -123,8 +183,14 @@ impl Client {
     }
 
     /// POSTs a body given in parts and reads the answer; returns it and its
-    /// `Mcp-Session-Id`, if any.
-    async fn post(&mut self, body: &[&[u8]]) -> anyhow::Result<(Reply, Option<String>)> {
+    /// `Mcp-Session-Id`, if any. A 2026-07-28 client's request names its
+    /// method and, for a named operation, the name in its headers
+    /// (`stateless`).
+    async fn post(
+        &mut self,
+        body: &[&[u8]],
+        stateless: Option<(&str, Option<&str>)>,
+    ) -> anyhow::Result<(Reply, Option<String>)> {
         use std::io::Write as _;
         let len: usize = body.iter().map(|p| p.len()).sum();
         self.out.clear();
@@ -135,7 +201,19 @@ impl Client {
             self.path, self.host
         )?;
         if let Some(session) = &self.session {
-            write!(self.out, "Mcp-Session-Id: {session}\r\n")?;
+            write!(
+                self.out,
+                "Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {HANDSHAKE_REVISION}\r\n"
+            )?;
+        }
+        if let Some((method, name)) = stateless {
+            write!(
+                self.out,
+                "MCP-Protocol-Version: {STATELESS_REVISION}\r\nMcp-Method: {method}\r\n"
+            )?;
+            if let Some(name) = name {
+                write!(self.out, "Mcp-Name: {name}\r\n")?;
+            }
         }
         self.out.extend_from_slice(b"\r\n");
         for part in body {

@@ -11,6 +11,10 @@
 //! content item. The gateway routes only MCP's own methods, so a load
 //! through `mcpvisor serve` is the second shape, and so is the direct load
 //! it is compared with.
+//!
+//! A `tools/call` may be written as a 2026-07-28 client writes it
+//! ([`Payloads::stateless`]): the request's envelope in `params._meta`, and
+//! its answer checked with the `resultType` that era's results carry.
 
 use anyhow::{Context as _, bail};
 use serde_json::Value;
@@ -32,6 +36,19 @@ const TOOL_END: &[u8] = b"\"}}}\n";
 const TOOL_RESULT_HEAD: &[u8] = br#"{"content":[{"text":"{\"s\":\""#;
 /// The `echo` tool's result after the payload string.
 const TOOL_RESULT_TAIL: &[u8] = br#"\"}","type":"text"}],"isError":false}"#;
+/// The same for a 2026-07-28 client, whose results say what they are.
+const STATELESS_RESULT_TAIL: &[u8] =
+    br#"\"}","type":"text"}],"isError":false,"resultType":"complete"}"#;
+/// The revision a 2026-07-28 request names, in its `_meta` and its
+/// `MCP-Protocol-Version` header.
+pub const STATELESS_REVISION: &str = "2026-07-28";
+/// The `_meta` of a 2026-07-28 request: the envelope, for a client that
+/// takes no requests of its own.
+pub const STATELESS_META: &str = concat!(
+    r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
+    r#""io.modelcontextprotocol/clientCapabilities":{},"#,
+    r#""io.modelcontextprotocol/clientInfo":{"name":"mcpvisor-bench","version":"0"}}"#
+);
 /// Hex digits of the id at the start of each payload string.
 const TAG: usize = 16;
 
@@ -53,6 +70,8 @@ pub struct Payloads {
     filler: Vec<u8>,
     size: usize,
     echo: Echo,
+    /// Whether requests are a 2026-07-28 client's (see [`Self::stateless`]).
+    stateless: bool,
 }
 
 /// What one line from the peer turned out to be.
@@ -84,7 +103,29 @@ impl Payloads {
             Echo::Tool(names) if names.is_empty() => Echo::Tool(vec!["echo".to_owned()]),
             other => other,
         };
-        Self { filler, size, echo }
+        Self {
+            filler,
+            size,
+            echo,
+            stateless: false,
+        }
+    }
+
+    /// These payloads as a 2026-07-28 client sends them: each `tools/call`
+    /// carries its envelope in `params._meta` (protocol version, client
+    /// capabilities and info), and its answer is checked with the
+    /// `resultType` of that era. `bench/echo` requests are not changed.
+    pub fn stateless(mut self) -> Self {
+        self.stateless = true;
+        self
+    }
+
+    /// The tool request `id` calls, if these are tool calls.
+    pub fn tool(&self, id: u64) -> Option<&str> {
+        match &self.echo {
+            Echo::Method => None,
+            Echo::Tool(names) => Some(&names[(id % names.len() as u64) as usize]),
+        }
     }
 
     /// The payload string's size in bytes.
@@ -97,12 +138,13 @@ impl Payloads {
     pub fn request<'a>(&'a self, id: u64, scratch: &'a mut Scratch) -> [&'a [u8]; 5] {
         let end = match &self.echo {
             Echo::Method => {
-                scratch.set(id, None);
+                scratch.set_method(id);
                 BENCH_END
             }
             Echo::Tool(names) => {
                 let name = &names[(id % names.len() as u64) as usize];
-                scratch.set(id, Some(name));
+                let meta = self.stateless.then_some(STATELESS_META);
+                scratch.set_tool(id, name, meta);
                 TOOL_END
             }
         };
@@ -124,6 +166,7 @@ impl Payloads {
         let tag = format!("{id:016x}");
         let (head, tail) = match self.echo {
             Echo::Method => (PARAMS_HEAD, PARAMS_TAIL),
+            Echo::Tool(_) if self.stateless => (TOOL_RESULT_HEAD, STATELESS_RESULT_TAIL),
             Echo::Tool(_) => (TOOL_RESULT_HEAD, TOOL_RESULT_TAIL),
         };
         let expected = [head, tag.as_bytes(), &self.filler, tail];
@@ -155,22 +198,32 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    /// The line up to the echoed object for request `id`: `bench/echo`, or
-    /// `tools/call` of `tool`.
-    fn set(&mut self, id: u64, tool: Option<&str>) {
+    /// The line up to the echoed object for request `id` of `bench/echo`.
+    fn set_method(&mut self, id: u64) {
         use std::fmt::Write as _;
         self.head.clear();
         self.tag.clear();
-        let _ = match tool {
-            None => write!(
-                self.head,
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"bench/echo","params":"#
-            ),
-            Some(name) => write!(
-                self.head,
-                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{name}","arguments":"#
-            ),
-        };
+        let _ = write!(
+            self.head,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"bench/echo","params":"#
+        );
+        let _ = write!(self.tag, "{id:016x}");
+    }
+
+    /// The line up to the echoed object for request `id`, a `tools/call` of
+    /// `tool`, with `meta` as its `params._meta` if given.
+    fn set_tool(&mut self, id: u64, tool: &str, meta: Option<&str>) {
+        use std::fmt::Write as _;
+        self.head.clear();
+        self.tag.clear();
+        let _ = write!(
+            self.head,
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"#
+        );
+        if let Some(meta) = meta {
+            let _ = write!(self.head, r#""_meta":{meta},"#);
+        }
+        let _ = write!(self.head, r#""name":"{tool}","arguments":"#);
         let _ = write!(self.tag, "{id:016x}");
     }
 }
@@ -315,5 +368,33 @@ mod tests {
             p.check(&echo(&request_line(&Payloads::new(64), 5)))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_stateless_call_carries_the_envelope_and_its_answer_the_result_type() {
+        let p = Payloads::with(64, Echo::Tool(vec!["echo".to_owned()])).stateless();
+        assert_eq!(p.tool(9), Some("echo"));
+        let line = request_line(&p, 9);
+        let v: Value = serde_json::from_slice(&line).expect("JSON");
+        let meta = &v["params"]["_meta"];
+        assert_eq!(
+            meta["io.modelcontextprotocol/protocolVersion"],
+            STATELESS_REVISION
+        );
+        assert!(meta["io.modelcontextprotocol/clientCapabilities"].is_object());
+        assert_eq!(v["params"]["name"], "echo");
+        assert_eq!(
+            v["params"]["arguments"]["s"].as_str().map(str::len),
+            Some(64)
+        );
+        // What the gateway answers a 2026-07-28 client: the worker's
+        // result with resultType appended.
+        let handshake = tool_echo(&line);
+        let mut answer = handshake[..handshake.len() - 2].to_vec();
+        answer.extend_from_slice(br#","resultType":"complete"}}"#);
+        assert_eq!(p.check(&answer).expect("exact echo"), Answer::Echo(9));
+        // Without it, the answer is not of that era.
+        assert!(p.check(&handshake).is_err());
+        assert_eq!(Payloads::new(64).tool(1), None);
     }
 }
