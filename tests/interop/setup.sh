@@ -60,3 +60,24 @@ if [[ "$npm_present" != 1 || ! -f "$npm_stamp" || "$(cat "$npm_stamp")" != "$npm
         $(printf '%s ' $NPM_PACKAGES)
     printf '%s' "$npm_want" >"$npm_stamp"
 fi
+
+# ---- the sandbox scenarios -------------------------------------------------
+# uv (for uvx) in a venv of its own, and the last server-filesystem release
+# whose own check let a symbolic link lead out of its directories (2025.3.28:
+# a prefix comparison of the link's target), so the sandbox can be shown to
+# hold where the server's check does not.
+SANDBOX_CACHE="$CACHE/sandbox"
+UV_REQUIREMENT="uv==0.13.8"
+uv_stamp="$SANDBOX_CACHE/uv/.interop-stamp"
+uv_want="$(hash_of "$("$PYTHON" -V 2>&1) $UV_REQUIREMENT")"
+if [[ ! -x "$SANDBOX_CACHE/uv/bin/uvx" || ! -f "$uv_stamp" || "$(cat "$uv_stamp")" != "$uv_want" ]]; then
+    echo "interop setup: installing $UV_REQUIREMENT into $SANDBOX_CACHE/uv" >&2
+    "$PYTHON" -m venv --clear "$SANDBOX_CACHE/uv"
+    "$SANDBOX_CACHE/uv/bin/python" -m pip install --quiet --disable-pip-version-check "$UV_REQUIREMENT"
+    printf '%s' "$uv_want" >"$uv_stamp"
+fi
+# shellcheck source=../lib/npm.sh
+. "$ROOT/tests/lib/npm.sh"
+ensure_npm_packages "interop setup" "$SANDBOX_CACHE/npm" \
+    "@modelcontextprotocol/server-filesystem@2025.3.28" \
+    "@modelcontextprotocol/server-filesystem/dist/index.js"

@@ -339,17 +339,23 @@ const SYSTEM_READ: &[&str] = &[
 const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full"];
 
 /// The package caches `npx` and `uvx` write to even when the package is
-/// already there (a temporary file, a lock), under `$HOME`.
-const HOME_WRITE: &[&str] = &[".npm", ".cache/uv"];
+/// already there (a temporary file, a lock), and uv's data directory,
+/// where `uvx` keeps its tools' locks, under `$HOME`.
+const HOME_WRITE: &[&str] = &[".npm", ".cache/uv", ".local/share/uv"];
 
-/// Variables that move those caches elsewhere.
-const VAR_WRITE: &[&str] = &["npm_config_cache", "NPM_CONFIG_CACHE", "UV_CACHE_DIR"];
+/// Variables that move those elsewhere.
+const VAR_WRITE: &[&str] = &[
+    "npm_config_cache",
+    "NPM_CONFIG_CACHE",
+    "UV_CACHE_DIR",
+    "UV_TOOL_DIR",
+    "UV_PYTHON_INSTALL_DIR",
+];
 
 /// Tool directories under `$HOME`.
 const HOME_READ: &[&str] = &[
     ".cache/pip",
     ".cache/node-gyp",
-    ".local/share/uv",
     ".local/bin",
     ".local/lib",
     ".cargo/bin",
@@ -366,8 +372,6 @@ const HOME_READ: &[&str] = &[
 const VAR_READ: &[&str] = &[
     "npm_config_prefix",
     "NPM_CONFIG_PREFIX",
-    "UV_TOOL_DIR",
-    "UV_PYTHON_INSTALL_DIR",
     "PIP_CACHE_DIR",
     "VIRTUAL_ENV",
 ];
@@ -391,7 +395,12 @@ impl Defaults {
                 .filter_map(|name| var(name).map(PathBuf::from)),
         );
         if let Some(data) = var("XDG_DATA_HOME").map(PathBuf::from) {
-            read.push(data.join("uv"));
+            write.push(data.join("uv"));
+        }
+        // A cache that is not there yet is made now, as its tool would
+        // make it: a rule can only name a path that exists.
+        for cache in &write[SYSTEM_WRITE.len()..] {
+            let _ = std::fs::create_dir_all(cache);
         }
         if let Some(cargo) = var("CARGO_HOME").map(PathBuf::from) {
             read.push(cargo.join("bin"));
