@@ -11,8 +11,10 @@
 # access token expired refreshes without a browser, and the rotated refresh
 # token is what the store keeps; a refused (revoked) access token is
 # refreshed on the 401; two processes refreshing at once both succeed with
-# one browser-free refresh chain; `auth status` and `auth logout`; no token
-# in any output at -vv (RUST_LOG=trace).
+# one browser-free refresh chain; `auth status` and `auth logout`; `serve`
+# with its web UI (serve_driver.py: the callback on the UI's address, a
+# revoked grant back to waiting and back, the pasted URL, one list_changed
+# each time); no token in any output at -vv (RUST_LOG=trace).
 #
 # Installs what it needs when missing: the interop venv (the Python SDK) and,
 # under .cache/oauth/npm, oidc-provider and a Node 22 runtime. Uses
@@ -145,6 +147,21 @@ timeout 30 "$BIN" auth status --url "$URL" >"$WORK/status2.out" 2>>"$WORK/status
 check "auth logout forgets it" grep -q "not authorized" "$WORK/status2.out"
 check "  and its file is gone" test -z "$(ls "$STORE"/*.json 2>/dev/null)"
 
+# serve and its web UI (tests/oauth/serve_driver.py): the callback on the
+# UI's address, a revoked grant, the pasted URL.
+TTL="$TTL" timeout 600 "$PYTHON" "$HERE/serve_driver.py" "$BIN" "$URL" "$ISSUER" "$WORK" \
+    >"$WORK/serve.out" 2>"$WORK/serve-driver.err" || true
+grep -E '^(✓|✗) ' "$WORK/serve.out" || true
+serve_passed="$(sed -n 's/^serve: \([0-9]*\) passed.*/\1/p' "$WORK/serve.out")"
+serve_failed="$(sed -n 's/^serve: [0-9]* passed, \([0-9]*\) failed/\1/p' "$WORK/serve.out")"
+if [[ -z "$serve_passed" ]]; then
+    failed=$((failed + 1)); echo "✗ the serve checks ran to their end"
+    tail -n 20 "$WORK/serve-driver.err" >&2 || true
+else
+    passed=$((passed + serve_passed)); failed=$((failed + serve_failed))
+fi
+while read -r token; do tokens_seen+=("$token"); done <"$WORK/serve-tokens" 2>/dev/null || true
+
 leaked=0
 for token in "${tokens_seen[@]}"; do
     [[ -n "$token" ]] || continue
@@ -154,7 +171,7 @@ check "no token in any output or log at -vv" test "$leaked" = 0
 check "  (and the logs were at trace level)" grep -q TRACE "$WORK/first.err"
 
 if [[ "$failed" != 0 ]]; then
-    for f in first expired revoked twin1 twin2; do
+    for f in first expired revoked twin1 twin2 serve-ui serve-paste; do
         echo "----- $f: stderr (tail) -----" >&2
         tail -n 15 "$WORK/$f.err" >&2 || true
     done

@@ -25,6 +25,32 @@ use crate::cli::{Logging, Supervision, parse_duration};
 use crate::ui::UiPlan;
 use crate::watchers::ServerWatchers;
 
+/// `--public-url`: an http:// or https:// URL, kept without a trailing `/`.
+fn parse_public_url(s: &str) -> Result<String, String> {
+    let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
+        return Err(format!("{s:?} is not an http:// or https:// URL"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "{s:?} has a query or fragment; give the UI's base address"
+        ));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// Where a gateway with a UI has OAuth redirects sent: the UI's callback at
+/// `--public-url`, else at the address it listens on; none (each flow's
+/// loopback listener, and a pasted URL) when it listens on every address,
+/// whose name for a browser is not known.
+fn oauth_redirect(public_url: Option<&str>, local: std::net::SocketAddr) -> Option<String> {
+    let path = mcpvisor_ui::OAUTH_CALLBACK_PATH;
+    if let Some(base) = public_url {
+        return Some(format!("{base}{path}"));
+    }
+    (!local.ip().is_unspecified()).then(|| format!("http://{local}{path}"))
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// A config file (Claude Desktop, Cursor, VS Code or Codex format); repeatable. Every enabled server in it is served.
@@ -60,6 +86,9 @@ pub struct ServeArgs {
     /// Serve the web UI and its JSON API at this address (default 127.0.0.1:8809; port 0 picks a free one). The same address as --http shares its listener.
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = crate::ui::DEFAULT_ADDR)]
     pub ui: Option<std::net::SocketAddr>,
+    /// The address people's browsers reach the web UI at, when not the one it listens on (behind a proxy, or another machine's name for it): OAuth authorization servers send the browser back to URL/oauth/callback.
+    #[arg(long, value_name = "URL", requires = "ui", value_parser = parse_public_url)]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
     #[command(flatten)]
@@ -112,7 +141,9 @@ pub fn main(args: ServeArgs) -> ExitCode {
             let source = source.clone();
             let control = control_tx.clone();
             let ui_addr = plan.addr;
+            let public_url = args.public_url.clone();
             let start = move |local: std::net::SocketAddr| {
+                mcpvisor_oauth::set_redirect_uri(oauth_redirect(public_url.as_deref(), local));
                 let plans = move |added: Option<&str>| {
                     if let Some(name) = added {
                         source.serve_also(name);
@@ -450,4 +481,31 @@ fn entry_mtime(def: &mcpvisor_config::ServerDef) -> Option<std::time::SystemTime
         .iter()
         .filter_map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
         .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oauth_redirect_follows_the_ui() {
+        let local: std::net::SocketAddr = "127.0.0.1:8809".parse().expect("addr");
+        assert_eq!(
+            oauth_redirect(None, local).as_deref(),
+            Some("http://127.0.0.1:8809/oauth/callback")
+        );
+        assert_eq!(
+            oauth_redirect(Some("https://gw.example/mcpvisor"), local).as_deref(),
+            Some("https://gw.example/mcpvisor/oauth/callback")
+        );
+        let any: std::net::SocketAddr = "0.0.0.0:8809".parse().expect("addr");
+        assert_eq!(oauth_redirect(None, any), None);
+        assert_eq!(
+            parse_public_url("https://gw.example/").as_deref(),
+            Ok("https://gw.example")
+        );
+        assert!(parse_public_url("ftp://gw.example").is_err());
+        assert!(parse_public_url("https://gw.example/?a=b").is_err());
+        assert!(parse_public_url("gw.example").is_err());
+    }
 }

@@ -233,6 +233,57 @@ async fn events_until(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_answers_need_a_waiting_flow() {
+    let g = start("oauth", json!({"echo": fake(&[])}), &[]);
+    // The callback needs no UI token, but only a flow waiting for the
+    // answer's state takes it.
+    let resp = g
+        .http
+        .get(g.url("/oauth/callback?code=c&state=nobody-waits"))
+        .send()
+        .await
+        .expect("GET callback");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let page = resp.text().await.expect("page");
+    assert!(page.contains("no authorization in progress"), "{page}");
+    let resp = g
+        .http
+        .get(g.url("/oauth/callback"))
+        .send()
+        .await
+        .expect("GET callback");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    // The paste is an API change: the token first.
+    let resp = g
+        .http
+        .post(g.url("/api/oauth/paste"))
+        .json(&json!({"url": "http://127.0.0.1:1/callback?code=c&state=s"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+    let (status, body) = g
+        .post(
+            "/api/oauth/paste",
+            json!({"url": "http://127.0.0.1:1/callback?code=c&state=s"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no authorization in progress")),
+        "{body}"
+    );
+    let (status, body) = g
+        .post("/api/oauth/paste", json!({"url": "not a url"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = g.post("/api/oauth/paste", json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_is_required_and_the_cookie_flow_works() {
     let g = start("auth", json!({"echo": fake(&[])}), &[]);
     // Nothing without the token.

@@ -46,7 +46,11 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 static OPEN_BROWSER: AtomicBool = AtomicBool::new(false);
 static AUTHORIZERS: LazyLock<Mutex<HashMap<String, Weak<Authorizer>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
-/// Flows waiting for their redirect, by `state`, for pasted URLs.
+/// The redirect URI flows use instead of the loopback listener's (a
+/// gateway's web UI, whose `/oauth/callback` hands the answer on).
+static REDIRECT_URI: Mutex<Option<String>> = Mutex::new(None);
+/// Flows waiting for their redirect, by `state`, for pasted URLs and
+/// answers that land elsewhere than the loopback listener.
 static WAITING: LazyLock<Mutex<HashMap<String, mpsc::Sender<Arrival>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
@@ -56,11 +60,34 @@ pub fn set_open_browser(on: bool) {
     OPEN_BROWSER.store(on, Ordering::Relaxed);
 }
 
+/// Sends the authorization server's redirects of this process's flows to
+/// `uri` (a gateway's web UI: `https://HOST/oauth/callback`) instead of a
+/// loopback listener; `None` goes back to the loopback listener. The
+/// answer that lands there is handed on with [`deliver`].
+pub fn set_redirect_uri(uri: Option<String>) {
+    if let Ok(mut slot) = REDIRECT_URI.lock() {
+        *slot = uri;
+    }
+}
+
+/// The redirect URI set by [`set_redirect_uri`].
+fn redirect_uri() -> Option<String> {
+    REDIRECT_URI.lock().ok().and_then(|slot| slot.clone())
+}
+
 /// Completes a waiting flow with the URL the browser landed on (for a
 /// person whose browser cannot reach the loopback listener).
 pub async fn paste(url: &str) -> Result<(), String> {
     let params = callback::params_of(url)
         .ok_or("that is not the URL of an authorization answer (it has no query)")?;
+    deliver(params).await
+}
+
+/// Hands a redirect's query parameters to the flow waiting for their
+/// `state`, and waits (bounded) for its verdict. An answer whose `state` no
+/// flow of this process is waiting for (unknown, already used, or of a flow
+/// that is over) is refused.
+pub async fn deliver(params: BTreeMap<String, String>) -> Result<(), String> {
     let state = params.get("state").cloned().unwrap_or_default();
     let sender = WAITING
         .lock()
@@ -465,31 +492,34 @@ impl Authorizer {
             });
         }
         let (arrivals_tx, mut arrivals) = mpsc::channel(8);
-        let port = self
-            .settings
-            .redirect_port
-            .unwrap_or_else(|| callback::stable_port(&self.key));
-        let listener = Listener::open(
-            port,
-            self.settings.redirect_port.is_some(),
-            arrivals_tx.clone(),
-        )
-        .await?;
+        // The loopback listener, unless the redirects go elsewhere (a
+        // gateway's web UI, which hands them on by `state`).
+        let (_listener, redirect) = match redirect_uri() {
+            Some(uri) => (None, uri),
+            None => {
+                let port = self
+                    .settings
+                    .redirect_port
+                    .unwrap_or_else(|| callback::stable_port(&self.key));
+                let listener = Listener::open(
+                    port,
+                    self.settings.redirect_port.is_some(),
+                    arrivals_tx.clone(),
+                )
+                .await?;
+                let uri = listener.redirect_uri.clone();
+                (Some(listener), uri)
+            }
+        };
         let mut stored = self.load()?;
         let kept = stored.clients.get(&found.issuer);
-        let (client, origin) = registration::client(
-            &self.http,
-            &self.settings,
-            found,
-            kept,
-            &listener.redirect_uri,
-        )
-        .await?;
+        let (client, origin) =
+            registration::client(&self.http, &self.settings, found, kept, &redirect).await?;
         if origin == Origin::Registered {
             stored.clients.insert(found.issuer.clone(), client.clone());
             self.store.save(&stored).map_err(AuthError::Store)?;
         }
-        let oauth = self.oauth_client(found, &client, Some(&listener.redirect_uri))?;
+        let oauth = self.oauth_client(found, &client, Some(&redirect))?;
         let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
         let mut request = oauth
             .authorize_url(CsrfToken::new_random)

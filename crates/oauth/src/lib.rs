@@ -37,7 +37,9 @@
 //!    against the issuer (RFC 9207). The link is handed to a prompt (the CLI
 //!    prints it, the session reports it) and opened with `$BROWSER` or the
 //!    desktop's opener when asked; a person who cannot reach the loopback
-//!    listener pastes the URL the browser landed on ([`paste`]).
+//!    listener pastes the URL the browser landed on ([`paste`]). A gateway
+//!    with a web UI sends the redirects to the UI's `/oauth/callback`
+//!    instead ([`set_redirect_uri`]), which hands them on ([`deliver`]).
 //!
 //! Tokens live in a [`Store`] under `$XDG_STATE_HOME/mcpvisor/oauth`, one
 //! file per server (mode 0600, written atomically), keyed by server URL and
@@ -54,7 +56,9 @@ mod secret;
 mod settings;
 pub mod store;
 
-pub use authorizer::{Authorizer, DEFAULT_WAIT, Prompt, paste, set_open_browser};
+pub use authorizer::{
+    Authorizer, DEFAULT_WAIT, Prompt, deliver, paste, set_open_browser, set_redirect_uri,
+};
 pub use challenge::Challenge;
 pub use error::AuthError;
 pub use secret::Secret;

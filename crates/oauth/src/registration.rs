@@ -116,6 +116,22 @@ struct Registered {
     token_endpoint_auth_method: Option<String>,
 }
 
+/// `native` for a loopback redirect URI; `web` for any other (a gateway's
+/// web UI at its public address), which OpenID registration refuses for a
+/// native client.
+fn application_type(redirect_uri: &str) -> &'static str {
+    let loopback = reqwest::Url::parse(redirect_uri).ok().is_some_and(|u| {
+        u.scheme() == "http"
+            && u.host_str().is_some_and(|h| {
+                h == "localhost"
+                    || h.trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            })
+    });
+    if loopback { "native" } else { "web" }
+}
+
 async fn register(
     http: &Client,
     endpoint: &str,
@@ -133,7 +149,7 @@ async fn register(
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": wanted_method(metadata),
-        "application_type": "native",
+        "application_type": application_type(redirect_uri),
     });
     let response = http
         .post(endpoint)
@@ -176,6 +192,24 @@ mod tests {
                 .map(|m| m.iter().map(|s| (*s).to_owned()).collect()),
             ..ServerMetadata::default()
         }
+    }
+
+    #[test]
+    fn a_redirect_off_loopback_is_a_web_client() {
+        assert_eq!(application_type("http://127.0.0.1:1/callback"), "native");
+        assert_eq!(
+            application_type("http://localhost:8809/oauth/callback"),
+            "native"
+        );
+        assert_eq!(
+            application_type("http://[::1]:8809/oauth/callback"),
+            "native"
+        );
+        assert_eq!(application_type("https://gw.example/oauth/callback"), "web");
+        assert_eq!(
+            application_type("http://10.0.0.5:8809/oauth/callback"),
+            "web"
+        );
     }
 
     #[test]

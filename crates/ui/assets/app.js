@@ -112,6 +112,32 @@
     }, icon('key'), h('span', { text: 'Authorize' }), h('span', { class: 'sr-only', text: ' (opens in a new tab)' }));
   }
 
+  // The address the browser ended on after signing in, when the redirect
+  // could not reach mcpvisor (a loopback address on another machine):
+  // pasted here, it finishes the authorization.
+  function pasteForm() {
+    const input = h('input', { type: 'url', id: 'oauth-paste', name: 'url', autocomplete: 'off', spellcheck: 'false', placeholder: 'http://127.0.0.1:…/callback?code=…&state=…', required: true });
+    const status = h('p', { class: 'paste-status', role: 'status', 'data-paste-status': '' });
+    const form = h('form', { class: 'oauth-paste', 'data-oauth-paste': '', novalidate: true },
+      h('label', { for: 'oauth-paste', text: 'Browser on another machine? If the page after signing in did not load, paste its address here:' }),
+      h('div', { class: 'inline' }, input, h('button', { type: 'submit', text: 'Finish' })),
+      status);
+    form.addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const url = input.value.trim();
+      if (!url) { status.textContent = 'Paste the address first.'; return; }
+      status.textContent = 'Finishing…';
+      try {
+        await api('POST', '/api/oauth/paste', { url });
+        input.value = '';
+        status.textContent = 'Authorized.';
+      } catch (err) {
+        status.textContent = 'Not authorized: ' + err.message;
+      }
+    });
+    return form;
+  }
+
   // ---- formatting ----------------------------------------------------------
 
   function fmtDuration(ms) {
@@ -556,7 +582,8 @@
             h('p', null, h('strong', { text: 'This server waits for you to authorize it. ' }),
               'Open the link, finish signing in, and it continues by itself.'),
             authLink(authKey, true),
-            h('p', { class: 'auth-url' }, h('code', { text: authKey }))));
+            h('p', { class: 'auth-url' }, h('code', { text: authKey })),
+            pasteForm()));
         }
       }
       const stopped = s.state === 'stopped';

@@ -150,6 +150,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/servers/{name}/stderr", get(stderr))
         .route("/api/servers/{name}/{action}", post(act))
         .route("/api/servers/{name}/secrets/{key}", put(set_secret))
+        .route("/api/oauth/paste", post(oauth_paste))
         .route("/api/inspect", post(start_inspect))
         .route("/api/inspect/{id}", get(inspect_job))
         .route("/api/events", get(events::stream))
@@ -160,6 +161,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/", get(index))
         .route("/assets/{*path}", get(asset))
+        .route(CALLBACK_PATH, get(oauth_callback))
         .merge(api)
         .layer(middleware::from_fn_with_state(shared.clone(), headers))
         .with_state(shared)
@@ -270,6 +272,75 @@ async fn index(
         assets::index(shared.csrf.as_ref().map_or("", Token::expose)),
     )
         .into_response()
+}
+
+// === OAuth answers ===
+
+/// Where an authorization server sends the browser back when the gateway's
+/// flows use the UI's address as their redirect URI.
+pub const CALLBACK_PATH: &str = "/oauth/callback";
+
+/// An authorization server's redirect, landed on the UI: handed to the
+/// flow waiting for its `state`. It needs no UI token (the browser coming
+/// back from the provider may not carry the cookie): the `state`, random
+/// and known only to the flow, is what binds it, and it is accepted once,
+/// while that flow waits.
+async fn oauth_callback(
+    Query(params): Query<std::collections::BTreeMap<String, String>>,
+) -> Response {
+    if !params.contains_key("state") {
+        return callback_page(
+            StatusCode::BAD_REQUEST,
+            "This is not an authorization answer.",
+            false,
+        );
+    }
+    match mcpvisor_oauth::deliver(params).await {
+        Ok(()) => callback_page(
+            StatusCode::OK,
+            "mcpvisor is authorized. You may close this tab.",
+            true,
+        ),
+        Err(why) => callback_page(
+            StatusCode::BAD_REQUEST,
+            &format!("Authorization failed: {why}"),
+            false,
+        ),
+    }
+}
+
+fn callback_page(status: StatusCode, message: &str, ok: bool) -> Response {
+    let message = message
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let title = if ok { "Authorized" } else { "Not authorized" };
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>mcpvisor: {title}</title></head>\
+         <body><h1>{title}</h1><p>{message}</p></body></html>"
+    );
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        html,
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct Pasted {
+    url: String,
+}
+
+/// The address a person's browser ended on (a redirect to a loopback
+/// listener it could not reach), pasted into the page: handed to the flow
+/// waiting for its `state`, as `mcpvisor auth login` takes a pasted one.
+async fn oauth_paste(parsed: Result<axum::Json<Pasted>, JsonRejection>) -> ApiResult {
+    let pasted = body(parsed)?;
+    mcpvisor_oauth::paste(&pasted.url)
+        .await
+        .map_err(|why| ApiError::new(StatusCode::BAD_REQUEST, why))?;
+    Ok(axum::Json(json!({"authorized": true})).into_response())
 }
 
 fn login_page(status: StatusCode, message: &str) -> Response {

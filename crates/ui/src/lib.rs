@@ -17,6 +17,11 @@
 //!   a snapshot, then every change; a reader that fell behind is sent a
 //!   fresh snapshot instead of what it missed.
 //! * `/metrics` is the Prometheus text of the same figures (`metrics.rs`).
+//! * `/oauth/callback` is where an authorization server sends the browser
+//!   back when the gateway's OAuth flows use the UI's address; the answer
+//!   is handed to the flow waiting for its `state` (no UI token: the
+//!   `state` binds it). `/api/oauth/paste` takes the address a browser
+//!   ended on when it could not reach the redirect URI.
 //!
 //! Every answer but the static assets needs the token ([`auth`]): as a
 //! bearer header, or as the HttpOnly cookie that `/?token=` sets. A change
@@ -45,6 +50,7 @@ use std::time::Duration;
 use axum::Router;
 use mcpvisor_gateway::monitor::Monitor;
 
+pub use api::CALLBACK_PATH as OAUTH_CALLBACK_PATH;
 pub use auth::Token;
 
 /// Reads the config files again and hands the hub the new plans: what
