@@ -14,7 +14,7 @@
 # one browser-free refresh chain; `auth status` and `auth logout`; `serve`
 # with its web UI (serve_driver.py: the callback on the UI's address, a
 # revoked grant back to waiting and back, the pasted URL, one list_changed
-# each time); no token in any output at -vv (RUST_LOG=trace).
+# when tools join); no token in any output at -vv (RUST_LOG=trace).
 #
 # Installs what it needs when missing: the interop venv (the Python SDK) and,
 # under .cache/oauth/npm, oidc-provider and a Node 22 runtime. Uses
