@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use super::lists::{Item, KINDS, Kind as ListKind};
 use super::observe::Observed;
+use super::request::Era;
 use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
 use crate::fronts::FrontId;
 use crate::monitor::EventKind;
@@ -990,7 +991,7 @@ impl Hub {
         let any_ready = self
             .fronts
             .values()
-            .any(|f| f.closing.is_none() && (f.info.initialized || f.info.modern));
+            .any(|f| f.closing.is_none() && (f.info.initialized || f.info.era == Era::Stateless));
         if !any_ready && self.early.len() < MAX_EARLY {
             // Until a client has initialized, what it can take is unknown,
             // and nothing may be sent to it: hold the request (bounded).
@@ -1010,7 +1011,7 @@ impl Hub {
                     "roots/list" => Some(("roots", info.roots)),
                     _ => None,
                 };
-                let declined = if info.modern {
+                let declined = if info.era == Era::Stateless {
                     Some(format!(
                         "the client connected to mcpvisor uses the 2026-07-28 protocol, which has no server-to-client requests on stdio; `{method}` cannot be delivered"
                     ))

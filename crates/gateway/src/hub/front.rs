@@ -1,17 +1,16 @@
 //! What the front client says, and the answers the gateway gives itself.
 
 use bytes::Bytes;
-use mcpvisor_jsonrpc::envelope::{ParamsObject, raw_params};
+use mcpvisor_jsonrpc::envelope::raw_params;
 use mcpvisor_jsonrpc::{
-    Envelope, EnvelopeError, INVALID_PARAMS, INVALID_REQUEST, Kind, METHOD_NOT_FOUND, NOT_STARTED,
-    PARSE_ERROR, build, rewrite,
+    Envelope, EnvelopeError, INVALID_REQUEST, Kind, PARSE_ERROR, build, rewrite,
 };
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::backend::{BackendId, State};
 use super::lists::Kind as ListKind;
-use super::{FanOut, Hub, Parked, Pending, Private, Timer, Wrap};
+use super::request::Era;
+use super::{FanOut, Hub, Pending, Private};
 use crate::fronts::FrontId;
 use crate::raw::{self, RawObject};
 
@@ -46,255 +45,10 @@ impl Hub {
             }
         };
         match env.kind {
-            Kind::Request => self.on_front_request(front, &line, &env, params, false),
+            Kind::Request => self.on_front_request(front, &line, &env, params),
             Kind::Notification => self.on_front_notification(front, &line, &env),
             Kind::Response => self.on_front_response(front, &line, &env),
         }
-    }
-
-    /// A request from a front. `params`: its params object as the envelope
-    /// scan read it (`Some(None)`: it has none), or `None` to read it here.
-    fn on_front_request(
-        &mut self,
-        front: FrontId,
-        line: &Bytes,
-        env: &Envelope<'_>,
-        params: Option<Option<ParamsObject<'_>>>,
-        retry: bool,
-    ) {
-        let Some(raw_id) = env.id else { return };
-        let id = Bytes::copy_from_slice(raw_id.get().as_bytes());
-        let in_flight = self.by_front_id.contains_key(&(front, id.clone()));
-        if in_flight || !retry && self.parked.iter().any(|p| p.front == front && p.id == id) {
-            let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
-            self.emit_to(
-                front,
-                build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, msg, None),
-                Some(id.clone()),
-            );
-            return;
-        }
-        if !retry && self.awaited_by(front) >= self.settings.max_in_flight {
-            let msg = format!(
-                "Request not started: {} requests are already in flight (--max-in-flight). It is safe to retry.",
-                self.settings.max_in_flight
-            );
-            self.emit_to(
-                front,
-                build::error(raw_id.get(), mcpvisor_jsonrpc::NOT_STARTED, &msg, None),
-                Some(id.clone()),
-            );
-            return;
-        }
-        // The params are read once, here: what follows edits this reading.
-        // One pass over the line, when the scan behind it vouches for the
-        // line (as it nearly always does); two with serde otherwise.
-        // Params that are not an object (an array, null) are still
-        // forwarded as written: those take the second pass.
-        let read = match params {
-            Some(read) => read.map(RawObject::from_params),
-            None => RawObject::params_of(line),
-        };
-        let (params, obj) = match read {
-            Some((text, obj)) => (Some(text), Some(obj)),
-            None => {
-                let params = raw_params(line).map(|p| p.get());
-                (params, params.and_then(RawObject::parse))
-            }
-        };
-        let modern = is_modern(obj.as_ref());
-        if modern {
-            if let Some(f) = self.fronts.get_mut(&front) {
-                if !f.info.initialized {
-                    f.info.modern = true;
-                }
-            }
-        }
-        let method = env.method();
-        match method {
-            "initialize" => {
-                self.on_initialize(front, obj.as_ref());
-                self.park(front, id, method.to_owned(), None, false);
-            }
-            "ping" if modern => {
-                self.emit_to(
-                    front,
-                    build::result(raw_id.get(), r#"{"resultType":"complete"}"#),
-                    Some(id.clone()),
-                );
-            }
-            "ping" => self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone())),
-            "server/discover" => self.park(front, id, method.to_owned(), None, true),
-            "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
-                let cursor = obj.as_ref().and_then(|o| o.str("cursor"));
-                self.park(front, id, method.to_owned(), cursor, modern);
-            }
-            "tools/call" => {
-                let Some(obj) = obj else {
-                    return self.invalid_params(front, raw_id.get(), "tools/call needs params");
-                };
-                let name = obj.str_ref("name").unwrap_or_default();
-                if self.settings.tool_search && name == SEARCH_TOOL {
-                    return self.search_tools(front, raw_id.get(), &obj);
-                }
-                if self.settings.tool_search && name == CALL_TOOL {
-                    return self.call_found_tool(front, id, env, &obj, modern);
-                }
-                let target = self.merged.tools.get(name.as_ref());
-                let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
-                    if let Some((message, data)) = self.refused_by_prefix(&name) {
-                        let refusal =
-                            build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
-                        self.emit_to(front, refusal, Some(id.clone()));
-                        return;
-                    }
-                    if !retry && self.any_settling() {
-                        return self.park_line(front, id, line);
-                    }
-                    let msg = format!("Unknown tool: {name}");
-                    return self.invalid_params(front, raw_id.get(), &msg);
-                };
-                // Only the name changes: it is replaced in the text as it came.
-                let text = params.unwrap_or_default();
-                let params = Params::renamed(&obj, text, &original);
-                self.forward(front, backend, id, "tools/call", params, env, modern);
-            }
-            "prompts/get" => {
-                let Some(obj) = obj else {
-                    return self.invalid_params(front, raw_id.get(), "prompts/get needs params");
-                };
-                let name = obj.str_ref("name").unwrap_or_default();
-                let target = self.merged.prompts.get(name.as_ref());
-                let Some((backend, original)) = target.map(|(b, o)| (*b, raw::quote(o))) else {
-                    if let Some((message, data)) = self.refused_by_prefix(&name) {
-                        let refusal =
-                            build::error(raw_id.get(), NOT_STARTED, &message, Some(&data));
-                        self.emit_to(front, refusal, Some(id.clone()));
-                        return;
-                    }
-                    if !retry && self.any_settling() {
-                        return self.park_line(front, id, line);
-                    }
-                    let msg = format!("Unknown prompt: {name}");
-                    return self.invalid_params(front, raw_id.get(), &msg);
-                };
-                let text = params.unwrap_or_default();
-                let params = Params::renamed(&obj, text, &original);
-                self.forward(front, backend, id, "prompts/get", params, env, modern);
-            }
-            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
-                let Some(obj) = obj else {
-                    return self.invalid_params(front, raw_id.get(), "the request needs params");
-                };
-                let uri = obj.str("uri").unwrap_or_default();
-                let Some(backend) = self.backend_for_uri(&uri) else {
-                    if !retry && self.any_settling() {
-                        return self.park_line(front, id, line);
-                    }
-                    let msg = format!("Resource not found: {uri}");
-                    let data = json!({"uri": uri});
-                    // 2026-07-28 (SEP-2164) says -32602 where earlier
-                    // revisions said -32002.
-                    let code = if modern {
-                        INVALID_PARAMS
-                    } else {
-                        RESOURCE_NOT_FOUND
-                    };
-                    self.emit_to(
-                        front,
-                        build::error(raw_id.get(), code, &msg, Some(&data)),
-                        Some(id.clone()),
-                    );
-                    return;
-                };
-                // Subscriptions are counted: the server sees one subscribe
-                // per URI, and the unsubscribe when the last client leaves.
-                // A per-client server's process is the front's own: it is
-                // told of every subscription.
-                let shared = !self.backends[&backend].plan.per_client;
-                let needed = match method {
-                    "resources/subscribe" if shared => self.hold_subscription(front, &uri),
-                    "resources/unsubscribe" if shared => self.drop_subscription(front, &uri),
-                    _ => true,
-                };
-                if !needed {
-                    self.emit_to(front, build::result(raw_id.get(), "{}"), Some(id.clone()));
-                    return;
-                }
-                let params = Params::Text(params.unwrap_or_default().to_owned());
-                self.forward(front, backend, id, method, params, env, modern);
-            }
-            "completion/complete" => {
-                let Some(obj) = obj else {
-                    return self.invalid_params(
-                        front,
-                        raw_id.get(),
-                        "completion/complete needs params",
-                    );
-                };
-                match self.completion_target(&obj) {
-                    Some((backend, params)) => {
-                        let params = Params::Text(params);
-                        self.forward(front, backend, id, method, params, env, modern);
-                    }
-                    None => {
-                        // Nothing to complete from: an empty completion.
-                        let result = if modern {
-                            r#"{"completion":{"values":[],"hasMore":false},"resultType":"complete"}"#
-                        } else {
-                            r#"{"completion":{"values":[],"hasMore":false}}"#
-                        };
-                        self.emit_to(front, build::result(raw_id.get(), result), Some(id.clone()));
-                    }
-                }
-            }
-            "logging/setLevel" => {
-                let level = obj
-                    .as_ref()
-                    .and_then(|o| o.str("level"))
-                    .and_then(|l| LogLevel::parse(&l));
-                let Some(level) = level else {
-                    let msg = format!(
-                        "logging/setLevel needs params.level, one of {}",
-                        LogLevel::NAMES.join(", ")
-                    );
-                    return self.invalid_params(front, raw_id.get(), &msg);
-                };
-                if let Some(f) = self.fronts.get_mut(&front) {
-                    f.log_level = Some(level);
-                }
-                // The shared servers log at the most verbose level any
-                // client asked for; each client gets only what its own level
-                // admits.
-                self.fan_out(front, id, "logging/setLevel");
-            }
-            m if m.starts_with("tasks/") => {
-                let msg = format!(
-                    "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
-                );
-                self.emit_to(
-                    front,
-                    build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
-                    Some(id.clone()),
-                );
-            }
-            m => {
-                let msg = format!("Method not found: {m}");
-                self.emit_to(
-                    front,
-                    build::error(raw_id.get(), METHOD_NOT_FOUND, &msg, None),
-                    Some(id.clone()),
-                );
-            }
-        }
-    }
-
-    fn invalid_params(&mut self, front: FrontId, id: &str, message: &str) {
-        self.emit_to(
-            front,
-            build::error(id, INVALID_PARAMS, message, None),
-            Some(Bytes::copy_from_slice(id.as_bytes())),
-        );
     }
 
     /// For a name under the prefix of a configured server that refuses
@@ -302,7 +56,7 @@ impl Hub {
     /// that server's refusal, with its crash report or its authorization
     /// link. Its tools are withdrawn or not known yet, but a client that
     /// holds the name is told why, not "unknown".
-    fn refused_by_prefix(&self, name: &str) -> Option<(String, Value)> {
+    pub(super) fn refused_by_prefix(&self, name: &str) -> Option<(String, Value)> {
         self.order.iter().find_map(|id| {
             let b = &self.backends[id];
             let refusal = b.refusal()?;
@@ -315,7 +69,7 @@ impl Hub {
     }
 
     /// Records what the front client declared.
-    fn on_initialize(&mut self, front: FrontId, obj: Option<&RawObject<'_>>) {
+    pub(super) fn on_initialize(&mut self, front: FrontId, obj: Option<&RawObject<'_>>) {
         let caps: Value = obj
             .and_then(|o| o.get("capabilities"))
             .and_then(|c| serde_json::from_str(c.get()).ok())
@@ -332,12 +86,12 @@ impl Hub {
             .and_then(|e| e.get("url"))
             .is_some_and(|u| !u.is_null());
         f.info.protocol = obj.and_then(|o| o.str("protocolVersion"));
-        f.info.modern = false;
+        f.info.era = Era::Handshake;
     }
 
     /// Counts a front's subscription to `uri`; whether the server must be
     /// told (the first front to subscribe).
-    fn hold_subscription(&mut self, front: FrontId, uri: &str) -> bool {
+    pub(super) fn hold_subscription(&mut self, front: FrontId, uri: &str) -> bool {
         let Some(f) = self.fronts.get_mut(&front) else {
             return false;
         };
@@ -351,7 +105,7 @@ impl Hub {
 
     /// Ends a front's subscription to `uri`; whether the server must be
     /// told (the last front left).
-    fn drop_subscription(&mut self, front: FrontId, uri: &str) -> bool {
+    pub(super) fn drop_subscription(&mut self, front: FrontId, uri: &str) -> bool {
         let Some(f) = self.fronts.get_mut(&front) else {
             return false;
         };
@@ -393,80 +147,8 @@ impl Hub {
         }
     }
 
-    /// Holds a routed request whose target is not known yet, while servers
-    /// are still starting.
-    fn park_line(&mut self, front: FrontId, id: Bytes, line: &Bytes) {
-        let wait = self.settings.list_timeout;
-        self.parked.push_back(Parked {
-            front,
-            id,
-            method: String::new(),
-            params: None,
-            deadline: Instant::now() + wait,
-            line: Some(line.clone()),
-            modern: false,
-        });
-        self.timers.insert(Timer::Parked, wait);
-    }
-
-    /// Holds a request the gateway answers itself until the servers that
-    /// are starting have settled, at most `--list-timeout`.
-    fn park(
-        &mut self,
-        front: FrontId,
-        id: Bytes,
-        method: String,
-        cursor: Option<String>,
-        modern: bool,
-    ) {
-        let wait = self.settings.list_timeout;
-        self.parked.push_back(Parked {
-            front,
-            id,
-            method,
-            params: cursor,
-            deadline: Instant::now() + wait,
-            line: None,
-            modern,
-        });
-        self.timers.insert(Timer::Parked, wait);
-    }
-
     pub(crate) fn any_settling(&self) -> bool {
         self.backends.values().any(|b| b.settling())
-    }
-
-    pub(crate) fn answer_parked(&mut self, p: Parked) {
-        if let Some(line) = &p.line {
-            if let Ok(env) = Envelope::peek(line) {
-                self.on_front_request(p.front, line, &env, None, true);
-            }
-            return;
-        }
-        let id = String::from_utf8_lossy(&p.id).into_owned();
-        let result = match p.method.as_str() {
-            "initialize" => Ok(self.initialize_result(p.front)),
-            "server/discover" => Ok(self.discover_result()),
-            "tools/list" if self.settings.tool_search => Ok(search_tools_list()),
-            m => match ListKind::of_method(m) {
-                Some(kind) => self.list_page(kind, p.params.as_deref()),
-                None => Err(format!("Method not found: {m}")),
-            },
-        };
-        let result = match result {
-            Ok(r) if p.modern => Ok(modern_result(&r, true)),
-            other => other,
-        };
-        match result {
-            Ok(result) => self.emit_to(p.front, build::result(&id, &result), Some(p.id.clone())),
-            Err(msg) => {
-                self.emit_to(
-                    p.front,
-                    build::error(&id, INVALID_PARAMS, &msg, None),
-                    Some(p.id.clone()),
-                );
-            }
-        }
     }
 
     fn capabilities() -> Value {
@@ -479,7 +161,7 @@ impl Hub {
         })
     }
 
-    fn initialize_result(&mut self, front: FrontId) -> String {
+    pub(super) fn initialize_result(&mut self, front: FrontId) -> String {
         let requested = self
             .fronts
             .get(&front)
@@ -533,7 +215,7 @@ impl Hub {
         Some(result.to_string())
     }
 
-    fn discover_result(&self) -> String {
+    pub(super) fn discover_result(&self) -> String {
         let mut result = json!({
             "supportedVersions": ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"],
             "capabilities": Self::capabilities(),
@@ -565,85 +247,12 @@ impl Hub {
         (!parts.is_empty()).then(|| parts.join("\n\n"))
     }
 
-    /// Sends a front request on to a backend under a fresh gateway id, with
-    /// its progress token (if any) rewritten to that id. `modern`: the
-    /// request is in the 2026-07-28 style (as its params said when read).
-    #[allow(clippy::too_many_arguments)]
-    fn forward(
-        &mut self,
-        front: FrontId,
-        backend: BackendId,
-        front_id: Bytes,
-        method: &str,
-        params: Params<'_>,
-        env: &Envelope<'_>,
-        modern: bool,
-    ) {
-        let backend = self.serving(backend, front);
-        let gid = self.next_id();
-        let token = env
-            .progress_token
-            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
-        let mut spans = None;
-        let line = match params {
-            // Only a name changed: the params are written once, into the line.
-            Params::Parts(parts) if token.is_none() && !modern => {
-                // The params came as they were read, so they hold no
-                // routing member when the front's line had none.
-                if env.request_id.is_none() {
-                    spans = raw::request_spans(gid, method);
-                }
-                raw::request_parts(gid, method, Some(&parts))
-            }
-            params => {
-                let params = params.into_text();
-                let params = match &token {
-                    Some(_) => with_progress_token(&params, gid),
-                    None => params,
-                };
-                // Backends are initialized in the handshake era: the
-                // 2026-07-28 envelope (`_meta` protocol version, client
-                // capabilities) is the gateway's to read, not theirs; some
-                // refuse a request carrying it.
-                let params = if modern {
-                    without_envelope(&params)
-                } else {
-                    params
-                };
-                raw::request(gid, method, Some(&params))
-            }
-        };
-        let wrap = if modern {
-            Wrap::Modern {
-                cacheable: method == "resources/read",
-            }
-        } else {
-            Wrap::AsIs
-        };
-        self.by_front_id.insert((front, front_id.clone()), gid);
-        if let Some(f) = self.fronts.get_mut(&front) {
-            f.awaiting += 1;
-        }
-        self.pending.insert(
-            gid,
-            Pending::Front {
-                front,
-                backend,
-                id: front_id.clone(),
-                token,
-                wrap,
-                at: Instant::now(),
-            },
-        );
-        self.route(front, backend, gid, line, spans, front_id);
-    }
-
     /// Sends `logging/setLevel` to every ready backend that serves `front`
     /// and declares `logging` (a per-client server through the front's own
     /// process): each gets the level it should log at (see
     /// [`Hub::level_for`]); the front gets one answer when all have
     /// answered.
-    fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
+    pub(super) fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
         let targets: Vec<BackendId> = self
             .order
             .iter()
@@ -762,7 +371,7 @@ impl Hub {
     }
 
     /// The backend and rewritten params of a `completion/complete`.
-    fn completion_target(&self, obj: &RawObject<'_>) -> Option<(BackendId, String)> {
+    pub(super) fn completion_target(&self, obj: &RawObject<'_>) -> Option<(BackendId, String)> {
         let reference = RawObject::parse(obj.get("ref")?.get())?;
         match reference.str("type")?.as_str() {
             "ref/prompt" => {
@@ -862,7 +471,7 @@ impl Hub {
 
     // === tool search ===
 
-    fn search_tools(&mut self, front: FrontId, id: &str, obj: &RawObject<'_>) {
+    pub(super) fn search_tools(&mut self, front: FrontId, id: &str, obj: &RawObject<'_>) {
         let args: Value = obj
             .get("arguments")
             .and_then(|a| serde_json::from_str(a.get()).ok())
@@ -901,41 +510,10 @@ impl Hub {
             Some(Bytes::copy_from_slice(id.as_bytes())),
         );
     }
-
-    fn call_found_tool(
-        &mut self,
-        front: FrontId,
-        id: Bytes,
-        env: &Envelope<'_>,
-        obj: &RawObject<'_>,
-        modern: bool,
-    ) {
-        let raw_id = String::from_utf8_lossy(&id).into_owned();
-        let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
-        let Some(args) = args else {
-            return self.invalid_params(
-                front,
-                &raw_id,
-                "mcpvisor__call_tool needs {name, arguments}",
-            );
-        };
-        let name = args.str("name").unwrap_or_default();
-        let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
-            let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
-            return self.invalid_params(front, &raw_id, &msg);
-        };
-        let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
-        let params = obj.write(&[
-            ("name", Some(&raw::quote(&original))),
-            ("arguments", Some(arguments)),
-        ]);
-        let params = Params::Text(params);
-        self.forward(front, backend, id, "tools/call", params, env, modern);
-    }
 }
 
 /// The tool list in `--tool-search` mode.
-fn search_tools_list() -> String {
+pub(super) fn search_tools_list() -> String {
     json!({"tools": [
         {
             "name": SEARCH_TOOL,
@@ -966,7 +544,7 @@ fn search_tools_list() -> String {
 }
 
 /// MCP's "resource not found".
-const RESOURCE_NOT_FOUND: i64 = -32002;
+pub(super) const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// A level of `logging/setLevel` and `notifications/message` (syslog's,
 /// RFC 5424), ordered from the most verbose to the most severe.
@@ -993,7 +571,7 @@ impl LogLevel {
         LogLevel::Alert,
         LogLevel::Emergency,
     ];
-    const NAMES: [&'static str; 8] = [
+    pub(super) const NAMES: [&'static str; 8] = [
         "debug",
         "info",
         "notice",
@@ -1021,21 +599,21 @@ impl LogLevel {
 
 /// A request's params on their way to a backend: as text, or as the text
 /// they came in with one member's value replaced, still in pieces.
-enum Params<'a> {
+pub(crate) enum Params<'a> {
     Text(String),
     Parts([&'a str; 3]),
 }
 
 impl<'a> Params<'a> {
     /// `text` (read as `obj`) with its `name` replaced by `name` (JSON).
-    fn renamed(obj: &RawObject<'_>, text: &'a str, name: &'a str) -> Self {
+    pub(super) fn renamed(obj: &RawObject<'_>, text: &'a str, name: &'a str) -> Self {
         match obj.replaced_parts(text, "name", name) {
             Some(parts) => Params::Parts(parts),
             None => Params::Text(obj.with("name", name)),
         }
     }
 
-    fn into_text(self) -> String {
+    pub(super) fn into_text(self) -> String {
         match self {
             Params::Text(text) => text,
             Params::Parts(parts) => parts.concat(),
@@ -1044,7 +622,7 @@ impl<'a> Params<'a> {
 }
 
 /// Whether a request is in the 2026-07-28 style (protocol version in `_meta`).
-fn is_modern(params: Option<&RawObject<'_>>) -> bool {
+pub(super) fn is_modern(params: Option<&RawObject<'_>>) -> bool {
     params
         .and_then(|p| p.get("_meta"))
         .and_then(|m| RawObject::parse(m.get()))
@@ -1054,7 +632,7 @@ fn is_modern(params: Option<&RawObject<'_>>) -> bool {
 
 /// `params` without the 2026-07-28 envelope members of `_meta`
 /// (`io.modelcontextprotocol/…`); an emptied `_meta` is dropped.
-fn without_envelope(params: &str) -> String {
+pub(super) fn without_envelope(params: &str) -> String {
     let Some(obj) = RawObject::parse(params) else {
         return params.to_owned();
     };
@@ -1104,7 +682,7 @@ pub(crate) fn modern_result(result: &str, cacheable: bool) -> String {
 }
 
 /// `params` with `_meta.progressToken` set to the gateway's id.
-fn with_progress_token(params: &str, gid: u64) -> String {
+pub(super) fn with_progress_token(params: &str, gid: u64) -> String {
     let Some(obj) = RawObject::parse(params) else {
         return params.to_owned();
     };

@@ -3,15 +3,19 @@
 //! [`Hub::run`] owns every piece of routing state: the backends and their
 //! lifecycle, the table of requests in flight towards them, the backends'
 //! own requests waiting for the front client's answer, the merged lists and
-//! the name tables. Helper tasks only move lines: one reader per backend
-//! session (its frames arrive tagged with the backend's id) and one writer
-//! for the front client.
+//! the name tables. It reads and writes the stdio client's pipes itself
+//! (`stdio.rs`); an HTTP front's session task hands it lines over a
+//! channel. Each backend's session writes its lines into the hub's event
+//! channel, tagged with the backend's id and the session's epoch
+//! ([`ToHub`]). A front's request is read once into a typed request
+//! (`request.rs`) and handled by one method per kind.
 
 mod backend;
 mod front;
 mod lists;
 mod observe;
 mod per_client;
+mod request;
 mod stdio;
 
 use std::collections::VecDeque;
@@ -30,6 +34,7 @@ pub use backend::ServerPlan;
 use backend::{Backend, BackendId};
 pub use lists::Cached;
 use lists::Merged;
+use request::Era;
 
 use crate::fronts::{FrontCommand, FrontId, Outbound};
 
@@ -148,19 +153,33 @@ pub(crate) enum FromSession {
     Status(mcpvisor_session::SessionEvent),
 }
 
-/// A front request the gateway answers itself once servers settle.
+/// A front request held until the servers that are starting have settled,
+/// at most `--list-timeout`.
 #[derive(Debug)]
 pub(crate) struct Parked {
     pub front: FrontId,
+    /// The front's id, as written.
     pub id: Bytes,
-    pub method: String,
-    pub params: Option<String>,
     pub deadline: Instant,
+    pub held: Held,
+}
+
+/// What a parked request is, for its answer.
+#[derive(Debug)]
+pub(crate) enum Held {
+    /// The front's `initialize`: answered with what the servers declared.
+    Initialize,
+    /// `server/discover` (2026-07-28).
+    Discover,
+    /// A page of a merged list, in the era the request was made in.
+    List {
+        kind: lists::Kind,
+        cursor: Option<String>,
+        era: Era,
+    },
     /// A routed request whose target was not known yet: the whole line,
     /// handled again once servers have settled.
-    pub line: Option<Bytes>,
-    /// A 2026-07-28 request: the result carries that era's members.
-    pub modern: bool,
+    Line(Bytes),
 }
 
 /// Timers of the owning task.
@@ -281,8 +300,10 @@ pub(crate) struct FrontInfo {
     /// URL-mode elicitation (2025-11-25).
     pub elicitation_url: bool,
     pub roots: bool,
-    /// A 2026-07-28 client: no handshake, and on stdio no requests to it.
-    pub modern: bool,
+    /// Its protocol era: a front that sends a 2026-07-28 request before
+    /// any `initialize` is a 2026-07-28 client (no handshake, and on stdio
+    /// no requests to it).
+    pub era: Era,
 }
 
 /// The gateway. See the crate docs.
@@ -657,7 +678,9 @@ impl Hub {
         let to: Vec<FrontId> = self
             .fronts
             .iter()
-            .filter(|(_, f)| f.closing.is_none() && f.info.initialized && !f.info.modern)
+            .filter(|(_, f)| {
+                f.closing.is_none() && f.info.initialized && f.info.era == Era::Handshake
+            })
             .map(|(id, _)| *id)
             .collect();
         for front in to {
@@ -690,7 +713,7 @@ impl Hub {
             .iter()
             .filter(|(id, f)| match owner {
                 Some(owner) => **id == owner,
-                None => f.closing.is_none() && f.info.initialized && !f.info.modern,
+                None => f.closing.is_none() && f.info.initialized && f.info.era == Era::Handshake,
             })
             .filter(|(_, f)| match (f.log_level, level) {
                 (Some(wanted), Some(level)) => level >= wanted,

@@ -1,0 +1,565 @@
+//! A front client's request, read once, and what the gateway does with
+//! each kind.
+//!
+//! [`Hub::on_front_request`] reads a request's envelope and params in one
+//! pass into a [`FrontRequest`]: its id, its protocol [`Era`], its params
+//! as text and as members, and what it asks ([`Ask`]). Each kind of ask then
+//! has one small method, which answers at once, parks the request until the
+//! servers that are starting have settled, or forwards it to the one
+//! backend that serves it ([`Hub::forward`]).
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::envelope::{ParamsObject, raw_params};
+use mcpvisor_jsonrpc::{Envelope, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_STARTED, build};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::backend::BackendId;
+use super::front::{CALL_TOOL, LogLevel, SEARCH_TOOL, is_modern, with_progress_token};
+use super::front::{Params, RESOURCE_NOT_FOUND, without_envelope};
+use super::lists::Kind as ListKind;
+use super::{Held, Hub, Parked, Pending, Timer, Wrap};
+use crate::fronts::FrontId;
+use crate::raw::{self, RawObject};
+
+/// The protocol era a front, or one of its requests, speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2024-11-05 to 2025-11-25: `initialize` first, then requests.
+    #[default]
+    Handshake,
+    /// 2026-07-28: no handshake; each request names its protocol version in
+    /// `_meta`, each result carries `resultType`, and on stdio the server
+    /// sends the client no requests.
+    Stateless,
+}
+
+impl Era {
+    /// The era of a request, from its params.
+    pub(crate) fn of(params: Option<&RawObject<'_>>) -> Self {
+        if is_modern(params) {
+            Era::Stateless
+        } else {
+            Era::Handshake
+        }
+    }
+}
+
+/// What a front request asks for, by its method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask<'a> {
+    Initialize,
+    /// `server/discover` (2026-07-28).
+    Discover,
+    Ping,
+    /// A page of one of the merged lists.
+    List(ListKind),
+    /// `tools/call` or `prompts/get`: routed by the item's exposed name.
+    Named(Named),
+    /// `resources/read`, `resources/subscribe`, `resources/unsubscribe`:
+    /// routed by URI.
+    Resource(ResourceOp),
+    /// `completion/complete`: routed by its reference.
+    Complete,
+    SetLevel,
+    /// `tasks/…`, which the gateway does not route.
+    Task(&'a str),
+    Unknown(&'a str),
+}
+
+impl<'a> Ask<'a> {
+    fn of(method: &'a str) -> Self {
+        match method {
+            "initialize" => Ask::Initialize,
+            "server/discover" => Ask::Discover,
+            "ping" => Ask::Ping,
+            "tools/call" => Ask::Named(Named::Tool),
+            "prompts/get" => Ask::Named(Named::Prompt),
+            "resources/read" => Ask::Resource(ResourceOp::Read),
+            "resources/subscribe" => Ask::Resource(ResourceOp::Subscribe),
+            "resources/unsubscribe" => Ask::Resource(ResourceOp::Unsubscribe),
+            "completion/complete" => Ask::Complete,
+            "logging/setLevel" => Ask::SetLevel,
+            m if m.starts_with("tasks/") => Ask::Task(m),
+            m => match ListKind::of_method(m) {
+                Some(kind) => Ask::List(kind),
+                None => Ask::Unknown(m),
+            },
+        }
+    }
+}
+
+/// The items a front calls by their exposed name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Named {
+    Tool,
+    Prompt,
+}
+
+impl Named {
+    fn noun(self) -> &'static str {
+        match self {
+            Named::Tool => "tool",
+            Named::Prompt => "prompt",
+        }
+    }
+
+    fn method(self) -> &'static str {
+        match self {
+            Named::Tool => "tools/call",
+            Named::Prompt => "prompts/get",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResourceOp {
+    Read,
+    Subscribe,
+    Unsubscribe,
+}
+
+/// Whether a request may still wait for servers that are starting, or has
+/// waited already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// As it came from the front: a name or URI not known yet may wait.
+    First,
+    /// Handled again once servers settled (or its wait ran out): what is
+    /// not known now is not known.
+    Settled,
+}
+
+/// One front request, read once.
+pub(crate) struct FrontRequest<'a> {
+    /// Its id as written, for the answer.
+    pub id: Bytes,
+    /// The same, as text.
+    pub raw_id: &'a str,
+    pub era: Era,
+    pub ask: Ask<'a>,
+    pub line: &'a Bytes,
+    pub env: &'a Envelope<'a>,
+    /// Its params as written (`None`: it has none).
+    pub text: Option<&'a str>,
+    /// Its params' members, when they are an object.
+    pub params: Option<RawObject<'a>>,
+}
+
+impl<'a> FrontRequest<'a> {
+    /// Reads a request whose envelope is `env`. `scanned`: its params object
+    /// as the envelope scan read it (`Some(None)`: it has none), or `None`
+    /// to read it here. `None` when the envelope has no id.
+    pub(crate) fn read(
+        line: &'a Bytes,
+        env: &'a Envelope<'a>,
+        scanned: Option<Option<ParamsObject<'a>>>,
+    ) -> Option<Self> {
+        let raw_id = env.id?.get();
+        // One pass over the line, when the scan behind the envelope vouches
+        // for the line (as it nearly always does); two with serde otherwise.
+        // Params that are not an object (an array, null) are still
+        // forwarded as written: those take the second pass.
+        let read = match scanned {
+            Some(read) => read.map(RawObject::from_params),
+            None => RawObject::params_of(line),
+        };
+        let (text, params) = match read {
+            Some((text, obj)) => (Some(text), Some(obj)),
+            None => {
+                let text = raw_params(line).map(|p| p.get());
+                (text, text.and_then(RawObject::parse))
+            }
+        };
+        Some(Self {
+            id: Bytes::copy_from_slice(raw_id.as_bytes()),
+            raw_id,
+            era: Era::of(params.as_ref()),
+            ask: Ask::of(env.method()),
+            line,
+            env,
+            text,
+            params,
+        })
+    }
+
+    /// Its method, as written.
+    fn method(&self) -> &str {
+        self.env.method()
+    }
+}
+
+impl Hub {
+    /// A request from a front, as it came. `scanned`: see
+    /// [`FrontRequest::read`].
+    pub(crate) fn on_front_request(
+        &mut self,
+        front: FrontId,
+        line: &Bytes,
+        env: &Envelope<'_>,
+        scanned: Option<Option<ParamsObject<'_>>>,
+    ) {
+        let Some(req) = FrontRequest::read(line, env, scanned) else {
+            return;
+        };
+        let in_flight = self.by_front_id.contains_key(&(front, req.id.clone()));
+        if in_flight
+            || self
+                .parked
+                .iter()
+                .any(|p| p.front == front && p.id == req.id)
+        {
+            let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
+            return self.reply_error(front, &req, NOT_STARTED, msg);
+        }
+        if self.awaited_by(front) >= self.settings.max_in_flight {
+            let msg = format!(
+                "Request not started: {} requests are already in flight (--max-in-flight). It is safe to retry.",
+                self.settings.max_in_flight
+            );
+            return self.reply_error(front, &req, NOT_STARTED, &msg);
+        }
+        self.serve_request(front, &req, Attempt::First);
+    }
+
+    /// A parked request whose target was not known, handled again once the
+    /// servers have settled.
+    fn retry_request(&mut self, front: FrontId, line: &Bytes) {
+        let Ok(env) = Envelope::peek(line) else {
+            return;
+        };
+        let Some(req) = FrontRequest::read(line, &env, None) else {
+            return;
+        };
+        if self.by_front_id.contains_key(&(front, req.id.clone())) {
+            let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
+            return self.reply_error(front, &req, NOT_STARTED, msg);
+        }
+        self.serve_request(front, &req, Attempt::Settled);
+    }
+
+    fn serve_request(&mut self, front: FrontId, req: &FrontRequest<'_>, attempt: Attempt) {
+        // A 2026-07-28 request before any handshake makes its front a
+        // 2026-07-28 client.
+        if req.era == Era::Stateless {
+            if let Some(f) = self.fronts.get_mut(&front) {
+                if !f.info.initialized {
+                    f.info.era = Era::Stateless;
+                }
+            }
+        }
+        match req.ask {
+            Ask::Initialize => {
+                self.on_initialize(front, req.params.as_ref());
+                self.park(front, req.id.clone(), Held::Initialize);
+            }
+            Ask::Discover => self.park(front, req.id.clone(), Held::Discover),
+            Ask::Ping => {
+                let result = match req.era {
+                    Era::Stateless => r#"{"resultType":"complete"}"#,
+                    Era::Handshake => "{}",
+                };
+                self.reply(front, req, result);
+            }
+            Ask::List(kind) => {
+                let cursor = req.params.as_ref().and_then(|o| o.str("cursor"));
+                let held = Held::List {
+                    kind,
+                    cursor,
+                    era: req.era,
+                };
+                self.park(front, req.id.clone(), held);
+            }
+            Ask::Named(named) => self.route_named(front, req, named, attempt),
+            Ask::Resource(op) => self.route_resource(front, req, op, attempt),
+            Ask::Complete => self.route_completion(front, req),
+            Ask::SetLevel => self.set_level(front, req),
+            Ask::Task(m) => {
+                let msg = format!(
+                    "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
+                );
+                self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
+            }
+            Ask::Unknown(m) => {
+                let msg = format!("Method not found: {m}");
+                self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
+            }
+        }
+    }
+
+    /// `tools/call` and `prompts/get`: to the server whose item has that
+    /// exposed name, under the item's own name.
+    fn route_named(
+        &mut self,
+        front: FrontId,
+        req: &FrontRequest<'_>,
+        named: Named,
+        attempt: Attempt,
+    ) {
+        let Some(obj) = &req.params else {
+            let msg = format!("{} needs params", named.method());
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        let name = obj.str_ref("name").unwrap_or_default();
+        if named == Named::Tool && self.settings.tool_search {
+            if name == SEARCH_TOOL {
+                return self.search_tools(front, req.raw_id, obj);
+            }
+            if name == CALL_TOOL {
+                return self.call_found_tool(front, req, obj);
+            }
+        }
+        let table = match named {
+            Named::Tool => &self.merged.tools,
+            Named::Prompt => &self.merged.prompts,
+        };
+        let Some((backend, original)) = table.get(name.as_ref()).map(|(b, o)| (*b, raw::quote(o)))
+        else {
+            if let Some((message, data)) = self.refused_by_prefix(&name) {
+                let refusal = build::error(req.raw_id, NOT_STARTED, &message, Some(&data));
+                return self.emit_to(front, refusal, Some(req.id.clone()));
+            }
+            if attempt == Attempt::First && self.any_settling() {
+                return self.park(front, req.id.clone(), Held::Line(req.line.clone()));
+            }
+            let msg = format!("Unknown {}: {name}", named.noun());
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        // Only the name changes: it is replaced in the text as it came.
+        let params = Params::renamed(obj, req.text.unwrap_or_default(), &original);
+        self.forward(front, backend, req, params);
+    }
+
+    /// `resources/read`, `subscribe` and `unsubscribe`: to the first server
+    /// that lists the URI.
+    fn route_resource(
+        &mut self,
+        front: FrontId,
+        req: &FrontRequest<'_>,
+        op: ResourceOp,
+        attempt: Attempt,
+    ) {
+        let Some(obj) = &req.params else {
+            return self.reply_error(front, req, INVALID_PARAMS, "the request needs params");
+        };
+        let uri = obj.str("uri").unwrap_or_default();
+        let Some(backend) = self.backend_for_uri(&uri) else {
+            if attempt == Attempt::First && self.any_settling() {
+                return self.park(front, req.id.clone(), Held::Line(req.line.clone()));
+            }
+            let msg = format!("Resource not found: {uri}");
+            let data = json!({"uri": uri});
+            // 2026-07-28 (SEP-2164) says -32602 where earlier revisions
+            // said -32002.
+            let code = match req.era {
+                Era::Stateless => INVALID_PARAMS,
+                Era::Handshake => RESOURCE_NOT_FOUND,
+            };
+            let error = build::error(req.raw_id, code, &msg, Some(&data));
+            return self.emit_to(front, error, Some(req.id.clone()));
+        };
+        // Subscriptions are counted: the server sees one subscribe per URI,
+        // and the unsubscribe when the last client leaves. A per-client
+        // server's process is the front's own: it is told of every
+        // subscription.
+        let shared = !self.backends[&backend].plan.per_client;
+        let needed = match op {
+            ResourceOp::Subscribe if shared => self.hold_subscription(front, &uri),
+            ResourceOp::Unsubscribe if shared => self.drop_subscription(front, &uri),
+            _ => true,
+        };
+        if !needed {
+            return self.reply(front, req, "{}");
+        }
+        let params = Params::Text(req.text.unwrap_or_default().to_owned());
+        self.forward(front, backend, req, params);
+    }
+
+    /// `completion/complete`: to the server of the prompt or resource it
+    /// refers to; an empty completion when there is none.
+    fn route_completion(&mut self, front: FrontId, req: &FrontRequest<'_>) {
+        let Some(obj) = &req.params else {
+            return self.reply_error(
+                front,
+                req,
+                INVALID_PARAMS,
+                "completion/complete needs params",
+            );
+        };
+        match self.completion_target(obj) {
+            Some((backend, params)) => self.forward(front, backend, req, Params::Text(params)),
+            None => {
+                let result = match req.era {
+                    Era::Stateless => {
+                        r#"{"completion":{"values":[],"hasMore":false},"resultType":"complete"}"#
+                    }
+                    Era::Handshake => r#"{"completion":{"values":[],"hasMore":false}}"#,
+                };
+                self.reply(front, req, result);
+            }
+        }
+    }
+
+    /// `logging/setLevel`: the shared servers log at the most verbose level
+    /// any client asked for; each client gets only what its own level
+    /// admits.
+    fn set_level(&mut self, front: FrontId, req: &FrontRequest<'_>) {
+        let level = req
+            .params
+            .as_ref()
+            .and_then(|o| o.str("level"))
+            .and_then(|l| LogLevel::parse(&l));
+        let Some(level) = level else {
+            let msg = format!(
+                "logging/setLevel needs params.level, one of {}",
+                LogLevel::NAMES.join(", ")
+            );
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        if let Some(f) = self.fronts.get_mut(&front) {
+            f.log_level = Some(level);
+        }
+        self.fan_out(front, req.id.clone(), "logging/setLevel");
+    }
+
+    /// `mcpvisor__call_tool` (with `--tool-search`): the tool it names, with
+    /// the arguments it gives.
+    fn call_found_tool(&mut self, front: FrontId, req: &FrontRequest<'_>, obj: &RawObject<'_>) {
+        let args = obj.get("arguments").and_then(|a| RawObject::parse(a.get()));
+        let Some(args) = args else {
+            let msg = "mcpvisor__call_tool needs {name, arguments}";
+            return self.reply_error(front, req, INVALID_PARAMS, msg);
+        };
+        let name = args.str("name").unwrap_or_default();
+        let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+            let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
+        let params = obj.write(&[
+            ("name", Some(&raw::quote(&original))),
+            ("arguments", Some(arguments)),
+        ]);
+        self.forward(front, backend, req, Params::Text(params));
+    }
+
+    /// Sends a front request on to a backend (the front's own instance of a
+    /// per-client one) under a fresh gateway id, with its progress token
+    /// (if any) rewritten to that id and, from a 2026-07-28 request, the
+    /// envelope taken off its params.
+    pub(crate) fn forward(
+        &mut self,
+        front: FrontId,
+        backend: BackendId,
+        req: &FrontRequest<'_>,
+        params: Params<'_>,
+    ) {
+        let backend = self.serving(backend, front);
+        let gid = self.next_id();
+        let method = req.method();
+        let token = req
+            .env
+            .progress_token
+            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+        let mut spans = None;
+        let line = match params {
+            // Only a name changed: the params are written once, into the line.
+            Params::Parts(parts) if token.is_none() && req.era == Era::Handshake => {
+                // The params came as they were read, so they hold no
+                // routing member when the front's line had none.
+                if req.env.request_id.is_none() {
+                    spans = raw::request_spans(gid, method);
+                }
+                raw::request_parts(gid, method, Some(&parts))
+            }
+            params => {
+                let params = params.into_text();
+                let params = match &token {
+                    Some(_) => with_progress_token(&params, gid),
+                    None => params,
+                };
+                // Backends are initialized in the handshake era: the
+                // 2026-07-28 envelope (`_meta` protocol version, client
+                // capabilities) is the gateway's to read, not theirs; some
+                // refuse a request carrying it.
+                let params = match req.era {
+                    Era::Stateless => without_envelope(&params),
+                    Era::Handshake => params,
+                };
+                raw::request(gid, method, Some(&params))
+            }
+        };
+        let wrap = match req.era {
+            Era::Stateless => Wrap::Modern {
+                cacheable: req.ask == Ask::Resource(ResourceOp::Read),
+            },
+            Era::Handshake => Wrap::AsIs,
+        };
+        self.by_front_id.insert((front, req.id.clone()), gid);
+        if let Some(f) = self.fronts.get_mut(&front) {
+            f.awaiting += 1;
+        }
+        self.pending.insert(
+            gid,
+            Pending::Front {
+                front,
+                backend,
+                id: req.id.clone(),
+                token,
+                wrap,
+                at: Instant::now(),
+            },
+        );
+        self.route(front, backend, gid, line, spans, req.id.clone());
+    }
+
+    /// Holds a request until the servers that are starting have settled, at
+    /// most `--list-timeout`.
+    fn park(&mut self, front: FrontId, id: Bytes, held: Held) {
+        let wait = self.settings.list_timeout;
+        self.parked.push_back(Parked {
+            front,
+            id,
+            deadline: Instant::now() + wait,
+            held,
+        });
+        self.timers.insert(Timer::Parked, wait);
+    }
+
+    /// Answers a parked request, or handles its line again.
+    pub(crate) fn answer_parked(&mut self, p: Parked) {
+        let id = String::from_utf8_lossy(&p.id).into_owned();
+        let result = match p.held {
+            Held::Line(line) => return self.retry_request(p.front, &line),
+            Held::Initialize => Ok(self.initialize_result(p.front)),
+            Held::Discover => Ok(super::front::modern_result(&self.discover_result(), true)),
+            Held::List { kind, cursor, era } => {
+                let page = match kind {
+                    ListKind::Tools if self.settings.tool_search => {
+                        Ok(super::front::search_tools_list())
+                    }
+                    kind => self.list_page(kind, cursor.as_deref()),
+                };
+                match era {
+                    Era::Stateless => page.map(|r| super::front::modern_result(&r, true)),
+                    Era::Handshake => page,
+                }
+            }
+        };
+        let answer = match result {
+            Ok(result) => build::result(&id, &result),
+            Err(msg) => build::error(&id, INVALID_PARAMS, &msg, None),
+        };
+        self.emit_to(p.front, answer, Some(p.id));
+    }
+
+    fn reply(&mut self, front: FrontId, req: &FrontRequest<'_>, result: &str) {
+        let answer = build::result(req.raw_id, result);
+        self.emit_to(front, answer, Some(req.id.clone()));
+    }
+
+    fn reply_error(&mut self, front: FrontId, req: &FrontRequest<'_>, code: i64, message: &str) {
+        let error = build::error(req.raw_id, code, message, None);
+        self.emit_to(front, error, Some(req.id.clone()));
+    }
+}
