@@ -51,50 +51,102 @@ pub struct ServerPlan {
     pub per_client: bool,
 }
 
-/// Where a backend is in its life, as the gateway sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum State {
-    /// Not started: lazy, or stopped after being idle. Lists come from
-    /// the cache.
+/// What a backend is to the fronts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// A server every front shares.
+    Shared,
+    /// A per-client server as configured: it is listed, and never serves a
+    /// front itself (see `per_client.rs`).
+    Template,
+    /// One front's own process of a per-client server.
+    Instance {
+        /// The one front it serves.
+        owner: FrontId,
+        /// The configured server it was made from.
+        template: BackendId,
+    },
+}
+
+/// Whether a backend runs. A backend has a session ([`Live`]) exactly when
+/// it is live; an off one has none.
+#[derive(Debug)]
+pub(crate) enum Run {
+    Off(Off),
+    Live(Live),
+}
+
+/// Why a backend has no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Off {
+    /// Not started: lazy, stopped after being idle, or its session ended.
+    /// Its lists come from the cache, and its next call starts it.
     Idle,
-    /// Its session runs and the gateway's `initialize` is in flight.
-    Starting,
-    Ready,
-    /// The server printed an authorization link and waits for a person.
-    WaitingAuth(String),
-    /// It cannot be started, or it crash-loops: the session's report.
-    Failed(Value),
-    /// Disabled in the config.
+    /// Disabled in the config (or removed from it).
     Disabled,
     /// Stopped by a person (the monitor's `stop` action) until `start`.
     Stopped,
 }
 
+/// A backend with a running session.
+pub(crate) struct Live {
+    pub link: Link,
+    pub phase: Phase,
+    /// When the session was started, for the log's "ready in".
+    pub started: Instant,
+    /// The gateway's list reads in flight in this session.
+    pub reading: usize,
+    pub health: Health,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Live")
+            .field("phase", &self.phase)
+            .field("reading", &self.reading)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a live backend's session is, as the gateway sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Phase {
+    /// The gateway's `initialize` is in flight.
+    Starting,
+    Ready,
+    /// The server printed an authorization link and waits for a person.
+    WaitingAuth(String),
+    /// It cannot be started, or it crash-loops: the session's report. Its
+    /// session refuses requests until the server answers again.
+    Failed(Value),
+}
+
+/// A live backend's health checks.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// The gateway id of the ping in flight.
+    pub ping: Option<u64>,
+    /// Pings unanswered in a row.
+    pub misses: u32,
+    /// The armed [`Timer::Health`].
+    pub timer: Option<tokio_util::time::delay_queue::Key>,
+}
+
 pub(crate) struct Backend {
     pub plan: ServerPlan,
-    pub state: State,
-    pub link: Option<Link>,
-    /// Its `initialize` result.
+    pub role: Role,
+    pub run: Run,
+    /// Its `initialize` result (from the cache until it has answered one).
     pub init: Option<Value>,
     /// Its lists, by [`ListKind`] index; `None` where not (yet) read.
     pub lists: [Option<Vec<Item>>; 4],
-    /// List reads in flight.
-    pub reading: usize,
     /// Requests waiting for it to be ready, already addressed to it.
     pub queue: Vec<(u64, Bytes)>,
     /// Front requests it holds.
     pub in_flight: usize,
-    pub ping: Option<u64>,
-    pub misses: u32,
     pub last_used: Instant,
-    pub health_timer: Option<tokio_util::time::delay_queue::Key>,
     /// Bumped at each start, to fence late list pages of an older one.
     pub epoch: u64,
-    pub started: Option<Instant>,
-    /// A per-client instance: the one front it serves.
-    pub owner: Option<FrontId>,
-    /// A per-client instance: the configured server it was made from.
-    pub template: Option<BackendId>,
     /// What the monitor shows of it.
     pub obs: Observed,
 }
@@ -103,7 +155,8 @@ impl std::fmt::Debug for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backend")
             .field("name", &self.plan.name)
-            .field("state", &self.state)
+            .field("role", &self.role)
+            .field("run", &self.run)
             .finish_non_exhaustive()
     }
 }
@@ -118,10 +171,15 @@ const BACKEND_PROTOCOL: &str = "2025-11-25";
 
 impl Backend {
     pub fn new(plan: ServerPlan) -> Self {
-        let state = if plan.def.disabled {
-            State::Disabled
+        let off = if plan.def.disabled {
+            Off::Disabled
         } else {
-            State::Idle
+            Off::Idle
+        };
+        let role = if plan.per_client {
+            Role::Template
+        } else {
+            Role::Shared
         };
         let mut lists: [Option<Vec<Item>>; 4] = Default::default();
         let mut init = None;
@@ -131,22 +189,72 @@ impl Backend {
         }
         Self {
             plan,
-            state,
-            link: None,
+            role,
+            run: Run::Off(off),
             init,
             lists,
-            reading: 0,
             queue: Vec::new(),
             in_flight: 0,
-            ping: None,
-            misses: 0,
             last_used: Instant::now(),
-            health_timer: None,
             epoch: 0,
-            started: None,
-            owner: None,
-            template: None,
             obs: Observed::new(),
+        }
+    }
+
+    /// Its session, when it is live.
+    pub fn live(&self) -> Option<&Live> {
+        match &self.run {
+            Run::Live(live) => Some(live),
+            Run::Off(_) => None,
+        }
+    }
+
+    pub fn live_mut(&mut self) -> Option<&mut Live> {
+        match &mut self.run {
+            Run::Live(live) => Some(live),
+            Run::Off(_) => None,
+        }
+    }
+
+    /// Its session's link, when it is live.
+    pub fn link(&self) -> Option<&Link> {
+        self.live().map(|l| &l.link)
+    }
+
+    /// Its session's phase, when it is live.
+    pub fn phase(&self) -> Option<&Phase> {
+        self.live().map(|l| &l.phase)
+    }
+
+    /// The gateway's list reads in flight (none when it is off).
+    pub fn reading(&self) -> usize {
+        self.live().map_or(0, |l| l.reading)
+    }
+
+    /// Live and ready.
+    pub fn is_ready(&self) -> bool {
+        self.phase() == Some(&Phase::Ready)
+    }
+
+    /// Live, and failing.
+    pub fn is_failed(&self) -> bool {
+        matches!(self.phase(), Some(Phase::Failed(_)))
+    }
+
+    /// The one front a per-client instance serves.
+    pub fn owner(&self) -> Option<FrontId> {
+        match self.role {
+            Role::Instance { owner, .. } => Some(owner),
+            Role::Shared | Role::Template => None,
+        }
+    }
+
+    /// The backend whose row counts its calls: its template for a
+    /// per-client instance, else itself.
+    pub fn counted_as(&self, id: BackendId) -> BackendId {
+        match self.role {
+            Role::Instance { template, .. } => template,
+            Role::Shared | Role::Template => id,
         }
     }
 
@@ -157,12 +265,13 @@ impl Backend {
     /// Whether its lists count in the merged lists. A stopped server's
     /// stay, as an idle one's do: its calls get a refusal that says why.
     pub fn serves_lists(&self) -> bool {
-        !matches!(self.state, State::Failed(_) | State::Disabled)
+        !matches!(self.run, Run::Off(Off::Disabled)) && !self.is_failed()
     }
 
     /// Whether a front request should wait for it (bounded).
     pub fn settling(&self) -> bool {
-        matches!(self.state, State::Starting) || self.reading > 0
+        self.live()
+            .is_some_and(|l| l.phase == Phase::Starting || l.reading > 0)
     }
 
     /// Why a request for it is refused before it is sent, with the
@@ -170,8 +279,11 @@ impl Backend {
     /// authorization (the link), is disabled or was stopped by a person.
     /// `None` when it takes requests (at once, or once it has started).
     pub fn refusal(&self) -> Option<(String, Value)> {
-        match &self.state {
-            State::Failed(data) => Some((
+        match &self.run {
+            Run::Live(Live {
+                phase: Phase::Failed(data),
+                ..
+            }) => Some((
                 format!(
                     "Request not started: the server `{}` is failing ({}{}). It is safe to retry once it recovers.",
                     self.plan.name,
@@ -182,28 +294,35 @@ impl Backend {
                 ),
                 data.clone(),
             )),
-            State::WaitingAuth(url) => Some((
+            Run::Live(Live {
+                phase: Phase::WaitingAuth(url),
+                ..
+            }) => Some((
                 format!(
                     "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
                     self.plan.name
                 ),
                 serde_json::json!({"reason": "waiting for authorization", "server": self.plan.name, "authorization_url": url}),
             )),
-            State::Disabled => Some((
+            Run::Off(Off::Disabled) => Some((
                 format!(
                     "Request not started: the server `{}` is disabled.",
                     self.plan.name
                 ),
                 serde_json::json!({"reason": "disabled", "server": self.plan.name}),
             )),
-            State::Stopped => Some((
+            Run::Off(Off::Stopped) => Some((
                 format!(
                     "Request not started: the server `{}` was stopped by a person, and stays stopped until someone starts it again. It is safe to retry then.",
                     self.plan.name
                 ),
                 serde_json::json!({"reason": "stopped by a person", "server": self.plan.name}),
             )),
-            _ => None,
+            Run::Off(Off::Idle)
+            | Run::Live(Live {
+                phase: Phase::Starting | Phase::Ready,
+                ..
+            }) => None,
         }
     }
 
@@ -229,7 +348,7 @@ impl Hub {
         self.next_backend += 1;
         let mut backend = Backend::new(plan);
         backend.obs = obs;
-        let eager = !backend.plan.lazy && backend.state == State::Idle;
+        let eager = !backend.plan.lazy && matches!(backend.run, Run::Off(Off::Idle));
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
         self.backends.insert(id, backend);
         self.order.push(id);
@@ -248,7 +367,9 @@ impl Hub {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if b.link.is_some() || matches!(b.state, State::Disabled | State::Stopped) {
+        // Only an idle backend starts: a live one runs already, and a
+        // disabled or stopped one waits for its config or a person.
+        if !matches!(b.run, Run::Off(Off::Idle)) {
             return;
         }
         b.obs.base = b.obs.generation.unwrap_or(0);
@@ -265,11 +386,13 @@ impl Hub {
         let span = tracing::info_span!("server", name = %b.plan.name);
         let link = span.in_scope(|| Link::start(spawner, b.plan.session.clone(), sink, output));
         tokio::spawn(super::relay_status(id, b.epoch, status, events));
-        b.link = Some(link);
-        b.state = State::Starting;
-        b.started = Some(Instant::now());
-        b.misses = 0;
-        b.ping = None;
+        b.run = Run::Live(Live {
+            link,
+            phase: Phase::Starting,
+            started: Instant::now(),
+            reading: 0,
+            health: Health::default(),
+        });
         tracing::info!(server = %b.plan.name, "starting");
         let params = format!(
             r#"{{"protocolVersion":"{BACKEND_PROTOCOL}","capabilities":{BACKEND_CAPABILITIES},"clientInfo":{{"name":"mcpvisor","version":"{}"}}}}"#,
@@ -280,22 +403,20 @@ impl Hub {
 
     /// Stops a backend's session (bounded, in the background) and fails
     /// whatever it held, once.
-    pub(crate) fn stop_backend(&mut self, id: BackendId, why: &str, next: State) {
+    pub(crate) fn stop_backend(&mut self, id: BackendId, why: &str, next: Off) {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if let Some(link) = b.link.take() {
+        if let Run::Live(live) = std::mem::replace(&mut b.run, Run::Off(next)) {
+            if let Some(key) = live.health.timer {
+                self.timers.try_remove(&key);
+            }
+            let link = live.link;
             self.stopping.spawn(async move {
                 link.stop().await;
             });
         }
         b.obs.stopped();
-        b.state = next;
-        b.reading = 0;
-        b.ping = None;
-        if let Some(key) = b.health_timer.take() {
-            self.timers.try_remove(&key);
-        }
         self.fail_backend_requests(id, why);
     }
 
@@ -304,7 +425,7 @@ impl Hub {
     pub(crate) fn restart_backend(&mut self, id: BackendId, why: &str) {
         tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
         self.record(id, EventKind::Restarting, format!("restarting: {why}"));
-        self.stop_backend(id, why, State::Idle);
+        self.stop_backend(id, why, Off::Idle);
         self.start_backend(id);
     }
 
@@ -315,14 +436,14 @@ impl Hub {
         let running: Vec<BackendId> = self
             .backends
             .iter()
-            .filter(|(_, b)| b.plan.name == name && b.link.is_some())
+            .filter(|(_, b)| b.plan.name == name && b.live().is_some())
             .map(|(id, _)| *id)
             .collect();
         if !running.is_empty() {
             tracing::info!(server = name, "reloading: {}", cause.describe());
         }
         for id in &running {
-            if let Some(link) = self.backends.get(id).and_then(|b| b.link.as_ref()) {
+            if let Some(link) = self.backends.get(id).and_then(Backend::link) {
                 link.control(mcpvisor_session::Control::Reload(cause.label()));
             }
             self.observe_reload(*id, cause.describe());
@@ -333,7 +454,7 @@ impl Hub {
     /// Where a backend's calls are counted: its own row, or for a
     /// per-client instance its configured server's.
     fn counted(&mut self, id: BackendId) -> Option<&mut Observed> {
-        let at = self.backends.get(&id)?.template.unwrap_or(id);
+        let at = self.backends.get(&id)?.counted_as(id);
         let b = self.backends.get_mut(&at)?;
         b.obs.dirty = true;
         Some(&mut b.obs)
@@ -387,7 +508,7 @@ impl Hub {
                     };
                     self.record(id, kind, why);
                     self.drop_instances_from(id, "its configuration changed");
-                    self.stop_backend(id, "its configuration changed", State::Idle);
+                    self.stop_backend(id, "its configuration changed", Off::Idle);
                     let old = self.backends.remove(&id).map(|b| {
                         let mut b = b;
                         std::mem::take(&mut b.obs)
@@ -421,11 +542,7 @@ impl Hub {
         for id in &removed {
             self.record(*id, EventKind::Removed, "removed from the configuration");
             self.drop_instances_from(*id, "it was removed from the configuration");
-            self.stop_backend(
-                *id,
-                "it was removed from the configuration",
-                State::Disabled,
-            );
+            self.stop_backend(*id, "it was removed from the configuration", Off::Disabled);
             if let Some(b) = self.backends.remove(id) {
                 self.publish_removed(&b.plan.name);
             }
@@ -453,13 +570,15 @@ impl Hub {
         let gid = self.next_id();
         let line = raw::request(gid, method, params);
         let b = self.backends.get_mut(&id)?;
-        let link = b.link.as_ref()?;
-        if !link.try_send(line) {
+        let Run::Live(live) = &mut b.run else {
+            return None;
+        };
+        if !live.link.try_send(line) {
             tracing::debug!(server = %b.plan.name, "backend queue full; private request dropped");
             return None;
         }
         if matches!(what, Private::List { .. }) {
-            b.reading += 1;
+            live.reading += 1;
         }
         self.pending
             .insert(gid, Pending::Private { backend: id, what });
@@ -494,22 +613,34 @@ impl Hub {
             return;
         }
         b.in_flight += 1;
-        match b.state {
-            State::Ready => {
-                let sent = b.link.as_ref().is_some_and(|l| match spans {
-                    Some(spans) => l.try_send_peeked(line, spans),
-                    None => l.try_send(line),
-                });
+        match &b.run {
+            Run::Live(Live {
+                phase: Phase::Ready,
+                link,
+                ..
+            }) => {
+                let sent = match spans {
+                    Some(spans) => link.try_send_peeked(line, spans),
+                    None => link.try_send(line),
+                };
                 if !sent {
                     self.answer_not_started(gid, "the server's queue is full");
                 }
             }
-            State::Starting => b.queue.push((gid, line)),
-            State::Idle => {
+            Run::Live(Live {
+                phase: Phase::Starting,
+                ..
+            }) => b.queue.push((gid, line)),
+            Run::Off(Off::Idle) => {
                 b.queue.push((gid, line));
                 self.start_backend(id);
             }
-            _ => {}
+            // Refused above.
+            Run::Off(Off::Disabled | Off::Stopped)
+            | Run::Live(Live {
+                phase: Phase::WaitingAuth(_) | Phase::Failed(_),
+                ..
+            }) => {}
         }
     }
 
@@ -609,8 +740,9 @@ impl Hub {
             }
             Pending::Private { backend, what } => {
                 if matches!(what, Private::List { .. }) {
-                    if let Some(b) = self.backends.get_mut(backend) {
-                        b.reading = b.reading.saturating_sub(1);
+                    let live = self.backends.get_mut(backend).and_then(Backend::live_mut);
+                    if let Some(live) = live {
+                        live.reading = live.reading.saturating_sub(1);
                     }
                 }
             }
@@ -639,7 +771,7 @@ impl Hub {
         if b.queue.len() != queued {
             return;
         }
-        if let Some(link) = &b.link {
+        if let Some(link) = b.link() {
             link.try_send(build::cancelled(&gid.to_string(), reason));
         }
     }
@@ -660,11 +792,11 @@ impl Hub {
             FromSession::Line(line, spans) => self.on_backend_line(id, line, spans),
             FromSession::Status(event) => self.on_status(id, event),
             FromSession::Closed => {
-                let live = self.backends.get(&id).is_some_and(|b| b.link.is_some());
+                let live = self.backends.get(&id).is_some_and(|b| b.live().is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
                     self.record(id, EventKind::Exited, "its session ended");
-                    self.stop_backend(id, "its session ended", State::Idle);
+                    self.stop_backend(id, "its session ended", Off::Idle);
                     self.remerge_all();
                 }
             }
@@ -674,18 +806,22 @@ impl Hub {
     /// What the backend's session says of its worker.
     fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
         use mcpvisor_session::SessionEvent as E;
-        if self.backends.get(&id).is_none_or(|b| b.link.is_none()) {
+        if self.backends.get(&id).is_none_or(|b| b.live().is_none()) {
             return;
         }
         self.observe_session(id, &event);
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
+        let known = b.init.is_some();
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
         let name = b.plan.name.clone();
         match event {
             E::AuthPending { url, .. } => {
                 tracing::warn!(server = %name, "waiting for authorization: open {url}");
-                b.state = State::WaitingAuth(url);
+                live.phase = Phase::WaitingAuth(url);
                 b.obs.revision += 1;
                 // Requests queued for it would wait on a person: refuse them
                 // now with the link.
@@ -696,23 +832,19 @@ impl Hub {
             }
             E::Authorized { .. } => {
                 tracing::info!(server = %name, "authorized");
-                if matches!(b.state, State::WaitingAuth(_)) {
-                    b.state = if b.init.is_some() {
-                        State::Ready
-                    } else {
-                        State::Starting
-                    };
+                if matches!(live.phase, Phase::WaitingAuth(_)) {
+                    live.phase = if known { Phase::Ready } else { Phase::Starting };
                 }
             }
             // Already failing (its initialize failed): the session's
             // report says more.
-            E::Failed { data } if matches!(b.state, State::Failed(_)) => {
-                b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+            E::Failed { data } if matches!(live.phase, Phase::Failed(_)) => {
+                live.phase = Phase::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
                 b.obs.revision += 1;
             }
             E::Failed { data } => {
                 tracing::warn!(server = %name, "failing; its tools are withdrawn until it recovers");
-                b.state = State::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
+                live.phase = Phase::Failed(serde_json::to_value(&data).unwrap_or(Value::Null));
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
                 for gid in queued {
                     self.answer_not_started(gid, &format!("the server `{name}` is failing"));
@@ -720,11 +852,10 @@ impl Hub {
                 self.remerge_all();
             }
             E::Ready { .. }
-                if matches!(b.state, State::Failed(_) | State::WaitingAuth(_))
-                    && b.init.is_some() =>
+                if matches!(live.phase, Phase::Failed(_) | Phase::WaitingAuth(_)) && known =>
             {
                 tracing::info!(server = %name, "ready again: its tools are back");
-                b.state = State::Ready;
+                live.phase = Phase::Ready;
                 self.flush_queue(id);
                 self.read_lists(id);
             }
@@ -732,7 +863,8 @@ impl Hub {
         }
     }
 
-    /// Refuses a queued front request with the backend's current state.
+    /// Refuses a queued front request with the backend's refusal (it waits
+    /// for authorization).
     fn refuse_queued(&mut self, id: BackendId, gid: u64) {
         let Some(Pending::Front {
             front,
@@ -743,15 +875,8 @@ impl Hub {
             return;
         };
         self.count_error(id, NOT_STARTED);
-        let Some(b) = self.backends.get(&id) else {
-            return;
-        };
-        if let State::WaitingAuth(url) = &b.state {
-            let message = format!(
-                "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
-                b.plan.name
-            );
-            let data = serde_json::json!({"reason": "waiting for authorization", "server": b.plan.name, "authorization_url": url});
+        let refusal = self.backends.get(&id).and_then(Backend::refusal);
+        if let Some((message, data)) = refusal {
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
             self.emit_to(front, refusal, Some(front_id));
@@ -826,9 +951,12 @@ impl Hub {
         let Some(b) = self.backends.get_mut(&id) else {
             return;
         };
-        if failing && b.state == State::Ready {
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
+        if failing && live.phase == Phase::Ready {
             tracing::warn!(server = %b.plan.name, "failing; its tools are withdrawn until it recovers");
-            b.state = State::Failed(error["data"].clone());
+            live.phase = Phase::Failed(error["data"].clone());
             self.remerge_all();
         }
     }
@@ -860,13 +988,16 @@ impl Hub {
                     });
                 let mut recovered = false;
                 if let Some(b) = self.backends.get_mut(&id) {
-                    b.ping = None;
-                    if !ours {
-                        b.misses = 0;
-                        if matches!(b.state, State::Failed(_)) && b.init.is_some() {
-                            tracing::info!(server = %b.plan.name, "answers again: its tools are back");
-                            b.state = State::Ready;
-                            recovered = true;
+                    let known = b.init.is_some();
+                    if let Run::Live(live) = &mut b.run {
+                        live.health.ping = None;
+                        if !ours {
+                            live.health.misses = 0;
+                            if matches!(live.phase, Phase::Failed(_)) && known {
+                                tracing::info!(server = %b.plan.name, "answers again: its tools are back");
+                                live.phase = Phase::Ready;
+                                recovered = true;
+                            }
                         }
                     }
                 }
@@ -885,14 +1016,16 @@ impl Hub {
             return;
         };
         let name = b.plan.name.clone();
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
         match answer.get("result") {
             Some(result) => {
                 b.init = Some(result.clone());
-                b.state = State::Ready;
-                if let Some(link) = &b.link {
-                    link.try_send(build::notification("notifications/initialized", None));
-                }
-                let took = b.started.map(|s| s.elapsed().as_millis()).unwrap_or(0);
+                live.phase = Phase::Ready;
+                live.link
+                    .try_send(build::notification("notifications/initialized", None));
+                let took = live.started.elapsed().as_millis();
                 tracing::info!(server = %name, "ready in {took} ms");
                 self.sync_log_level(id);
                 self.flush_queue(id);
@@ -915,9 +1048,9 @@ impl Hub {
                 );
                 // A session that failed has said so itself, and its
                 // report is the better one.
-                let told = matches!(b.state, State::Failed(_));
+                let told = matches!(live.phase, Phase::Failed(_));
                 if !told {
-                    b.state = State::Failed(data);
+                    live.phase = Phase::Failed(data);
                 }
                 let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
                 if !told {
@@ -939,9 +1072,10 @@ impl Hub {
             return;
         };
         let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
+        let link = b.link();
         let mut refused = Vec::new();
         for (gid, line) in queued {
-            if !b.link.as_ref().is_some_and(|link| link.try_send(line)) {
+            if !link.is_some_and(|link| link.try_send(line)) {
                 refused.push(gid);
             }
         }
@@ -983,7 +1117,7 @@ impl Hub {
         let method = env.method();
         if method == "ping" {
             let reply = build::result(raw_id.get(), "{}");
-            if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+            if let Some(link) = self.backends.get(&id).and_then(Backend::link) {
                 link.try_send(reply);
             }
             return;
@@ -1030,7 +1164,7 @@ impl Hub {
             tracing::info!(server = %self.backend_name(id), "declined {method}: {message}");
             let data = required_capabilities(method, line);
             let reply = build::error(raw_id.get(), MISSING_CAPABILITY, &message, data.as_ref());
-            if let Some(link) = self.backends.get(&id).and_then(|b| b.link.as_ref()) {
+            if let Some(link) = self.backends.get(&id).and_then(Backend::link) {
                 link.try_send(reply);
             }
             return;
@@ -1057,7 +1191,7 @@ impl Hub {
     /// oldest of them, the request this one most likely serves). Anything
     /// else is a guess, and a guess sends one person's question to another.
     fn attribute(&self, backend: BackendId) -> Result<(FrontId, Option<Bytes>), String> {
-        let owner = self.backends.get(&backend).and_then(|b| b.owner);
+        let owner = self.backends.get(&backend).and_then(Backend::owner);
         let open: Vec<FrontId> = self
             .fronts
             .iter()
@@ -1148,7 +1282,7 @@ impl Hub {
                     .and_then(|p| RawObject::parse(p.get()))
                     .and_then(|o| o.str("uri"));
                 let Some(uri) = uri else { return };
-                let owner = self.backends.get(&id).and_then(|b| b.owner);
+                let owner = self.backends.get(&id).and_then(Backend::owner);
                 let to: Vec<FrontId> = match owner {
                     Some(owner) => vec![owner],
                     None => self
@@ -1183,15 +1317,27 @@ impl Hub {
 
     // === health and idleness ===
 
+    /// Arms a live backend's next health check (when it has them).
     fn arm_health(&mut self, id: BackendId) {
-        if let Some(b) = self.backends.get_mut(&id) {
-            let Some(interval) = b.plan.health_interval else {
-                return;
-            };
-            if let Some(key) = b.health_timer.take() {
-                self.timers.try_remove(&key);
-            }
-            b.health_timer = Some(self.timers.insert(Timer::Health(id), interval));
+        let Some(b) = self.backends.get_mut(&id) else {
+            return;
+        };
+        let Some(interval) = b.plan.health_interval else {
+            return;
+        };
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
+        if let Some(key) = live.health.timer.take() {
+            self.timers.try_remove(&key);
+        }
+        live.health.timer = Some(self.timers.insert(Timer::Health(id), interval));
+    }
+
+    /// Records the health ping just sent to a live backend.
+    fn set_ping(&mut self, id: BackendId, ping: Option<u64>) {
+        if let Some(live) = self.backends.get_mut(&id).and_then(Backend::live_mut) {
+            live.health.ping = ping;
         }
     }
 
@@ -1200,49 +1346,47 @@ impl Hub {
             return;
         };
         let misses_allowed = b.plan.health_misses.max(1);
-        b.health_timer = None;
-        if b.link.is_none() {
+        let known = b.init.is_some();
+        let Run::Live(live) = &mut b.run else {
             return;
-        }
-        match &b.state {
-            State::Ready => {}
+        };
+        live.health.timer = None;
+        match live.phase {
+            Phase::Ready => {}
             // Its session refuses while it crash-loops; a ping tells when
             // the server answers again.
-            State::Failed(_) if b.init.is_some() => {
-                if b.ping.is_none() {
+            Phase::Failed(_) if known => {
+                if live.health.ping.is_none() {
                     let ping = self.send_private(id, Private::Ping, "ping", None);
-                    if let Some(b) = self.backends.get_mut(&id) {
-                        b.ping = ping;
-                    }
-                } else if let Some(b) = self.backends.get_mut(&id) {
+                    self.set_ping(id, ping);
+                } else {
                     // The refusal answers at once; an unanswered ping here
                     // is one the session still holds.
-                    b.ping = None;
+                    live.health.ping = None;
                 }
                 self.arm_health(id);
                 return;
             }
             // It never finished a handshake: try a fresh start.
-            State::Failed(_) => {
+            Phase::Failed(_) => {
                 self.restart_backend(id, "retrying a server that could not start");
                 return;
             }
-            _ => return,
+            Phase::Starting | Phase::WaitingAuth(_) => return,
         }
-        if b.ping.is_some() {
-            b.misses += 1;
-            tracing::debug!(server = %b.plan.name, misses = b.misses, "health ping unanswered");
-            if b.misses >= misses_allowed {
-                let why = format!("{} health checks in a row went unanswered", b.misses);
+        if live.health.ping.is_some() {
+            live.health.misses += 1;
+            let misses = live.health.misses;
+            tracing::debug!(server = %b.plan.name, misses, "health ping unanswered");
+            if misses >= misses_allowed {
+                let why = format!("{misses} health checks in a row went unanswered");
                 self.restart_backend(id, &why);
                 return;
             }
         } else if b.in_flight == 0 {
             // A server busy with a call is not pinged: a long call is not a hang.
             let ping = self.send_private(id, Private::Ping, "ping", None);
-            if let Some(b) = self.backends.get_mut(&id) {
-                b.ping = ping;
-            }
+            self.set_ping(id, ping);
         }
         self.arm_health(id);
     }
@@ -1263,13 +1407,13 @@ impl Hub {
         let Some(idle) = b.plan.idle_timeout else {
             return;
         };
-        if b.link.is_none() || b.state != State::Ready {
+        if !b.is_ready() {
             return;
         }
         let quiet = b.last_used.elapsed();
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
-            self.stop_backend(id, "it was idle", State::Idle);
+            self.stop_backend(id, "it was idle", Off::Idle);
             if let Some(b) = self.backends.get_mut(&id) {
                 b.obs.fresh = true;
             }

@@ -7,7 +7,7 @@ use mcpvisor_jsonrpc::{
 };
 use serde_json::{Value, json};
 
-use super::backend::{BackendId, State};
+use super::backend::{Backend, BackendId};
 use super::lists::Kind as ListKind;
 use super::request::Era;
 use super::{FanOut, Hub, Pending, Private};
@@ -299,7 +299,7 @@ impl Hub {
     /// Whether a backend is ready and declares `logging`.
     fn logs(&self, id: BackendId) -> bool {
         self.backends.get(&id).is_some_and(|b| {
-            b.state == State::Ready
+            b.is_ready()
                 && b.init
                     .as_ref()
                     .and_then(|i| i.get("capabilities"))
@@ -311,7 +311,7 @@ impl Hub {
     /// The level a backend should log at: a per-client process its own
     /// client's, a shared one the most verbose any client asked for.
     pub(crate) fn level_for(&self, id: BackendId) -> Option<LogLevel> {
-        match self.backends.get(&id)?.owner {
+        match self.backends.get(&id)?.owner() {
             Some(owner) => self.fronts.get(&owner)?.log_level,
             None => self.wanted_log_level(),
         }
@@ -332,7 +332,7 @@ impl Hub {
         let shared: Vec<BackendId> = self
             .backends
             .iter()
-            .filter(|(id, b)| b.owner.is_none() && self.logs(**id))
+            .filter(|(id, b)| b.owner().is_none() && self.logs(**id))
             .map(|(id, _)| *id)
             .collect();
         for b in shared {
@@ -433,8 +433,8 @@ impl Hub {
             }
             "notifications/roots/list_changed" => {
                 for b in self.backends.values() {
-                    if b.state == State::Ready {
-                        if let Some(link) = &b.link {
+                    if b.is_ready() {
+                        if let Some(link) = b.link() {
                             link.try_send(line.clone());
                         }
                     }
@@ -460,11 +460,7 @@ impl Hub {
             return;
         };
         let out = rewrite::splice(line, raw_id, &req.id);
-        if let Some(link) = self
-            .backends
-            .get(&req.backend)
-            .and_then(|b| b.link.as_ref())
-        {
+        if let Some(link) = self.backends.get(&req.backend).and_then(Backend::link) {
             link.try_send(out);
         }
     }

@@ -267,7 +267,7 @@ impl Hub {
                 .as_ref()
                 .and_then(|old| list_change(kind, old, &list));
             b.lists[kind.index()] = Some(list);
-            if b.reading == 0 {
+            if b.reading() == 0 {
                 self.store_cache(id);
             }
         }

@@ -610,11 +610,7 @@ impl Hub {
                     "the client this request was sent to has left",
                     None,
                 );
-                if let Some(link) = self
-                    .backends
-                    .get(&req.backend)
-                    .and_then(|b| b.link.as_ref())
-                {
+                if let Some(link) = self.backends.get(&req.backend).and_then(Backend::link) {
                     link.try_send(reply);
                 }
             }
@@ -691,7 +687,7 @@ impl Hub {
     /// A backend's notification for every front: a per-client instance's
     /// goes to its own front only.
     pub(crate) fn broadcast_from(&mut self, backend: BackendId, line: Bytes) {
-        match self.backends.get(&backend).and_then(|b| b.owner) {
+        match self.backends.get(&backend).and_then(Backend::owner) {
             Some(owner) => self.emit_to(owner, line, None),
             None => self.broadcast(line),
         }
@@ -707,7 +703,7 @@ impl Hub {
         line: Bytes,
         level: Option<front::LogLevel>,
     ) {
-        let owner = self.backends.get(&backend).and_then(|b| b.owner);
+        let owner = self.backends.get(&backend).and_then(Backend::owner);
         let to: Vec<FrontId> = self
             .fronts
             .iter()
@@ -777,7 +773,12 @@ impl Hub {
         let links: Vec<_> = self
             .backends
             .values_mut()
-            .filter_map(|b| b.link.take())
+            .filter_map(|b| {
+                match std::mem::replace(&mut b.run, backend::Run::Off(backend::Off::Idle)) {
+                    backend::Run::Live(live) => Some(live.link),
+                    backend::Run::Off(_) => None,
+                }
+            })
             .collect();
         let stops = links.into_iter().map(|l| l.stop());
         futures_util::future::join_all(stops).await;

@@ -30,7 +30,7 @@ use crate::monitor::{
     Snapshot,
 };
 
-use super::backend::{Backend, BackendId, State};
+use super::backend::{Backend, BackendId, Off, Phase, Run};
 use super::{Hub, Timer};
 
 /// The shortest time between two counter-only updates of one server's row.
@@ -426,12 +426,12 @@ impl Hub {
             return Err(ActionError::NoSuchServer(name.to_owned()));
         };
         let b = &self.backends[&id];
-        if b.state == State::Disabled {
+        if matches!(b.run, Run::Off(Off::Disabled)) {
             return Err(ActionError::Refused(format!(
                 "the server `{name}` is disabled in its config entry: enable it first"
             )));
         }
-        let running = b.link.is_some();
+        let running = b.live().is_some();
         match action {
             Action::Reload => {
                 if self.reload_backend(name, &crate::hub::ReloadCause::Asked) == 0 {
@@ -445,26 +445,26 @@ impl Hub {
                 self.restart_backend(id, "a person asked for a restart");
             }
             Action::Restart | Action::Start => {
-                if running && !matches!(b.state, State::Failed(_)) {
+                if running && !b.is_failed() {
                     return Ok(());
                 }
                 if running {
                     // Failed, with its session refusing: a fresh session.
-                    self.stop_backend(id, "a person asked for a start", State::Idle);
+                    self.stop_backend(id, "a person asked for a start", Off::Idle);
                 }
                 let b = self.backends.get_mut(&id).expect("found above");
-                b.state = State::Idle;
+                b.run = Run::Off(Off::Idle);
                 b.obs.fresh = true;
                 self.record(id, EventKind::Started, "started by a person");
                 self.start_backend(id);
                 self.remerge_all();
             }
             Action::Stop => {
-                if b.state == State::Stopped {
+                if matches!(b.run, Run::Off(Off::Stopped)) {
                     return Ok(());
                 }
                 self.drop_instances_from(id, "it was stopped by a person");
-                self.stop_backend(id, "it was stopped by a person", State::Stopped);
+                self.stop_backend(id, "it was stopped by a person", Off::Stopped);
                 self.backends.get_mut(&id).expect("found above").obs.fresh = true;
                 self.record(id, EventKind::Stopped, "stopped by a person");
                 self.remerge_all();
@@ -678,33 +678,32 @@ impl Hub {
 /// The state a person sees, from the gateway's state and what the session
 /// said of its worker.
 fn state_of(b: &Backend) -> ServerState {
-    match &b.state {
-        State::Disabled => ServerState::Disabled,
-        State::Stopped => ServerState::Stopped,
-        // Its initialize failed, but its session restarts it by itself
-        // (it has not given up): that is what a person wants to see.
-        State::Failed(_)
-            if matches!(
-                b.obs.worker,
-                Worker::Down {
-                    restarting: true,
-                    ..
-                }
-            ) =>
-        {
-            ServerState::Restarting
+    let down_restarting = matches!(
+        b.obs.worker,
+        Worker::Down {
+            restarting: true,
+            ..
         }
-        State::Failed(_) => ServerState::Failed,
-        State::WaitingAuth(_) => ServerState::WaitingAuth,
-        State::Idle => ServerState::Idle,
-        State::Starting | State::Ready if b.obs.reloading => ServerState::Reloading,
-        State::Starting | State::Ready => match &b.obs.worker {
-            Worker::Down {
-                restarting: true, ..
-            } => ServerState::Restarting,
-            Worker::Down { .. } => ServerState::Idle,
-            Worker::Ready if b.state == State::Ready => ServerState::Ready,
-            _ => ServerState::Starting,
+    );
+    match &b.run {
+        Run::Off(Off::Disabled) => ServerState::Disabled,
+        Run::Off(Off::Stopped) => ServerState::Stopped,
+        Run::Off(Off::Idle) => ServerState::Idle,
+        Run::Live(live) => match &live.phase {
+            // Its initialize failed, but its session restarts it by itself
+            // (it has not given up): that is what a person wants to see.
+            Phase::Failed(_) if down_restarting => ServerState::Restarting,
+            Phase::Failed(_) => ServerState::Failed,
+            Phase::WaitingAuth(_) => ServerState::WaitingAuth,
+            Phase::Starting | Phase::Ready if b.obs.reloading => ServerState::Reloading,
+            Phase::Starting | Phase::Ready => match &b.obs.worker {
+                Worker::Down {
+                    restarting: true, ..
+                } => ServerState::Restarting,
+                Worker::Down { .. } => ServerState::Idle,
+                Worker::Ready if live.phase == Phase::Ready => ServerState::Ready,
+                Worker::None | Worker::Starting | Worker::Ready => ServerState::Starting,
+            },
         },
     }
 }
@@ -754,8 +753,8 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         } => (*next_try_at_ms, Some(detail.as_str())),
         _ => (None, None),
     };
-    let detail = match (&b.state, state) {
-        (State::Failed(data), ServerState::Failed) => Some(
+    let detail = match (b.phase(), state) {
+        (Some(Phase::Failed(data)), ServerState::Failed) => Some(
             data.get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("it keeps failing")
@@ -785,8 +784,8 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         _ => None,
     }
     .map(one_line);
-    let auth_url = match &b.state {
-        State::WaitingAuth(url) => Some(url.clone()),
+    let auth_url = match b.phase() {
+        Some(Phase::WaitingAuth(url)) => Some(url.clone()),
         _ => None,
     };
     let def = &b.plan.def;

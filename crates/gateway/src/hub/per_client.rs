@@ -12,7 +12,7 @@
 //! become the template's, so the merged lists follow the server.
 
 use super::Hub;
-use super::backend::{Backend, BackendId, State};
+use super::backend::{Backend, BackendId, Off, Role, Run};
 use crate::fronts::FrontId;
 
 impl Hub {
@@ -24,10 +24,7 @@ impl Hub {
             return backend;
         };
         // A disabled or stopped server refuses for itself.
-        if !b.plan.per_client
-            || b.owner.is_some()
-            || matches!(b.state, State::Disabled | State::Stopped)
-        {
+        if b.role != Role::Template || matches!(b.run, Run::Off(Off::Disabled | Off::Stopped)) {
             return backend;
         }
         if let Some(instance) = self.instances.get(&(backend, front)) {
@@ -38,8 +35,10 @@ impl Hub {
         plan.lazy = false;
         plan.cache_key = None;
         let mut instance = Backend::new(plan);
-        instance.owner = Some(front);
-        instance.template = Some(backend);
+        instance.role = Role::Instance {
+            owner: front,
+            template: backend,
+        };
         let id = BackendId(self.next_backend);
         self.next_backend += 1;
         tracing::info!(server = %instance.plan.name, front = front.0, "a process of its own for this client");
@@ -62,7 +61,7 @@ impl Hub {
     /// changed): what they held fails once, with `why`.
     fn remove_instances(&mut self, instances: Vec<BackendId>, why: &str) {
         for id in instances {
-            self.stop_backend(id, why, State::Disabled);
+            self.stop_backend(id, why, Off::Disabled);
             self.instances.retain(|_, i| *i != id);
             self.backends.remove(&id);
         }
@@ -100,11 +99,12 @@ impl Hub {
         let Some(b) = self.backends.get(&id) else {
             return;
         };
-        if !b.plan.per_client || b.reading > 0 {
+        if b.reading() > 0 {
             return;
         }
-        match b.template {
-            Some(template) => {
+        match b.role {
+            Role::Shared => {}
+            Role::Instance { template, .. } => {
                 let lists = b.lists.clone();
                 let init = b.init.clone();
                 if let Some(t) = self.backends.get_mut(&template) {
@@ -116,11 +116,11 @@ impl Hub {
                 self.store_cache(template);
                 self.remerge_all();
             }
-            None if b.link.is_some() && b.state == State::Ready => {
+            Role::Template if b.is_ready() => {
                 tracing::info!(server = %b.plan.name, "lists read: stopping it until a client uses it");
-                self.stop_backend(id, "its lists were read", State::Idle);
+                self.stop_backend(id, "its lists were read", Off::Idle);
             }
-            None => {}
+            Role::Template => {}
         }
     }
 }
