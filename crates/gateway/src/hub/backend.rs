@@ -8,6 +8,7 @@ use mcpvisor_config::ServerDef;
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Link, ServerSpec};
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -130,6 +131,31 @@ pub(crate) struct Health {
     pub misses: u32,
     /// The armed [`Timer::Health`].
     pub timer: Option<tokio_util::time::delay_queue::Key>,
+}
+
+/// The backends.
+///
+/// Invariants: `order` holds the configured backends (shared servers and
+/// per-client templates), each once, in config order, and each is in
+/// `by_id`; a per-client instance is in `by_id` and in `instances` under
+/// (its template, its owner), and never in `order`; an id is never used
+/// again, so a late report of a removed backend finds nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Backends {
+    pub by_id: HashMap<BackendId, Backend>,
+    /// Config order: the first server offering a URI wins.
+    pub order: Vec<BackendId>,
+    /// Per-client servers' instances, by (configured server, front).
+    pub instances: HashMap<(BackendId, FrontId), BackendId>,
+    next: u64,
+}
+
+impl Backends {
+    /// A fresh id.
+    pub fn next_id(&mut self) -> BackendId {
+        self.next += 1;
+        BackendId(self.next)
+    }
 }
 
 pub(crate) struct Backend {
@@ -344,17 +370,16 @@ impl Hub {
 
     /// Adds a backend that goes on with what `obs` has seen.
     fn add_backend_with(&mut self, plan: ServerPlan, obs: Observed) -> BackendId {
-        let id = BackendId(self.next_backend);
-        self.next_backend += 1;
+        let id = self.backends.next_id();
         let mut backend = Backend::new(plan);
         backend.obs = obs;
         let eager = !backend.plan.lazy && matches!(backend.run, Run::Off(Off::Idle));
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
-        self.backends.insert(id, backend);
-        self.order.push(id);
+        self.backends.by_id.insert(id, backend);
+        self.backends.order.push(id);
         if eager || needs_fill {
             if needs_fill {
-                tracing::info!(server = %self.backends[&id].name(), "no cached lists yet: starting it once to read them");
+                tracing::info!(server = %self.backends.by_id[&id].name(), "no cached lists yet: starting it once to read them");
             }
             self.start_backend(id);
         }
@@ -364,7 +389,7 @@ impl Hub {
     /// Starts a backend's session and sends it the gateway's `initialize`.
     pub(crate) fn start_backend(&mut self, id: BackendId) {
         let events = self.events_tx.clone();
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         // Only an idle backend starts: a live one runs already, and a
@@ -404,7 +429,7 @@ impl Hub {
     /// Stops a backend's session (bounded, in the background) and fails
     /// whatever it held, once.
     pub(crate) fn stop_backend(&mut self, id: BackendId, why: &str, next: Off) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         if let Run::Live(live) = std::mem::replace(&mut b.run, Run::Off(next)) {
@@ -435,6 +460,7 @@ impl Hub {
     pub(crate) fn reload_backend(&mut self, name: &str, cause: &crate::hub::ReloadCause) -> usize {
         let running: Vec<BackendId> = self
             .backends
+            .by_id
             .iter()
             .filter(|(_, b)| b.plan.name == name && b.live().is_some())
             .map(|(id, _)| *id)
@@ -443,7 +469,7 @@ impl Hub {
             tracing::info!(server = name, "reloading: {}", cause.describe());
         }
         for id in &running {
-            if let Some(link) = self.backends.get(id).and_then(Backend::link) {
+            if let Some(link) = self.backends.by_id.get(id).and_then(Backend::link) {
                 link.control(mcpvisor_session::Control::Reload(cause.label()));
             }
             self.observe_reload(*id, cause.describe());
@@ -454,8 +480,8 @@ impl Hub {
     /// Where a backend's calls are counted: its own row, or for a
     /// per-client instance its configured server's.
     fn counted(&mut self, id: BackendId) -> Option<&mut Observed> {
-        let at = self.backends.get(&id)?.counted_as(id);
-        let b = self.backends.get_mut(&at)?;
+        let at = self.backends.by_id.get(&id)?.counted_as(id);
+        let b = self.backends.by_id.get_mut(&at)?;
         b.obs.dirty = true;
         Some(&mut b.obs)
     }
@@ -476,6 +502,7 @@ impl Hub {
 
     pub(crate) fn backend_name(&self, id: BackendId) -> String {
         self.backends
+            .by_id
             .get(&id)
             .map(|b| b.plan.name.clone())
             .unwrap_or_default()
@@ -489,15 +516,16 @@ impl Hub {
         let mut changed = 0;
         for plan in plans {
             let existing = self
+                .backends
                 .order
                 .iter()
                 .copied()
-                .find(|id| self.backends[id].plan.name == plan.name);
+                .find(|id| self.backends.by_id[id].plan.name == plan.name);
             match existing {
-                Some(id) if self.backends[&id].plan.def == plan.def => keep.push(id),
+                Some(id) if self.backends.by_id[&id].plan.def == plan.def => keep.push(id),
                 Some(id) => {
                     changed += 1;
-                    let was_disabled = self.backends[&id].plan.def.disabled;
+                    let was_disabled = self.backends.by_id[&id].plan.def.disabled;
                     let (kind, why) = match (was_disabled, plan.def.disabled) {
                         (false, true) => (EventKind::Disabled, "disabled in its config entry"),
                         (true, false) => (EventKind::Enabled, "enabled in its config entry"),
@@ -509,11 +537,11 @@ impl Hub {
                     self.record(id, kind, why);
                     self.drop_instances_from(id, "its configuration changed");
                     self.stop_backend(id, "its configuration changed", Off::Idle);
-                    let old = self.backends.remove(&id).map(|b| {
+                    let old = self.backends.by_id.remove(&id).map(|b| {
                         let mut b = b;
                         std::mem::take(&mut b.obs)
                     });
-                    self.order.retain(|o| *o != id);
+                    self.backends.order.retain(|o| *o != id);
                     let mut obs = old.map_or_else(Observed::new, Observed::carry_over);
                     // Enabling starts it afresh; any other change replaces it.
                     obs.fresh = kind == EventKind::Enabled;
@@ -534,6 +562,7 @@ impl Hub {
             }
         }
         let removed: Vec<BackendId> = self
+            .backends
             .order
             .iter()
             .copied()
@@ -543,11 +572,11 @@ impl Hub {
             self.record(*id, EventKind::Removed, "removed from the configuration");
             self.drop_instances_from(*id, "it was removed from the configuration");
             self.stop_backend(*id, "it was removed from the configuration", Off::Disabled);
-            if let Some(b) = self.backends.remove(id) {
+            if let Some(b) = self.backends.by_id.remove(id) {
                 self.publish_removed(&b.plan.name);
             }
         }
-        self.order = keep;
+        self.backends.order = keep;
         tracing::info!(
             added,
             changed,
@@ -567,9 +596,9 @@ impl Hub {
         method: &str,
         params: Option<&str>,
     ) -> Option<u64> {
-        let gid = self.next_id();
+        let gid = self.calls.next_id();
         let line = raw::request(gid, method, params);
-        let b = self.backends.get_mut(&id)?;
+        let b = self.backends.by_id.get_mut(&id)?;
         let Run::Live(live) = &mut b.run else {
             return None;
         };
@@ -580,7 +609,8 @@ impl Hub {
         if matches!(what, Private::List { .. }) {
             live.reading += 1;
         }
-        self.pending
+        self.calls
+            .pending
             .insert(gid, Pending::Private { backend: id, what });
         Some(gid)
     }
@@ -599,7 +629,7 @@ impl Hub {
         front_id: Bytes,
     ) {
         self.count_call(id);
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         b.last_used = Instant::now();
@@ -663,6 +693,7 @@ impl Hub {
     fn fail_backend_requests(&mut self, id: BackendId, why: &str) {
         let queued: Vec<u64> = self
             .backends
+            .by_id
             .get_mut(&id)
             .map(|b| b.queue.drain(..).map(|(gid, _)| gid).collect())
             .unwrap_or_default();
@@ -670,6 +701,7 @@ impl Hub {
             self.answer_not_started(gid, why);
         }
         let held: Vec<u64> = self
+            .calls
             .pending
             .iter()
             .filter(|(_, p)| match p {
@@ -704,13 +736,14 @@ impl Hub {
         }
         // Its requests to the front are moot now.
         let asked: Vec<u64> = self
+            .calls
             .server_reqs
             .iter()
             .filter(|(_, r)| r.backend == id)
             .map(|(k, _)| *k)
             .collect();
         for fid in asked {
-            if let Some(req) = self.server_reqs.remove(&fid) {
+            if let Some(req) = self.calls.server_reqs.remove(&fid) {
                 let fid = format!("\"mcpvisor-{fid}\"");
                 let note = build::cancelled(&fid, "the server stopped");
                 self.emit_to(req.front, note, None);
@@ -720,19 +753,19 @@ impl Hub {
 
     /// Removes a pending request and its indexes.
     pub(crate) fn take_pending(&mut self, gid: u64) -> Option<Pending> {
-        let p = self.pending.remove(&gid)?;
+        let p = self.calls.pending.remove(&gid)?;
         match &p {
             Pending::Front {
                 front, id, backend, ..
             } => {
                 let key = (*front, id.clone());
-                if self.by_front_id.get(&key) == Some(&gid) {
-                    self.by_front_id.remove(&key);
+                if self.calls.by_front_id.get(&key) == Some(&gid) {
+                    self.calls.by_front_id.remove(&key);
                 }
-                if let Some(f) = self.fronts.get_mut(front) {
+                if let Some(f) = self.fronts.open.get_mut(front) {
                     f.awaiting = f.awaiting.saturating_sub(1);
                 }
-                if let Some(b) = self.backends.get_mut(backend) {
+                if let Some(b) = self.backends.by_id.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
                     b.last_used = Instant::now();
                     b.obs.dirty = true;
@@ -740,7 +773,11 @@ impl Hub {
             }
             Pending::Private { backend, what } => {
                 if matches!(what, Private::List { .. }) {
-                    let live = self.backends.get_mut(backend).and_then(Backend::live_mut);
+                    let live = self
+                        .backends
+                        .by_id
+                        .get_mut(backend)
+                        .and_then(Backend::live_mut);
                     if let Some(live) = live {
                         live.reading = live.reading.saturating_sub(1);
                     }
@@ -751,11 +788,11 @@ impl Hub {
     }
 
     fn forget_front(&mut self, gid: u64) {
-        if let Some(Pending::Front { front, id, .. }) = self.pending.remove(&gid) {
-            if let Some(f) = self.fronts.get_mut(&front) {
+        if let Some(Pending::Front { front, id, .. }) = self.calls.pending.remove(&gid) {
+            if let Some(f) = self.fronts.open.get_mut(&front) {
                 f.awaiting = f.awaiting.saturating_sub(1);
             }
-            self.by_front_id.remove(&(front, id));
+            self.calls.by_front_id.remove(&(front, id));
         }
     }
 
@@ -763,7 +800,7 @@ impl Hub {
     /// cancelled. A request still queued for a backend that is starting
     /// was never sent: it leaves the queue, and nothing is sent at all.
     pub(crate) fn cancel_on_backend(&mut self, backend: BackendId, gid: u64, reason: &str) {
-        let Some(b) = self.backends.get_mut(&backend) else {
+        let Some(b) = self.backends.by_id.get_mut(&backend) else {
             return;
         };
         let queued = b.queue.len();
@@ -782,7 +819,12 @@ impl Hub {
         let msg = match incoming {
             Incoming::Session(epoch, msg) => {
                 // A session stopped earlier may still report: fence it off.
-                if self.backends.get(&id).is_none_or(|b| b.epoch != epoch) {
+                if self
+                    .backends
+                    .by_id
+                    .get(&id)
+                    .is_none_or(|b| b.epoch != epoch)
+                {
                     return;
                 }
                 msg
@@ -792,7 +834,11 @@ impl Hub {
             FromSession::Line(line, spans) => self.on_backend_line(id, line, spans),
             FromSession::Status(event) => self.on_status(id, event),
             FromSession::Closed => {
-                let live = self.backends.get(&id).is_some_and(|b| b.live().is_some());
+                let live = self
+                    .backends
+                    .by_id
+                    .get(&id)
+                    .is_some_and(|b| b.live().is_some());
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
                     self.record(id, EventKind::Exited, "its session ended");
@@ -806,11 +852,16 @@ impl Hub {
     /// What the backend's session says of its worker.
     fn on_status(&mut self, id: BackendId, event: mcpvisor_session::SessionEvent) {
         use mcpvisor_session::SessionEvent as E;
-        if self.backends.get(&id).is_none_or(|b| b.live().is_none()) {
+        if self
+            .backends
+            .by_id
+            .get(&id)
+            .is_none_or(|b| b.live().is_none())
+        {
             return;
         }
         self.observe_session(id, &event);
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let known = b.init.is_some();
@@ -875,7 +926,7 @@ impl Hub {
             return;
         };
         self.count_error(id, NOT_STARTED);
-        let refusal = self.backends.get(&id).and_then(Backend::refusal);
+        let refusal = self.backends.by_id.get(&id).and_then(Backend::refusal);
         if let Some((message, data)) = refusal {
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
@@ -948,7 +999,7 @@ impl Hub {
         let error = &answer["error"];
         let failing = error["code"].as_i64() == Some(NOT_STARTED)
             && error["data"].get("phase").is_some_and(|p| !p.is_null());
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let Run::Live(live) = &mut b.run else {
@@ -987,7 +1038,7 @@ impl Hub {
                         )
                     });
                 let mut recovered = false;
-                if let Some(b) = self.backends.get_mut(&id) {
+                if let Some(b) = self.backends.by_id.get_mut(&id) {
                     let known = b.init.is_some();
                     if let Run::Live(live) = &mut b.run {
                         live.health.ping = None;
@@ -1012,7 +1063,7 @@ impl Hub {
     }
 
     fn on_initialized(&mut self, id: BackendId, answer: Value) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let name = b.plan.name.clone();
@@ -1068,7 +1119,7 @@ impl Hub {
     /// Sends what waited for the backend to be ready. A request its
     /// session's queue cannot take is refused as not started, never lost.
     fn flush_queue(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
@@ -1092,7 +1143,7 @@ impl Hub {
     }
 
     pub(crate) fn read_list(&mut self, id: BackendId, kind: ListKind) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         if !b.declares(kind.capability()) {
@@ -1117,25 +1168,25 @@ impl Hub {
         let method = env.method();
         if method == "ping" {
             let reply = build::result(raw_id.get(), "{}");
-            if let Some(link) = self.backends.get(&id).and_then(Backend::link) {
+            if let Some(link) = self.backends.by_id.get(&id).and_then(Backend::link) {
                 link.try_send(reply);
             }
             return;
         }
-        let any_ready = self
-            .fronts
-            .values()
-            .any(|f| f.closing.is_none() && (f.info.initialized || f.info.era == Era::Stateless));
-        if !any_ready && self.early.len() < MAX_EARLY {
+        let any_ready =
+            self.fronts.open.values().any(|f| {
+                f.closing.is_none() && (f.info.initialized || f.info.era == Era::Stateless)
+            });
+        if !any_ready && self.calls.early.len() < MAX_EARLY {
             // Until a client has initialized, what it can take is unknown,
             // and nothing may be sent to it: hold the request (bounded).
-            self.early.push((id, line.clone()));
+            self.calls.early.push((id, line.clone()));
             return;
         }
         let (target, declined) = match self.attribute(id) {
             Err(why) => (None, Some(why)),
             Ok((front, related)) => {
-                let info = &self.fronts[&front].info;
+                let info = &self.fronts.open[&front].info;
                 let needs = match method {
                     "sampling/createMessage" => Some(("sampling", info.sampling)),
                     "elicitation/create" if is_url_mode(line) => {
@@ -1164,7 +1215,7 @@ impl Hub {
             tracing::info!(server = %self.backend_name(id), "declined {method}: {message}");
             let data = required_capabilities(method, line);
             let reply = build::error(raw_id.get(), MISSING_CAPABILITY, &message, data.as_ref());
-            if let Some(link) = self.backends.get(&id).and_then(Backend::link) {
+            if let Some(link) = self.backends.by_id.get(&id).and_then(Backend::link) {
                 link.try_send(reply);
             }
             return;
@@ -1172,9 +1223,8 @@ impl Hub {
         let Some((front, related)) = target else {
             return;
         };
-        let fid = self.next_front_id;
-        self.next_front_id += 1;
-        self.server_reqs.insert(
+        let fid = self.calls.next_server_req();
+        self.calls.server_reqs.insert(
             fid,
             ServerReq {
                 backend: id,
@@ -1191,14 +1241,16 @@ impl Hub {
     /// oldest of them, the request this one most likely serves). Anything
     /// else is a guess, and a guess sends one person's question to another.
     fn attribute(&self, backend: BackendId) -> Result<(FrontId, Option<Bytes>), String> {
-        let owner = self.backends.get(&backend).and_then(Backend::owner);
+        let owner = self.backends.by_id.get(&backend).and_then(Backend::owner);
         let open: Vec<FrontId> = self
             .fronts
+            .open
             .iter()
             .filter(|(id, f)| f.closing.is_none() && owner.is_none_or(|o| o == **id))
             .map(|(id, _)| *id)
             .collect();
         let mut asking: Vec<(u64, FrontId, Bytes)> = self
+            .calls
             .pending
             .iter()
             .filter_map(|(gid, p)| match p {
@@ -1246,7 +1298,7 @@ impl Hub {
                     id: front_id,
                     token: Some(front_token),
                     ..
-                }) = self.pending.get(&gid)
+                }) = self.calls.pending.get(&gid)
                 {
                     let out = rewrite::splice(line, token, front_token);
                     let (front, related) = (*front, Some(front_id.clone()));
@@ -1282,11 +1334,12 @@ impl Hub {
                     .and_then(|p| RawObject::parse(p.get()))
                     .and_then(|o| o.str("uri"));
                 let Some(uri) = uri else { return };
-                let owner = self.backends.get(&id).and_then(Backend::owner);
+                let owner = self.backends.by_id.get(&id).and_then(Backend::owner);
                 let to: Vec<FrontId> = match owner {
                     Some(owner) => vec![owner],
                     None => self
                         .fronts
+                        .open
                         .iter()
                         .filter(|(_, f)| f.subscriptions.contains(&uri))
                         .map(|(id, _)| *id)
@@ -1300,11 +1353,13 @@ impl Hub {
                 // The backend withdrew one of its requests to the front.
                 let Some(rid) = env.request_id else { return };
                 let found = self
+                    .calls
                     .server_reqs
                     .iter()
                     .find(|(_, r)| r.backend == id && r.id.as_ref() == rid.get().as_bytes())
                     .map(|(k, _)| *k);
-                if let Some(req) = found.and_then(|fid| Some((fid, self.server_reqs.remove(&fid)?)))
+                if let Some(req) =
+                    found.and_then(|fid| Some((fid, self.calls.server_reqs.remove(&fid)?)))
                 {
                     let (fid, req) = req;
                     let out = rewrite::splice(line, rid, format!("\"mcpvisor-{fid}\"").as_bytes());
@@ -1319,7 +1374,7 @@ impl Hub {
 
     /// Arms a live backend's next health check (when it has them).
     fn arm_health(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let Some(interval) = b.plan.health_interval else {
@@ -1336,13 +1391,13 @@ impl Hub {
 
     /// Records the health ping just sent to a live backend.
     fn set_ping(&mut self, id: BackendId, ping: Option<u64>) {
-        if let Some(live) = self.backends.get_mut(&id).and_then(Backend::live_mut) {
+        if let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) {
             live.health.ping = ping;
         }
     }
 
     pub(crate) fn on_health(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let misses_allowed = b.plan.health_misses.max(1);
@@ -1392,7 +1447,7 @@ impl Hub {
     }
 
     pub(crate) fn arm_idle(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         if let Some(idle) = b.plan.idle_timeout {
@@ -1401,7 +1456,7 @@ impl Hub {
     }
 
     pub(crate) fn on_idle(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         let Some(idle) = b.plan.idle_timeout else {
@@ -1414,7 +1469,7 @@ impl Hub {
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
             self.stop_backend(id, "it was idle", Off::Idle);
-            if let Some(b) = self.backends.get_mut(&id) {
+            if let Some(b) = self.backends.by_id.get_mut(&id) {
                 b.obs.fresh = true;
             }
             self.record(

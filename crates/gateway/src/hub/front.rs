@@ -57,8 +57,8 @@ impl Hub {
     /// link. Its tools are withdrawn or not known yet, but a client that
     /// holds the name is told why, not "unknown".
     pub(super) fn refused_by_prefix(&self, name: &str) -> Option<(String, Value)> {
-        self.order.iter().find_map(|id| {
-            let b = &self.backends[id];
+        self.backends.order.iter().find_map(|id| {
+            let b = &self.backends.by_id[id];
             let refusal = b.refusal()?;
             // The prefix its names get: the exposed name of a one-letter
             // name, less that letter.
@@ -75,7 +75,7 @@ impl Hub {
             .and_then(|c| serde_json::from_str(c.get()).ok())
             .unwrap_or(Value::Null);
         let has = |k: &str| caps.get(k).is_some_and(|v| !v.is_null());
-        let Some(f) = self.fronts.get_mut(&front) else {
+        let Some(f) = self.fronts.open.get_mut(&front) else {
             return;
         };
         f.info.sampling = has("sampling");
@@ -92,13 +92,13 @@ impl Hub {
     /// Counts a front's subscription to `uri`; whether the server must be
     /// told (the first front to subscribe).
     pub(super) fn hold_subscription(&mut self, front: FrontId, uri: &str) -> bool {
-        let Some(f) = self.fronts.get_mut(&front) else {
+        let Some(f) = self.fronts.open.get_mut(&front) else {
             return false;
         };
         if !f.subscriptions.insert(uri.to_owned()) {
             return false;
         }
-        let count = self.subscribed.entry(uri.to_owned()).or_insert(0);
+        let count = self.fronts.subscribed.entry(uri.to_owned()).or_insert(0);
         *count += 1;
         *count == 1
     }
@@ -106,7 +106,7 @@ impl Hub {
     /// Ends a front's subscription to `uri`; whether the server must be
     /// told (the last front left).
     pub(super) fn drop_subscription(&mut self, front: FrontId, uri: &str) -> bool {
-        let Some(f) = self.fronts.get_mut(&front) else {
+        let Some(f) = self.fronts.open.get_mut(&front) else {
             return false;
         };
         if !f.subscriptions.remove(uri) {
@@ -117,13 +117,13 @@ impl Hub {
 
     /// One front fewer holds `uri`; whether that was the last.
     fn unsubscribed(&mut self, uri: &str) -> bool {
-        match self.subscribed.get_mut(uri) {
+        match self.fronts.subscribed.get_mut(uri) {
             Some(count) if *count > 1 => {
                 *count -= 1;
                 false
             }
             Some(_) => {
-                self.subscribed.remove(uri);
+                self.fronts.subscribed.remove(uri);
                 true
             }
             None => false,
@@ -148,7 +148,7 @@ impl Hub {
     }
 
     pub(crate) fn any_settling(&self) -> bool {
-        self.backends.values().any(|b| b.settling())
+        self.backends.by_id.values().any(|b| b.settling())
     }
 
     fn capabilities() -> Value {
@@ -164,6 +164,7 @@ impl Hub {
     pub(super) fn initialize_result(&mut self, front: FrontId) -> String {
         let requested = self
             .fronts
+            .open
             .get(&front)
             .and_then(|f| f.info.protocol.clone())
             .unwrap_or_else(|| FRONT_PROTOCOLS[0].to_owned());
@@ -197,9 +198,10 @@ impl Hub {
             return None;
         }
         let init = self
+            .backends
             .order
             .first()
-            .and_then(|id| self.backends[id].init.clone())?;
+            .and_then(|id| self.backends.by_id[id].init.clone())?;
         let mut result = init;
         result["protocolVersion"] = Value::String(version.to_owned());
         if let Some(caps) = result
@@ -233,8 +235,8 @@ impl Hub {
     /// Each started server's instructions, under its name.
     fn instructions(&self) -> Option<String> {
         let mut parts = Vec::new();
-        for id in &self.order {
-            let b = &self.backends[id];
+        for id in &self.backends.order {
+            let b = &self.backends.by_id[id];
             let text = b
                 .init
                 .as_ref()
@@ -254,13 +256,13 @@ impl Hub {
     /// answered.
     pub(super) fn fan_out(&mut self, front: FrontId, front_id: Bytes, method: &str) {
         let targets: Vec<BackendId> = self
+            .backends
             .order
             .iter()
-            .map(|id| *self.instances.get(&(*id, front)).unwrap_or(id))
+            .map(|id| *self.backends.instances.get(&(*id, front)).unwrap_or(id))
             .filter(|id| self.logs(*id))
             .collect();
-        let fid = self.next_fanout;
-        self.next_fanout += 1;
+        let fid = self.calls.next_fanout();
         let mut sent = 0;
         for b in targets {
             let Some(level) = self.level_for(b) else {
@@ -274,7 +276,7 @@ impl Hub {
                 sent += 1;
             }
         }
-        self.fanouts.insert(
+        self.calls.fanouts.insert(
             fid,
             FanOut {
                 front,
@@ -290,6 +292,7 @@ impl Hub {
     /// The most verbose level any open front asked for.
     pub(crate) fn wanted_log_level(&self) -> Option<LogLevel> {
         self.fronts
+            .open
             .values()
             .filter(|f| f.closing.is_none())
             .filter_map(|f| f.log_level)
@@ -298,7 +301,7 @@ impl Hub {
 
     /// Whether a backend is ready and declares `logging`.
     fn logs(&self, id: BackendId) -> bool {
-        self.backends.get(&id).is_some_and(|b| {
+        self.backends.by_id.get(&id).is_some_and(|b| {
             b.is_ready()
                 && b.init
                     .as_ref()
@@ -311,8 +314,8 @@ impl Hub {
     /// The level a backend should log at: a per-client process its own
     /// client's, a shared one the most verbose any client asked for.
     pub(crate) fn level_for(&self, id: BackendId) -> Option<LogLevel> {
-        match self.backends.get(&id)?.owner() {
-            Some(owner) => self.fronts.get(&owner)?.log_level,
+        match self.backends.by_id.get(&id)?.owner() {
+            Some(owner) => self.fronts.open.get(&owner)?.log_level,
             None => self.wanted_log_level(),
         }
     }
@@ -331,6 +334,7 @@ impl Hub {
         let params = format!(r#"{{"level":"{}"}}"#, now.as_str());
         let shared: Vec<BackendId> = self
             .backends
+            .by_id
             .iter()
             .filter(|(id, b)| b.owner().is_none() && self.logs(**id))
             .map(|(id, _)| *id)
@@ -354,7 +358,7 @@ impl Hub {
     }
 
     pub(crate) fn fanout_done(&mut self, fid: u64) {
-        let Some(f) = self.fanouts.get_mut(&fid) else {
+        let Some(f) = self.calls.fanouts.get_mut(&fid) else {
             return;
         };
         f.waiting = f.waiting.saturating_sub(1);
@@ -364,7 +368,7 @@ impl Hub {
     }
 
     fn fanout_done_now(&mut self, fid: u64) {
-        if let Some(f) = self.fanouts.remove(&fid) {
+        if let Some(f) = self.calls.fanouts.remove(&fid) {
             let id = String::from_utf8_lossy(&f.id).into_owned();
             self.emit_to(f.front, build::result(&id, "{}"), Some(f.id.clone()));
         }
@@ -376,13 +380,14 @@ impl Hub {
         match reference.str("type")?.as_str() {
             "ref/prompt" => {
                 let name = reference.str("name")?;
-                let (backend, original) = self.merged.prompts.get(&name)?;
+                let (backend, original) = self.catalog.merged.prompts.get(&name)?;
                 let new_ref = reference.with("name", &raw::quote(original));
                 Some((*backend, obj.with("ref", &new_ref)))
             }
             "ref/resource" => {
                 let uri = reference.str("uri")?;
                 let backend = self
+                    .catalog
                     .merged
                     .templates
                     .iter()
@@ -398,10 +403,10 @@ impl Hub {
     fn on_front_notification(&mut self, front: FrontId, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
             "notifications/initialized" => {
-                if let Some(f) = self.fronts.get_mut(&front) {
+                if let Some(f) = self.fronts.open.get_mut(&front) {
                     f.info.initialized = true;
                 }
-                for (backend, held) in std::mem::take(&mut self.early) {
+                for (backend, held) in std::mem::take(&mut self.calls.early) {
                     if let Ok(env) = Envelope::peek(&held) {
                         self.on_server_request(backend, &held, &env);
                     }
@@ -410,9 +415,11 @@ impl Hub {
             "notifications/cancelled" => {
                 let Some(rid) = env.request_id else { return };
                 let key = Bytes::copy_from_slice(rid.get().as_bytes());
-                let Some(gid) = self.by_front_id.get(&(front, key.clone())).copied() else {
+                let Some(gid) = self.calls.by_front_id.get(&(front, key.clone())).copied() else {
                     // A parked request: drop it without an answer.
-                    self.parked.retain(|p| p.front != front || p.id != key);
+                    self.calls
+                        .parked
+                        .retain(|p| p.front != front || p.id != key);
                     return;
                 };
                 // The backend's session gives a cancelled request no answer,
@@ -422,7 +429,7 @@ impl Hub {
                         .and_then(|p| RawObject::parse(p.get()))
                         .and_then(|o| o.str("reason"))
                         .unwrap_or_else(|| "cancelled by the client".into());
-                    let queued = self.backends.get_mut(&backend).and_then(|b| {
+                    let queued = self.backends.by_id.get_mut(&backend).and_then(|b| {
                         let at = b.queue.iter().position(|(q, _)| *q == gid)?;
                         Some(b.queue.remove(at))
                     });
@@ -432,7 +439,7 @@ impl Hub {
                 }
             }
             "notifications/roots/list_changed" => {
-                for b in self.backends.values() {
+                for b in self.backends.by_id.values() {
                     if b.is_ready() {
                         if let Some(link) = b.link() {
                             link.try_send(line.clone());
@@ -454,13 +461,23 @@ impl Hub {
                 s.strip_prefix("mcpvisor-")
                     .and_then(|n| n.parse::<u64>().ok())
             });
-        let known = fid.filter(|f| self.server_reqs.get(f).is_some_and(|r| r.front == front));
-        let Some(req) = known.and_then(|f| self.server_reqs.remove(&f)) else {
+        let known = fid.filter(|f| {
+            self.calls
+                .server_reqs
+                .get(f)
+                .is_some_and(|r| r.front == front)
+        });
+        let Some(req) = known.and_then(|f| self.calls.server_reqs.remove(&f)) else {
             tracing::debug!("an answer for no pending server request dropped");
             return;
         };
         let out = rewrite::splice(line, raw_id, &req.id);
-        if let Some(link) = self.backends.get(&req.backend).and_then(Backend::link) {
+        if let Some(link) = self
+            .backends
+            .by_id
+            .get(&req.backend)
+            .and_then(Backend::link)
+        {
             link.try_send(out);
         }
     }
@@ -474,11 +491,12 @@ impl Hub {
             .unwrap_or(Value::Null);
         let query = args["query"].as_str().unwrap_or_default().to_owned();
         let limit = args["limit"].as_u64().unwrap_or(10).clamp(1, 50) as usize;
-        let tools: Vec<Value> = self.merged.items[ListKind::Tools.index()]
+        let tools: Vec<Value> = self.catalog.merged.items[ListKind::Tools.index()]
             .iter()
             .map(|t| serde_json::from_str(t).unwrap_or(Value::Null))
             .collect();
         let hits = self
+            .catalog
             .merged
             .search
             .as_ref()

@@ -185,6 +185,22 @@ impl Cached {
     }
 }
 
+/// What the fronts are offered: the merged lists with their routing
+/// tables, and the cache that keeps lazy servers' lists between runs.
+///
+/// Invariant: `merged` is computed from the lists of the configured
+/// backends that serve lists ([`Backend::serves_lists`]), in config order,
+/// and computed again ([`Hub::remerge`]) when one of those lists, a
+/// backend's state or the configuration changes: a name in `merged.tools`
+/// or `merged.prompts` routes to the backend whose item the front was
+/// shown under that name.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub merged: Merged,
+    /// Where lazy servers' lists are kept; `None` with the cache off.
+    pub cache: Option<crate::cache::Cache>,
+}
+
 /// The merged lists and their routing tables.
 #[derive(Debug, Default)]
 pub(crate) struct Merged {
@@ -212,7 +228,7 @@ impl Hub {
         epoch: u64,
         line: &Bytes,
     ) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         if b.epoch != epoch {
@@ -262,7 +278,7 @@ impl Hub {
             .filter_map(|raw| Item::read(kind, raw))
             .collect();
         let mut change = None;
-        if let Some(b) = self.backends.get_mut(&id) {
+        if let Some(b) = self.backends.by_id.get_mut(&id) {
             change = b.lists[kind.index()]
                 .as_ref()
                 .and_then(|old| list_change(kind, old, &list));
@@ -288,8 +304,8 @@ impl Hub {
     /// Recomputes one merged list; tells the front once if it changed.
     pub(crate) fn remerge(&mut self, kind: Kind) {
         let mut entries: Vec<(BackendId, &Item)> = Vec::new();
-        for id in &self.order {
-            let Some(b) = self.backends.get(id) else {
+        for id in &self.backends.order {
+            let Some(b) = self.backends.by_id.get(id) else {
                 continue;
             };
             if !b.serves_lists() {
@@ -312,7 +328,7 @@ impl Hub {
                         .map(|(_, item)| item.name.clone())
                         .collect();
                     i += names.len();
-                    let server = builder.server(self.backends[&id].plan.name.clone(), names);
+                    let server = builder.server(self.backends.by_id[&id].plan.name.clone(), names);
                     index_of.insert(id, server);
                 }
                 let (table, collisions) = builder.build();
@@ -353,7 +369,7 @@ impl Hub {
                     out.push(text);
                 }
                 if kind == Kind::Tools {
-                    self.merged.search = Some(crate::search::Index::new(
+                    self.catalog.merged.search = Some(crate::search::Index::new(
                         &out.iter()
                             .map(|t| {
                                 let v: Value = serde_json::from_str(t).unwrap_or(Value::Null);
@@ -364,9 +380,9 @@ impl Hub {
                             })
                             .collect::<Vec<_>>(),
                     ));
-                    self.merged.tools = routes;
+                    self.catalog.merged.tools = routes;
                 } else {
-                    self.merged.prompts = routes;
+                    self.catalog.merged.prompts = routes;
                 }
                 out
             }
@@ -383,11 +399,11 @@ impl Hub {
                     uris.insert(item.name.clone(), *id);
                     out.push(item.raw.get().to_owned());
                 }
-                self.merged.uris = uris;
+                self.catalog.merged.uris = uris;
                 out
             }
             Kind::Templates => {
-                self.merged.templates = entries
+                self.catalog.merged.templates = entries
                     .iter()
                     .map(|(id, item)| (item.name.clone(), *id))
                     .collect();
@@ -397,7 +413,7 @@ impl Hub {
                     .collect()
             }
         };
-        let slot = &mut self.merged.items[kind.index()];
+        let slot = &mut self.catalog.merged.items[kind.index()];
         if *slot == items {
             return;
         }
@@ -411,7 +427,7 @@ impl Hub {
 
     /// One page of a merged list, as a result object.
     pub(crate) fn list_page(&self, kind: Kind, cursor: Option<&str>) -> Result<String, String> {
-        let items = &self.merged.items[kind.index()];
+        let items = &self.catalog.merged.items[kind.index()];
         let start = match cursor {
             None => 0,
             Some(c) => decode_cursor(c).ok_or_else(|| format!("unknown cursor {c:?}"))?,
@@ -432,10 +448,11 @@ impl Hub {
     /// The backend that serves a resource URI: the one that listed it, or
     /// the first whose template matches.
     pub(crate) fn backend_for_uri(&self, uri: &str) -> Option<BackendId> {
-        if let Some(id) = self.merged.uris.get(uri) {
+        if let Some(id) = self.catalog.merged.uris.get(uri) {
             return Some(*id);
         }
-        self.merged
+        self.catalog
+            .merged
             .templates
             .iter()
             .find(|(t, _)| template_matches(t, uri))
@@ -444,10 +461,12 @@ impl Hub {
 
     /// Writes a backend's lists to the list cache.
     pub(crate) fn store_cache(&self, id: BackendId) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
-        let Some(cache) = &self.cache else { return };
+        let Some(cache) = &self.catalog.cache else {
+            return;
+        };
         let Some(key) = &b.plan.cache_key else { return };
         let lists = Cached::to_lists(&b.lists, b.init.as_ref());
         if let Err(e) = cache.put(key, &lists) {

@@ -11,7 +11,9 @@
 //! (`request.rs`) and handled by one method per kind.
 
 mod backend;
+mod calls;
 mod front;
+mod front_table;
 mod lists;
 mod observe;
 mod per_client;
@@ -24,16 +26,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use mcpvisor_jsonrpc::Spans;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
 pub use backend::ServerPlan;
-use backend::{Backend, BackendId};
+use backend::{Backend, BackendId, Backends};
+use calls::{Calls, FanOut, Held, Parked, Pending, Private, ServerReq, Wrap};
+use front_table::{Front, FrontInfo, FrontOut, Fronts};
 pub use lists::Cached;
-use lists::Merged;
+use lists::{Catalog, Merged};
 use request::Era;
 
 use crate::fronts::{FrontCommand, FrontId, Outbound};
@@ -153,35 +156,6 @@ pub(crate) enum FromSession {
     Status(mcpvisor_session::SessionEvent),
 }
 
-/// A front request held until the servers that are starting have settled,
-/// at most `--list-timeout`.
-#[derive(Debug)]
-pub(crate) struct Parked {
-    pub front: FrontId,
-    /// The front's id, as written.
-    pub id: Bytes,
-    pub deadline: Instant,
-    pub held: Held,
-}
-
-/// What a parked request is, for its answer.
-#[derive(Debug)]
-pub(crate) enum Held {
-    /// The front's `initialize`: answered with what the servers declared.
-    Initialize,
-    /// `server/discover` (2026-07-28).
-    Discover,
-    /// A page of a merged list, in the era the request was made in.
-    List {
-        kind: lists::Kind,
-        cursor: Option<String>,
-        era: Era,
-    },
-    /// A routed request whose target was not known yet: the whole line,
-    /// handled again once servers have settled.
-    Line(Bytes),
-}
-
 /// Timers of the owning task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Timer {
@@ -195,168 +169,30 @@ pub(crate) enum Timer {
     Publish(BackendId),
 }
 
-/// A request towards a backend, by the gateway-side id it was sent under.
-#[derive(Debug)]
-pub(crate) enum Pending {
-    /// A front client's request.
-    Front {
-        front: FrontId,
-        backend: BackendId,
-        /// The front's id, as written.
-        id: Bytes,
-        /// The front's progress token, as written, if it asked for progress.
-        token: Option<Bytes>,
-        /// How its answer is passed back.
-        wrap: Wrap,
-        /// When it was sent on, for its latency.
-        at: Instant,
-    },
-    /// The gateway's own request.
-    Private { backend: BackendId, what: Private },
-}
-
-/// How a routed answer is passed back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wrap {
-    AsIs,
-    /// A 2026-07-28 request to a backend of an earlier era: its result gets
-    /// the members that era requires (`resultType`, and for a cacheable
-    /// result `ttlMs` and `cacheScope`).
-    Modern {
-        cacheable: bool,
-    },
-}
-
-/// The gateway's own requests to a backend.
-#[derive(Debug)]
-pub(crate) enum Private {
-    Initialize,
-    List {
-        kind: lists::Kind,
-        items: Vec<Box<serde_json::value::RawValue>>,
-        pages: usize,
-        /// The session generation of the lists being read.
-        epoch: u64,
-    },
-    Ping,
-    /// `logging/setLevel` fanned out; the front's answer goes when all came.
-    SetLevel(u64),
-    /// A request whose answer nobody waits for (an unsubscribe after the
-    /// last client left).
-    Quiet,
-}
-
-/// A fan-out request: one front request, several backend answers.
-#[derive(Debug)]
-pub(crate) struct FanOut {
-    pub front: FrontId,
-    pub id: Bytes,
-    pub waiting: usize,
-}
-
-/// A backend's request to the front client, by the front-side id.
-#[derive(Debug)]
-pub(crate) struct ServerReq {
-    pub backend: BackendId,
-    /// The backend session's id, as written.
-    pub id: Bytes,
-    /// The front it was sent to.
-    pub front: FrontId,
-}
-
-/// One front connection: what its client declared, where its messages go,
-/// what it subscribed to.
-#[derive(Debug)]
-pub(crate) struct Front {
-    pub info: FrontInfo,
-    pub out: FrontOut,
-    pub subscriptions: FxHashSet<String>,
-    /// Its input ended: requests in flight may still finish, until this.
-    pub closing: Option<Instant>,
-    /// Its requests in `pending` (counted as they come and go, so that the
-    /// in-flight limit is not a walk over every pending request).
-    pub awaiting: usize,
-    /// The least severe log level it asked for with `logging/setLevel`;
-    /// `None` (never asked): every log message the servers send.
-    pub log_level: Option<front::LogLevel>,
-}
-
-/// Where a front's messages go.
-#[derive(Debug)]
-pub(crate) enum FrontOut {
-    /// To its transport's task (an HTTP session).
-    Channel(mpsc::Sender<Outbound>),
-    /// Written by the hub itself, to the stdio client (`Hub::stdio`).
-    Stdio,
-}
-
-/// What a front client said about itself in `initialize`.
-#[derive(Debug, Default)]
-pub(crate) struct FrontInfo {
-    pub initialized: bool,
-    pub protocol: Option<String>,
-    pub sampling: bool,
-    pub elicitation: bool,
-    /// URL-mode elicitation (2025-11-25).
-    pub elicitation_url: bool,
-    pub roots: bool,
-    /// Its protocol era: a front that sends a 2026-07-28 request before
-    /// any `initialize` is a 2026-07-28 client (no handshake, and on stdio
-    /// no requests to it).
-    pub era: Era,
-}
-
 /// The gateway. See the crate docs.
 pub struct Hub {
     settings: Settings,
-    backends: HashMap<BackendId, Backend>,
-    /// Config order: the first server offering a URI wins.
-    order: Vec<BackendId>,
-    next_backend: u64,
-    next_id: u64,
-    next_front_id: u64,
-    next_fanout: u64,
-    pending: HashMap<u64, Pending>,
-    /// A front's request id → gateway id, for cancellation.
-    by_front_id: HashMap<(FrontId, Bytes), u64>,
-    server_reqs: HashMap<u64, ServerReq>,
-    fanouts: HashMap<u64, FanOut>,
-    parked: VecDeque<Parked>,
-    fronts: HashMap<FrontId, Front>,
+    /// The backends (see `Backends`).
+    backends: Backends,
+    /// Every request held for someone (see `Calls`).
+    calls: Calls,
+    /// The open fronts (see `Fronts`).
+    fronts: Fronts,
     /// Sessions being stopped in the background; the hub waits for them
     /// before it ends, so that no server outlives the gateway.
     stopping: tokio::task::JoinSet<()>,
-    /// Per-client servers' instances, by (configured server, front).
-    instances: HashMap<(BackendId, FrontId), BackendId>,
-    /// Backends' requests that arrived before any client initialized.
-    early: Vec<(BackendId, Bytes)>,
-    /// Subscribed resource URIs, with how many fronts hold each: a backend
-    /// sees one subscribe per URI and one unsubscribe when the last leaves.
-    subscribed: HashMap<String, usize>,
-    merged: Merged,
-    cache: Option<crate::cache::Cache>,
+    /// The merged lists and the cache (see `Catalog`).
+    catalog: Catalog,
     timers: DelayQueue<Timer>,
     events_tx: mpsc::Sender<(BackendId, Incoming)>,
     events_rx: mpsc::Receiver<(BackendId, Incoming)>,
-    /// The one front whose end ends the hub (stdio), if any.
-    primary: Option<FrontId>,
-    /// How the primary front ended.
-    ended: Option<Outcome>,
-    /// Lines for the stdio client (the primary front, when it is one),
-    /// which the loop hands to its pipe's writer at the end of each turn.
-    stdio_queue: VecDeque<Bytes>,
-    /// How many lines the stdio client's writer has not written yet.
-    stdio_backlog: usize,
-    /// Fronts found gone while a message was queued for them, dropped at
-    /// the end of the turn.
-    leaving: Vec<(FrontId, Outcome)>,
 }
 
 impl std::fmt::Debug for Hub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Hub")
-            .field("backends", &self.backends.len())
-            .field("in_flight", &self.pending.len())
+            .field("backends", &self.backends.by_id.len())
+            .field("in_flight", &self.calls.pending.len())
             .finish_non_exhaustive()
     }
 }
@@ -415,32 +251,20 @@ impl Hub {
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
         let mut hub = Hub {
             settings,
-            backends: HashMap::default(),
-            order: Vec::new(),
-            next_backend: 1,
-            next_id: 1,
-            next_front_id: 1,
-            next_fanout: 1,
-            pending: HashMap::default(),
-            by_front_id: HashMap::default(),
-            server_reqs: HashMap::default(),
-            fanouts: HashMap::default(),
-            parked: VecDeque::new(),
-            fronts: HashMap::default(),
+            backends: Backends::default(),
+            calls: Calls::default(),
+            fronts: Fronts {
+                primary,
+                ..Fronts::default()
+            },
             stopping: tokio::task::JoinSet::new(),
-            instances: HashMap::default(),
-            early: Vec::new(),
-            subscribed: HashMap::default(),
-            merged: Merged::default(),
-            cache,
+            catalog: Catalog {
+                merged: Merged::default(),
+                cache,
+            },
             timers: DelayQueue::new(),
             events_tx,
             events_rx,
-            primary,
-            ended: None,
-            stdio_queue: VecDeque::new(),
-            stdio_backlog: 0,
-            leaving: Vec::new(),
         };
         // The stdio client's pipes are the loop's own, not the hub's: they
         // are neither `Sync` nor needed anywhere else.
@@ -455,10 +279,10 @@ impl Hub {
         hub.remerge_all();
         let mut fronts_open = true;
         let outcome = loop {
-            if let Some(outcome) = hub.ended {
+            if let Some(outcome) = hub.fronts.ended {
                 break outcome;
             }
-            if !fronts_open && primary.is_some() && hub.fronts.is_empty() {
+            if !fronts_open && primary.is_some() && hub.fronts.open.is_empty() {
                 break Outcome::ClientClosed;
             }
             let drain = hub.next_drain_deadline();
@@ -521,12 +345,17 @@ impl Hub {
         match command {
             FrontCommand::Open { front, out } => self.open_front(front, FrontOut::Channel(out)),
             FrontCommand::Message { front, line } => {
-                if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
+                if self
+                    .fronts
+                    .open
+                    .get(&front)
+                    .is_some_and(|f| f.closing.is_none())
+                {
                     self.on_front_message(front, line);
                 }
             }
             FrontCommand::Close { front } => {
-                if let Some(f) = self.fronts.get_mut(&front) {
+                if let Some(f) = self.fronts.open.get_mut(&front) {
                     f.closing.get_or_insert_with(|| Instant::now() + DRAIN);
                 }
             }
@@ -535,7 +364,7 @@ impl Hub {
     }
 
     fn open_front(&mut self, front: FrontId, out: FrontOut) {
-        self.fronts.insert(
+        self.fronts.open.insert(
             front,
             Front {
                 info: FrontInfo::default(),
@@ -551,7 +380,7 @@ impl Hub {
 
     /// The earliest drain deadline of a closing front.
     fn next_drain_deadline(&self) -> Option<Instant> {
-        self.fronts.values().filter_map(|f| f.closing).min()
+        self.fronts.open.values().filter_map(|f| f.closing).min()
     }
 
     /// Forgets closing fronts whose requests are all answered or whose
@@ -560,6 +389,7 @@ impl Hub {
         let now = Instant::now();
         let done: Vec<FrontId> = self
             .fronts
+            .open
             .iter()
             .filter(|(id, f)| {
                 f.closing
@@ -575,16 +405,16 @@ impl Hub {
     /// Ends a front: its requests are cancelled towards their servers, the
     /// servers' requests to it are refused, its subscriptions end.
     pub(crate) fn drop_front(&mut self, front: FrontId, why: Outcome) {
-        let Some(f) = self.fronts.remove(&front) else {
+        let Some(f) = self.fronts.open.remove(&front) else {
             return;
         };
         self.publish_sessions();
-        if self.primary == Some(front) {
-            self.ended = Some(why);
+        if self.fronts.primary == Some(front) {
+            self.fronts.ended = Some(why);
         }
-        self.parked.retain(|p| p.front != front);
-        self.fanouts.retain(|_, fo| fo.front != front);
+        self.calls.forget_held_for(front);
         let held: Vec<u64> = self
+            .calls
             .pending
             .iter()
             .filter(|(_, p)| matches!(p, Pending::Front { front: f, .. } if *f == front))
@@ -596,13 +426,14 @@ impl Hub {
             }
         }
         let asked: Vec<u64> = self
+            .calls
             .server_reqs
             .iter()
             .filter(|(_, r)| r.front == front)
             .map(|(k, _)| *k)
             .collect();
         for fid in asked {
-            if let Some(req) = self.server_reqs.remove(&fid) {
+            if let Some(req) = self.calls.server_reqs.remove(&fid) {
                 let id = String::from_utf8_lossy(&req.id).into_owned();
                 let reply = mcpvisor_jsonrpc::build::error(
                     &id,
@@ -610,7 +441,12 @@ impl Hub {
                     "the client this request was sent to has left",
                     None,
                 );
-                if let Some(link) = self.backends.get(&req.backend).and_then(Backend::link) {
+                if let Some(link) = self
+                    .backends
+                    .by_id
+                    .get(&req.backend)
+                    .and_then(Backend::link)
+                {
                     link.try_send(reply);
                 }
             }
@@ -629,16 +465,18 @@ impl Hub {
     /// The front is dropped at the end of the turn ([`Hub::finish_leaving`]),
     /// not here: a drop answers other fronts, and so would recurse.
     pub(crate) fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
-        let Some(f) = self.fronts.get(&front) else {
+        let Some(f) = self.fronts.open.get(&front) else {
             return;
         };
-        if !self.leaving.is_empty() && self.leaving.iter().any(|(l, _)| *l == front) {
+        if !self.fronts.leaving.is_empty() && self.fronts.leaving.iter().any(|(l, _)| *l == front) {
             return;
         }
         let sent = match &f.out {
             FrontOut::Channel(out) => out.try_send(Outbound { line, related }),
-            FrontOut::Stdio if self.stdio_queue.len() + self.stdio_backlog < FRONT_QUEUE => {
-                self.stdio_queue.push_back(line);
+            FrontOut::Stdio
+                if self.fronts.stdio_queue.len() + self.fronts.stdio_backlog < FRONT_QUEUE =>
+            {
+                self.fronts.stdio_queue.push_back(line);
                 Ok(())
             }
             FrontOut::Stdio => Err(mpsc::error::TrySendError::Full(Outbound {
@@ -657,13 +495,13 @@ impl Hub {
             }
             Err(mpsc::error::TrySendError::Closed(_)) => Outcome::ClientGone,
         };
-        self.leaving.push((front, gone));
+        self.fronts.leaving.push((front, gone));
     }
 
     /// Drops the fronts found gone during this turn, and those that their
     /// drops found gone in turn.
     fn finish_leaving(&mut self) {
-        while let Some((front, why)) = self.leaving.pop() {
+        while let Some((front, why)) = self.fronts.leaving.pop() {
             self.drop_front(front, why);
         }
     }
@@ -673,6 +511,7 @@ impl Hub {
     pub(crate) fn broadcast(&mut self, line: Bytes) {
         let to: Vec<FrontId> = self
             .fronts
+            .open
             .iter()
             .filter(|(_, f)| {
                 f.closing.is_none() && f.info.initialized && f.info.era == Era::Handshake
@@ -687,7 +526,7 @@ impl Hub {
     /// A backend's notification for every front: a per-client instance's
     /// goes to its own front only.
     pub(crate) fn broadcast_from(&mut self, backend: BackendId, line: Bytes) {
-        match self.backends.get(&backend).and_then(Backend::owner) {
+        match self.backends.by_id.get(&backend).and_then(Backend::owner) {
             Some(owner) => self.emit_to(owner, line, None),
             None => self.broadcast(line),
         }
@@ -703,9 +542,10 @@ impl Hub {
         line: Bytes,
         level: Option<front::LogLevel>,
     ) {
-        let owner = self.backends.get(&backend).and_then(Backend::owner);
+        let owner = self.backends.by_id.get(&backend).and_then(Backend::owner);
         let to: Vec<FrontId> = self
             .fronts
+            .open
             .iter()
             .filter(|(id, f)| match owner {
                 Some(owner) => **id == owner,
@@ -723,17 +563,9 @@ impl Hub {
         }
     }
 
-    fn next_id(&mut self) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
-        id
-    }
-
     /// A front's requests still waiting for an answer.
     pub(crate) fn awaited_by(&self, front: FrontId) -> usize {
-        self.fronts.get(&front).map_or(0, |f| f.awaiting)
-            + self.parked.iter().filter(|p| p.front == front).count()
-            + self.fanouts.values().filter(|f| f.front == front).count()
+        self.fronts.open.get(&front).map_or(0, |f| f.awaiting) + self.calls.held_for(front)
     }
 
     // === timers ===
@@ -749,21 +581,21 @@ impl Hub {
 
     /// After every event: answer parked requests whose wait is over.
     fn settle(&mut self) {
-        if self.parked.is_empty() {
+        if self.calls.parked.is_empty() {
             return;
         }
         let settled = !self.any_settling();
         let now = Instant::now();
         let mut ready = Vec::new();
         let mut keep = VecDeque::new();
-        while let Some(p) = self.parked.pop_front() {
+        while let Some(p) = self.calls.parked.pop_front() {
             if settled || now >= p.deadline {
                 ready.push(p);
             } else {
                 keep.push_back(p);
             }
         }
-        self.parked = keep;
+        self.calls.parked = keep;
         for p in ready {
             self.answer_parked(p);
         }
@@ -772,6 +604,7 @@ impl Hub {
     async fn shutdown(&mut self) {
         let links: Vec<_> = self
             .backends
+            .by_id
             .values_mut()
             .filter_map(|b| {
                 match std::mem::replace(&mut b.run, backend::Run::Off(backend::Off::Idle)) {

@@ -274,7 +274,7 @@ impl Hub {
                     return;
                 };
                 let mut detail = self.detail(id);
-                let def = &self.backends[&id].plan.def;
+                let def = &self.backends.by_id[&id].plan.def;
                 let (file, wanted) = (def.env_file.clone(), def.env_keys.clone());
                 // The env file is read beside the owning task, never in it:
                 // a slow disk does not hold up a single call.
@@ -287,7 +287,7 @@ impl Hub {
             }
             Query::Stderr(name, generation, tx) => {
                 let lines = self.find(&name).map(|id| {
-                    let crashes = &self.backends[&id].obs.crashes;
+                    let crashes = &self.backends.by_id[&id].obs.crashes;
                     let crash = match generation {
                         Some(g) => crashes.iter().find(|c| c.generation == g),
                         None => crashes.back(),
@@ -311,17 +311,19 @@ impl Hub {
     }
 
     fn find(&self, name: &str) -> Option<BackendId> {
-        self.order
-            .iter()
-            .copied()
-            .find(|id| self.backends.get(id).is_some_and(|b| b.plan.name == name))
+        self.backends.order.iter().copied().find(|id| {
+            self.backends
+                .by_id
+                .get(id)
+                .is_some_and(|b| b.plan.name == name)
+        })
     }
 
     /// Tells observers how many front sessions are open.
     pub(crate) fn publish_sessions(&self) {
         if let Some(tap) = &self.settings.monitor {
             tap.publish(MonitorEvent::Fronts {
-                sessions: self.fronts.len(),
+                sessions: self.fronts.open.len(),
             });
         }
     }
@@ -329,11 +331,11 @@ impl Hub {
     /// A configured server's row, with its clients' processes when it is a
     /// per-client server.
     fn status(&self, id: BackendId) -> Option<ServerStatus> {
-        let mut status = status_of(self.backends.get(&id)?);
+        let mut status = status_of(self.backends.by_id.get(&id)?);
         let rows: Vec<(u64, ServerStatus)> = self
             .clients_of(id)
             .into_iter()
-            .filter_map(|(client, i)| Some((client, status_of(self.backends.get(&i)?))))
+            .filter_map(|(client, i)| Some((client, status_of(self.backends.by_id.get(&i)?))))
             .collect();
         for (client, row) in &rows {
             status.in_flight += row.in_flight;
@@ -378,18 +380,19 @@ impl Hub {
 
     fn snapshot(&self) -> Snapshot {
         let servers = self
+            .backends
             .order
             .iter()
             .filter_map(|id| self.status(*id))
             .collect();
         Snapshot {
             servers,
-            sessions: self.fronts.len(),
+            sessions: self.fronts.open.len(),
         }
     }
 
     fn detail(&self, id: BackendId) -> ServerDetail {
-        let b = &self.backends[&id];
+        let b = &self.backends.by_id[&id];
         let list = |i: usize| -> Vec<Value> {
             b.lists[i]
                 .iter()
@@ -425,7 +428,7 @@ impl Hub {
         let Some(id) = self.find(name) else {
             return Err(ActionError::NoSuchServer(name.to_owned()));
         };
-        let b = &self.backends[&id];
+        let b = &self.backends.by_id[&id];
         if matches!(b.run, Run::Off(Off::Disabled)) {
             return Err(ActionError::Refused(format!(
                 "the server `{name}` is disabled in its config entry: enable it first"
@@ -452,7 +455,7 @@ impl Hub {
                     // Failed, with its session refusing: a fresh session.
                     self.stop_backend(id, "a person asked for a start", Off::Idle);
                 }
-                let b = self.backends.get_mut(&id).expect("found above");
+                let b = self.backends.by_id.get_mut(&id).expect("found above");
                 b.run = Run::Off(Off::Idle);
                 b.obs.fresh = true;
                 self.record(id, EventKind::Started, "started by a person");
@@ -465,7 +468,12 @@ impl Hub {
                 }
                 self.drop_instances_from(id, "it was stopped by a person");
                 self.stop_backend(id, "it was stopped by a person", Off::Stopped);
-                self.backends.get_mut(&id).expect("found above").obs.fresh = true;
+                self.backends
+                    .by_id
+                    .get_mut(&id)
+                    .expect("found above")
+                    .obs
+                    .fresh = true;
                 self.record(id, EventKind::Stopped, "stopped by a person");
                 self.remerge_all();
             }
@@ -477,7 +485,7 @@ impl Hub {
 
     /// Adds an event to a backend's ring and tells observers.
     pub(crate) fn record(&mut self, id: BackendId, kind: EventKind, message: impl Into<String>) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let event = EventRecord {
@@ -500,7 +508,7 @@ impl Hub {
 
     /// What a backend's session said, as the monitor sees it.
     pub(crate) fn observe_session(&mut self, id: BackendId, event: &SessionEvent) {
-        let Some(b) = self.backends.get_mut(&id) else {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
         let obs = &mut b.obs;
@@ -594,7 +602,7 @@ impl Hub {
 
     /// A reload was asked of a running backend.
     pub(crate) fn observe_reload(&mut self, id: BackendId, why: &str) {
-        if let Some(b) = self.backends.get_mut(&id) {
+        if let Some(b) = self.backends.by_id.get_mut(&id) {
             b.obs.reloading = true;
         }
         self.record(id, EventKind::Reloading, format!("reloading: {why}"));
@@ -612,16 +620,16 @@ impl Hub {
             return;
         }
         let mut now = None;
-        for &id in &self.order {
+        for &id in &self.backends.order {
             let instances = self.clients_of(id);
             let instance_keys: Vec<(u64, RowKey)> = instances
                 .iter()
-                .filter_map(|(client, i)| Some((*client, row_key(self.backends.get(i)?))))
+                .filter_map(|(client, i)| Some((*client, row_key(self.backends.by_id.get(i)?))))
                 .collect();
             let instances_dirty = instances
                 .iter()
-                .any(|(_, i)| self.backends.get(i).is_some_and(|b| b.obs.dirty));
-            let Some(b) = self.backends.get_mut(&id) else {
+                .any(|(_, i)| self.backends.by_id.get(i).is_some_and(|b| b.obs.dirty));
+            let Some(b) = self.backends.by_id.get_mut(&id) else {
                 continue;
             };
             let key = row_key(b);
@@ -646,7 +654,7 @@ impl Hub {
             b.obs.dirty = false;
             b.obs.last_published = Some(now);
             for (_, i) in &instances {
-                if let Some(instance) = self.backends.get_mut(i) {
+                if let Some(instance) = self.backends.by_id.get_mut(i) {
                     instance.obs.dirty = false;
                 }
             }
@@ -660,7 +668,7 @@ impl Hub {
 
     /// A throttled row's time has come; [`Hub::publish_changes`] sends it.
     pub(crate) fn on_publish_timer(&mut self, id: BackendId) {
-        if let Some(b) = self.backends.get_mut(&id) {
+        if let Some(b) = self.backends.by_id.get_mut(&id) {
             b.obs.flush_armed = false;
         }
     }

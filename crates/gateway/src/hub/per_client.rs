@@ -20,14 +20,14 @@ impl Hub {
     /// per-client server, the front's own instance (added on first use; the
     /// first request routed to it starts it).
     pub(crate) fn serving(&mut self, backend: BackendId, front: FrontId) -> BackendId {
-        let Some(b) = self.backends.get(&backend) else {
+        let Some(b) = self.backends.by_id.get(&backend) else {
             return backend;
         };
         // A disabled or stopped server refuses for itself.
         if b.role != Role::Template || matches!(b.run, Run::Off(Off::Disabled | Off::Stopped)) {
             return backend;
         }
-        if let Some(instance) = self.instances.get(&(backend, front)) {
+        if let Some(instance) = self.backends.instances.get(&(backend, front)) {
             return *instance;
         }
         let mut plan = b.plan.clone();
@@ -39,18 +39,18 @@ impl Hub {
             owner: front,
             template: backend,
         };
-        let id = BackendId(self.next_backend);
-        self.next_backend += 1;
+        let id = self.backends.next_id();
         tracing::info!(server = %instance.plan.name, front = front.0, "a process of its own for this client");
-        self.backends.insert(id, instance);
-        self.instances.insert((backend, front), id);
+        self.backends.by_id.insert(id, instance);
+        self.backends.instances.insert((backend, front), id);
         id
     }
 
     /// The instances of a per-client template, or of every template that a
     /// front holds.
     fn instances_where(&self, keep: impl Fn(BackendId, FrontId) -> bool) -> Vec<BackendId> {
-        self.instances
+        self.backends
+            .instances
             .iter()
             .filter(|((template, front), _)| keep(*template, *front))
             .map(|(_, instance)| *instance)
@@ -62,8 +62,8 @@ impl Hub {
     fn remove_instances(&mut self, instances: Vec<BackendId>, why: &str) {
         for id in instances {
             self.stop_backend(id, why, Off::Disabled);
-            self.instances.retain(|_, i| *i != id);
-            self.backends.remove(&id);
+            self.backends.instances.retain(|_, i| *i != id);
+            self.backends.by_id.remove(&id);
         }
     }
 
@@ -83,6 +83,7 @@ impl Hub {
     /// its row).
     pub(crate) fn clients_of(&self, template: BackendId) -> Vec<(u64, BackendId)> {
         let mut found: Vec<(u64, BackendId)> = self
+            .backends
             .instances
             .iter()
             .filter(|((t, _), _)| *t == template)
@@ -96,7 +97,7 @@ impl Hub {
     /// merged lists and the cache follow the server). A template that only
     /// started to read its lists stops once they are read.
     pub(crate) fn after_lists_read(&mut self, id: BackendId) {
-        let Some(b) = self.backends.get(&id) else {
+        let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         if b.reading() > 0 {
@@ -107,7 +108,7 @@ impl Hub {
             Role::Instance { template, .. } => {
                 let lists = b.lists.clone();
                 let init = b.init.clone();
-                if let Some(t) = self.backends.get_mut(&template) {
+                if let Some(t) = self.backends.by_id.get_mut(&template) {
                     t.lists = lists;
                     if t.init.is_none() {
                         t.init = init;

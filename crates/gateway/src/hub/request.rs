@@ -202,9 +202,13 @@ impl Hub {
         let Some(req) = FrontRequest::read(line, env, scanned) else {
             return;
         };
-        let in_flight = self.by_front_id.contains_key(&(front, req.id.clone()));
+        let in_flight = self
+            .calls
+            .by_front_id
+            .contains_key(&(front, req.id.clone()));
         if in_flight
             || self
+                .calls
                 .parked
                 .iter()
                 .any(|p| p.front == front && p.id == req.id)
@@ -231,7 +235,11 @@ impl Hub {
         let Some(req) = FrontRequest::read(line, &env, None) else {
             return;
         };
-        if self.by_front_id.contains_key(&(front, req.id.clone())) {
+        if self
+            .calls
+            .by_front_id
+            .contains_key(&(front, req.id.clone()))
+        {
             let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
             return self.reply_error(front, &req, NOT_STARTED, msg);
         }
@@ -242,7 +250,7 @@ impl Hub {
         // A 2026-07-28 request before any handshake makes its front a
         // 2026-07-28 client.
         if req.era == Era::Stateless {
-            if let Some(f) = self.fronts.get_mut(&front) {
+            if let Some(f) = self.fronts.open.get_mut(&front) {
                 if !f.info.initialized {
                     f.info.era = Era::Stateless;
                 }
@@ -310,8 +318,8 @@ impl Hub {
             }
         }
         let table = match named {
-            Named::Tool => &self.merged.tools,
-            Named::Prompt => &self.merged.prompts,
+            Named::Tool => &self.catalog.merged.tools,
+            Named::Prompt => &self.catalog.merged.prompts,
         };
         let Some((backend, original)) = table.get(name.as_ref()).map(|(b, o)| (*b, raw::quote(o)))
         else {
@@ -362,7 +370,7 @@ impl Hub {
         // and the unsubscribe when the last client leaves. A per-client
         // server's process is the front's own: it is told of every
         // subscription.
-        let shared = !self.backends[&backend].plan.per_client;
+        let shared = !self.backends.by_id[&backend].plan.per_client;
         let needed = match op {
             ResourceOp::Subscribe if shared => self.hold_subscription(front, &uri),
             ResourceOp::Unsubscribe if shared => self.drop_subscription(front, &uri),
@@ -416,7 +424,7 @@ impl Hub {
             );
             return self.reply_error(front, req, INVALID_PARAMS, &msg);
         };
-        if let Some(f) = self.fronts.get_mut(&front) {
+        if let Some(f) = self.fronts.open.get_mut(&front) {
             f.log_level = Some(level);
         }
         self.fan_out(front, req.id.clone(), "logging/setLevel");
@@ -431,7 +439,7 @@ impl Hub {
             return self.reply_error(front, req, INVALID_PARAMS, msg);
         };
         let name = args.str("name").unwrap_or_default();
-        let Some((backend, original)) = self.merged.tools.get(&name).cloned() else {
+        let Some((backend, original)) = self.catalog.merged.tools.get(&name).cloned() else {
             let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
             return self.reply_error(front, req, INVALID_PARAMS, &msg);
         };
@@ -455,7 +463,7 @@ impl Hub {
         params: Params<'_>,
     ) {
         let backend = self.serving(backend, front);
-        let gid = self.next_id();
+        let gid = self.calls.next_id();
         let method = req.method();
         let token = req
             .env
@@ -495,11 +503,11 @@ impl Hub {
             },
             Era::Handshake => Wrap::AsIs,
         };
-        self.by_front_id.insert((front, req.id.clone()), gid);
-        if let Some(f) = self.fronts.get_mut(&front) {
+        self.calls.by_front_id.insert((front, req.id.clone()), gid);
+        if let Some(f) = self.fronts.open.get_mut(&front) {
             f.awaiting += 1;
         }
-        self.pending.insert(
+        self.calls.pending.insert(
             gid,
             Pending::Front {
                 front,
@@ -517,7 +525,7 @@ impl Hub {
     /// most `--list-timeout`.
     fn park(&mut self, front: FrontId, id: Bytes, held: Held) {
         let wait = self.settings.list_timeout;
-        self.parked.push_back(Parked {
+        self.calls.parked.push_back(Parked {
             front,
             id,
             deadline: Instant::now() + wait,

@@ -155,7 +155,12 @@ impl Hub {
                 return;
             }
         };
-        if self.fronts.get(&front).is_some_and(|f| f.closing.is_none()) {
+        if self
+            .fronts
+            .open
+            .get(&front)
+            .is_some_and(|f| f.closing.is_none())
+        {
             self.on_front_message(front, line);
         }
     }
@@ -164,7 +169,7 @@ impl Hub {
     /// finish, for [`DRAIN`] at most.
     fn end_stdio_input(&mut self, stdio: &mut Stdio) {
         stdio.input = None;
-        if let Some(f) = self.fronts.get_mut(&stdio.front) {
+        if let Some(f) = self.fronts.open.get_mut(&stdio.front) {
             f.closing
                 .get_or_insert_with(|| tokio::time::Instant::now() + DRAIN);
         }
@@ -173,14 +178,14 @@ impl Hub {
     /// Writes what is queued for the stdio client as far as its pipe takes
     /// it now; a full pipe is waited on in the loop's `select!`.
     pub(crate) async fn write_stdio(&mut self, stdio: &mut Stdio) {
-        self.stdio_backlog = stdio.take(&mut self.stdio_queue);
+        self.fronts.stdio_backlog = stdio.take(&mut self.fronts.stdio_queue);
         if stdio.out.is_idle() || stdio.out.is_blocked() {
             return;
         }
         if let Some(written) = stdio.out.write_now().await {
             self.on_stdio_written(stdio, written);
         }
-        self.stdio_backlog = stdio.out.queued();
+        self.fronts.stdio_backlog = stdio.out.queued();
     }
 
     /// A write to the stdio client finished, failed or stalled.
@@ -204,7 +209,7 @@ impl Hub {
     /// What waits for the stdio client still goes out once the hub has
     /// stopped, bounded.
     pub(crate) async fn flush_stdio(&mut self, stdio: &mut Stdio) {
-        stdio.take(&mut self.stdio_queue);
+        stdio.take(&mut self.fronts.stdio_queue);
         let bound = std::time::Duration::from_secs(5);
         let _ = tokio::time::timeout(bound, stdio.out.flushed()).await;
     }

@@ -1,0 +1,86 @@
+//! The front connections: who they are, what they asked for, and where
+//! their messages go.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::Outcome;
+use super::request::Era;
+use crate::fronts::{FrontId, Outbound};
+
+/// The open fronts.
+///
+/// Invariants, which every handler keeps:
+/// - a front in `leaving` is still in `open`, and gets nothing more; it is
+///   dropped at the end of the turn, once;
+/// - `subscribed` counts, for each URI of a shared server, the open fronts
+///   whose [`Front::subscriptions`] hold it, and holds no URI at 0;
+/// - `stdio_queue.len() + stdio_backlog` stays within
+///   [`FRONT_QUEUE`](super::FRONT_QUEUE): a stdio client that leaves it
+///   full is dropped;
+/// - `ended` is set once, when the primary front is dropped.
+#[derive(Debug, Default)]
+pub(crate) struct Fronts {
+    pub open: HashMap<FrontId, Front>,
+    /// Subscribed resource URIs, with how many fronts hold each: a backend
+    /// sees one subscribe per URI and one unsubscribe when the last leaves.
+    pub subscribed: HashMap<String, usize>,
+    /// The one front whose end ends the hub (stdio), if any.
+    pub primary: Option<FrontId>,
+    /// How the primary front ended.
+    pub ended: Option<Outcome>,
+    /// Lines for the stdio client (the primary front, when it is one),
+    /// which the loop hands to its pipe's writer at the end of each turn.
+    pub stdio_queue: VecDeque<Bytes>,
+    /// How many lines the stdio client's writer has not written yet.
+    pub stdio_backlog: usize,
+    /// Fronts found gone while a message was queued for them, dropped at
+    /// the end of the turn.
+    pub leaving: Vec<(FrontId, Outcome)>,
+}
+
+/// One front connection: what its client declared, where its messages go,
+/// what it subscribed to.
+#[derive(Debug)]
+pub(crate) struct Front {
+    pub info: FrontInfo,
+    pub out: FrontOut,
+    pub subscriptions: FxHashSet<String>,
+    /// Its input ended: requests in flight may still finish, until this.
+    pub closing: Option<Instant>,
+    /// Its requests in `pending` (counted as they come and go, so that the
+    /// in-flight limit is not a walk over every pending request).
+    pub awaiting: usize,
+    /// The least severe log level it asked for with `logging/setLevel`;
+    /// `None` (never asked): every log message the servers send.
+    pub log_level: Option<super::front::LogLevel>,
+}
+
+/// Where a front's messages go.
+#[derive(Debug)]
+pub(crate) enum FrontOut {
+    /// To its transport's task (an HTTP session).
+    Channel(mpsc::Sender<Outbound>),
+    /// Written by the hub itself, to the stdio client (`Hub::stdio`).
+    Stdio,
+}
+
+/// What a front client said about itself in `initialize`.
+#[derive(Debug, Default)]
+pub(crate) struct FrontInfo {
+    pub initialized: bool,
+    pub protocol: Option<String>,
+    pub sampling: bool,
+    pub elicitation: bool,
+    /// URL-mode elicitation (2025-11-25).
+    pub elicitation_url: bool,
+    pub roots: bool,
+    /// Its protocol era: a front that sends a 2026-07-28 request before
+    /// any `initialize` is a 2026-07-28 client (no handshake, and on stdio
+    /// no requests to it).
+    pub era: Era,
+}
