@@ -49,9 +49,6 @@ pub mod writer;
 pub use config::{CancelAckPolicy, Config, GarbagePolicy};
 pub use events::{EventSink, SessionEvent};
 pub use mcpvisor_config::RestartMode;
-/// The name the gateway's hub still imports [`RestartMode`] by: the same
-/// type, one name too many.
-pub use mcpvisor_config::RestartMode as RestartPolicy;
 pub use mcpvisor_config::report::{ErrorData, StderrTail};
 pub use session::{Control, Outcome, Session};
 pub use spawner::{

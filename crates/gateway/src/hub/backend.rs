@@ -963,7 +963,7 @@ impl Hub {
                 at,
                 ..
             }) => {
-                let code = error_code(line);
+                let code = mcpvisor_jsonrpc::envelope::error_code(line);
                 if let Some(obs) = self.counted(id) {
                     obs.stats.latency(at.elapsed());
                     if let Some(code) = code {
@@ -1506,23 +1506,6 @@ fn is_url_mode(line: &[u8]) -> bool {
         .and_then(|p| RawObject::parse(p.get()))
         .and_then(|o| o.str("mode"))
         .is_some_and(|m| m == "url")
-}
-
-/// The code of an answer's top-level `error`, if it is one. The line is
-/// parsed only when it has an `"error"` member somewhere; the parse skips
-/// the rest without building it.
-fn error_code(line: &[u8]) -> Option<i64> {
-    memchr::memmem::find(line, b"\"error\"")?;
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        error: Option<Code>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Code {
-        code: i64,
-    }
-    let answer: Answer = serde_json::from_slice(line).ok()?;
-    answer.error.map(|e| e.code)
 }
 
 /// Server requests held until the client has initialized.

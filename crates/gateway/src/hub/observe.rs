@@ -19,8 +19,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mcpvisor_config::RemoteTransport;
+use mcpvisor_config::RestartMode;
 use mcpvisor_config::report::{CrashPhase, ErrorData, ExitKind, format_uptime};
-use mcpvisor_session::{RestartPolicy, SessionEvent};
+use mcpvisor_session::SessionEvent;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -555,7 +556,7 @@ impl Hub {
                     obs.crashed(obs.base + generation, data, stderr);
                     // A session restarts an exit by itself (`always`), but
                     // not a spawn that failed: that waits for a request.
-                    let restarting = b.plan.session.restart == RestartPolicy::Always
+                    let restarting = b.plan.session.restart == RestartMode::Always
                         && data.phase != Some(CrashPhase::Spawn);
                     obs.worker = Worker::Down {
                         detail: message.clone(),
