@@ -13,7 +13,7 @@ use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::{REUSED_ID, Rng, WAIT};
+use crate::{REUSED_ID, WAIT};
 
 /// The fake worker tool a call runs, with what its answer must say.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +106,7 @@ pub struct Call {
 /// The front client: sends, and keeps everything received in order.
 pub struct Driver {
     pub seed: u64,
-    pub rng: Rng,
+    pub rng: fastrand::Rng,
     pub names: Vec<String>,
     pub tx: Option<DuplexStream>,
     pub lines: mpsc::Receiver<String>,
@@ -232,7 +232,7 @@ impl Driver {
         let k = self.calls.len();
         let id = match reuse {
             Some(r) => self.calls[r].id.clone(),
-            None if self.rng.below(3) == 0 => json!(format!("s{}-{k}", self.seed)),
+            None if self.rng.u64(..3) == 0 => json!(format!("s{}-{k}", self.seed)),
             None => json!(k),
         };
         let mut params = json!({
@@ -279,7 +279,7 @@ impl Driver {
     }
 
     fn token(&mut self, k: usize) -> Option<Value> {
-        match self.rng.below(4) {
+        match self.rng.u64(..4) {
             0 => None,
             1 => Some(json!(format!("tok-{}-{k}", self.seed))),
             // Far from the gateway's own ids, so a token it forgot to
@@ -299,16 +299,16 @@ impl Driver {
         let awake: Vec<usize> = (0..self.names.len())
             .filter(|b| Some(*b) != frozen)
             .collect();
-        let backend = self.rng.pick(&awake).expect("a server awake");
-        match self.rng.below(100) {
+        let backend = self.rng.choice(&awake).copied().expect("a server awake");
+        match self.rng.u64(..100) {
             0..30 => {
-                let tag = format!("{}-{n}-{:x}", self.seed, self.rng.next());
+                let tag = format!("{}-{n}-{:x}", self.seed, self.rng.u64(..));
                 let args = json!({"server": self.names[backend], "tag": tag});
                 self.call(backend, Tool::Echo(args), None, None).await;
             }
             30..48 => {
-                let ms = 20 + self.rng.below(280);
-                let every = 10 + self.rng.below(40);
+                let ms = 20 + self.rng.u64(..280);
+                let every = 10 + self.rng.u64(..40);
                 let token = self.token(self.calls.len());
                 self.call(backend, Tool::Sleep { ms, every }, token, None)
                     .await;
@@ -344,7 +344,7 @@ impl Driver {
             }
             _ => {
                 // Think time: lets calls overlap and finish in between.
-                let pause = Duration::from_millis(self.rng.below(30));
+                let pause = Duration::from_millis(self.rng.u64(..30));
                 tokio::time::sleep(pause).await;
             }
         }
@@ -354,7 +354,7 @@ impl Driver {
     /// gateway has taken the cancel, and nothing more may come for the call.
     async fn cancel(&mut self) {
         let open = self.open(&["echo", "sleep", "hang", "whoami"]);
-        if let Some(k) = self.rng.pick(&open) {
+        if let Some(k) = self.rng.choice(&open).copied() {
             self.cancel_call(k).await;
         }
     }
@@ -371,10 +371,10 @@ impl Driver {
     /// the first was answered meanwhile, routed like any other.
     async fn reuse_id(&mut self, backend: usize, n: usize) {
         let open = self.open(&["sleep", "hang"]);
-        let Some(k) = self.rng.pick(&open) else {
+        let Some(k) = self.rng.choice(&open).copied() else {
             return;
         };
-        let tag = format!("{}-{n}-reused-{:x}", self.seed, self.rng.next());
+        let tag = format!("{}-{n}-reused-{:x}", self.seed, self.rng.u64(..));
         let args = json!({"server": self.names[backend], "tag": tag});
         self.call(backend, Tool::Echo(args), None, Some(k)).await;
     }
@@ -430,7 +430,7 @@ impl Driver {
         if let Some(pid) = self.worker_pid(backend).await {
             self.disrupt(backend, Upset::Freeze);
             signal_worker(pid, Signal::SIGSTOP);
-            let until = Instant::now() + Duration::from_millis(800 + self.rng.below(800));
+            let until = Instant::now() + Duration::from_millis(800 + self.rng.u64(..800));
             self.frozen = Some((backend, pid, until));
         }
     }
@@ -530,7 +530,7 @@ impl Driver {
     /// Changes one server's definition (its `--page-size`), so the gateway
     /// restarts it and fails what it held itself.
     async fn reconfigure(&mut self, backend: usize) {
-        let page_size = (1 + self.rng.below(4)).to_string();
+        let page_size = (1 + self.rng.u64(..4)).to_string();
         let args = &mut self.plans[backend].def.args;
         if let Some(at) = args.iter().position(|a| a == "--page-size") {
             args.drain(at..at + 2);

@@ -39,26 +39,6 @@ const NAMES: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
 /// What the gateway says when it refuses a reused id.
 const REUSED_ID: &str = "a request with this id is already in flight";
 
-/// xorshift64*: small, seedable, good enough to pick operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> Option<T> {
-        (!items.is_empty()).then(|| items[self.below(items.len() as u64) as usize])
-    }
-}
-
 /// The fake worker, built next to this test (`cargo build --workspace`
 /// builds it; `cargo test -p mcpvisor-gateway` alone does not).
 fn fake_worker() -> PathBuf {
@@ -122,7 +102,7 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
 }
 
 async fn run_seed(seed: u64, worker: &Path) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let count = 3 + (seed % 2) as usize;
     let names: Vec<String> = NAMES[..count].iter().map(|s| s.to_string()).collect();
     // Some seeds let a server crash-loop into its failed state.
@@ -130,7 +110,7 @@ async fn run_seed(seed: u64, worker: &Path) {
     let crash_loop_exits = if crash_loops { 3 } else { 1000 };
     let plans: Vec<ServerPlan> = names
         .iter()
-        .map(|name| plan(name, worker, rng.below(2) == 0, crash_loop_exits))
+        .map(|name| plan(name, worker, rng.bool(), crash_loop_exits))
         .collect();
     let settings = Settings {
         list_timeout: Duration::from_secs(10),
