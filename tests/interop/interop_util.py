@@ -7,6 +7,7 @@ import contextlib
 import os
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,6 +49,21 @@ def mcpvisor_bin() -> Path:
             "or point MCPVISOR_BIN at a built binary"
         )
     return path
+
+
+def run_mcpvisor(
+    *args: str, timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs `mcpvisor args` to its end, bounded by `timeout`, stdin closed, output captured as text."""
+    return subprocess.run(
+        [str(mcpvisor_bin()), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def mcpvisor_flags() -> list[str]:

@@ -8,20 +8,13 @@ import subprocess
 from pathlib import Path
 
 import anyio
-from interop_util import EVERYTHING_JS, FILESYSTEM_JS, connect, everything_params, mcpvisor_bin, node_bin
+from interop_util import EVERYTHING_JS, FILESYSTEM_JS, connect, everything_params, node_bin, run_mcpvisor
 
 TIMEOUT = 60
 
 
 def mcpvisor(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(mcpvisor_bin()), *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_mcpvisor(*args, timeout=TIMEOUT, cwd=cwd)
 
 
 def everything(*args: str) -> list[str]:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from interop_util import CACHE, FILESYSTEM_JS, HERE, connect, mcpvisor_bin, node_bin, serve_params
+from interop_util import CACHE, FILESYSTEM_JS, HERE, connect, node_bin, run_mcpvisor, serve_params
 
 TIMEOUT = 120
 NET_SERVER = HERE / "fixtures" / "net_server.py"
@@ -29,15 +29,7 @@ UV_BIN = CACHE / "sandbox" / "uv" / "bin"
 
 
 def mcpvisor(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(mcpvisor_bin()), *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=cwd,
-    )
+    return run_mcpvisor(*args, timeout=TIMEOUT, env=env, cwd=cwd)
 
 
 def config(path: Path, servers: dict[str, dict]) -> str:

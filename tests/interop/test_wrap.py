@@ -11,20 +11,14 @@ import sys
 import tomllib
 from pathlib import Path
 
-from interop_util import EVERYTHING_JS, PY_SERVER, connect, mcpvisor_bin, node_bin
+from interop_util import EVERYTHING_JS, PY_SERVER, connect, node_bin, run_mcpvisor
 from mcp import StdioServerParameters
 
 TIMEOUT = 60
 
 
 def mcpvisor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(mcpvisor_bin()), *args],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_mcpvisor(*args, timeout=TIMEOUT)
 
 
 def claude_desktop(path: Path) -> None:

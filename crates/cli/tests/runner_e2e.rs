@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Proc, WAIT, alive, fake_worker, mcpvisor, temp_dir, wait_gone};
+use support::{Proc, WAIT, alive, fake_worker, finish, mcpvisor, temp_dir, wait_gone};
 
 fn run(args: &[&str]) -> Output {
     let child = Command::new(mcpvisor())
@@ -20,19 +20,6 @@ fn run(args: &[&str]) -> Output {
         .spawn()
         .expect("start");
     finish(child, args)
-}
-
-/// Waits (bounded) for a started command and collects what is left of its output.
-fn finish(mut child: std::process::Child, args: &[&str]) -> Output {
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().expect("wait").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "mcpvisor {args:?} did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("output")
 }
 
 fn text(bytes: &[u8]) -> String {

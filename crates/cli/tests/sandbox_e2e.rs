@@ -14,11 +14,11 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Proc, WAIT, fake_worker, mcpvisor, temp_dir, wait_gone};
+use support::{Proc, WAIT, fake_worker, finish, mcpvisor, temp_dir, wait_gone};
 
 /// Runs `mcpvisor args` to its end (bounded), with `env` added.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(mcpvisor())
+    let child = Command::new(mcpvisor())
         .args(args)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
@@ -26,15 +26,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start");
-    let deadline = Instant::now() + WAIT;
-    while child.try_wait().expect("wait").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "mcpvisor {args:?} did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().expect("output")
+    finish(child, args)
 }
 
 /// `mcpvisor sandbox-exec --spec SPEC -- CMD...`.

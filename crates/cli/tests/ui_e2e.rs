@@ -98,6 +98,24 @@ impl Gateway {
         format!("Bearer {}", self.token)
     }
 
+    /// The event stream read up to its first snapshot, as text: what a page
+    /// that opens it is shown first.
+    async fn snapshot_events(&self) -> String {
+        let mut stream = self
+            .http
+            .get(self.url("/api/events"))
+            .header("authorization", self.bearer())
+            .send()
+            .await
+            .expect("events");
+        let mut seen = Vec::new();
+        events_until(&mut stream, &mut seen, "snapshot", |name, _| {
+            name == "snapshot"
+        })
+        .await;
+        format!("{seen:?}")
+    }
+
     async fn get(&self, path: &str) -> (StatusCode, Value) {
         let resp = self
             .http
@@ -942,19 +960,7 @@ async fn secrets_are_written_and_never_read_back() {
             .expect("GET");
         answers.push((path, resp.text().await.expect("text")));
     }
-    let mut stream = g
-        .http
-        .get(g.url("/api/events"))
-        .header("authorization", g.bearer())
-        .send()
-        .await
-        .expect("events");
-    let mut seen = Vec::new();
-    events_until(&mut stream, &mut seen, "snapshot", |name, _| {
-        name == "snapshot"
-    })
-    .await;
-    answers.push(("/api/events", format!("{seen:?}")));
+    answers.push(("/api/events", g.snapshot_events().await));
     for (path, text) in answers {
         assert!(!text.contains(SECRET), "{path} shows the secret: {text}");
     }
@@ -1502,19 +1508,7 @@ async fn secrets_a_server_leaks_are_redacted_in_everything_mcpvisor_shows() {
         assert_eq!(resp.status(), StatusCode::OK, "{path}");
         answers.push((path, resp.text().await.expect("text")));
     }
-    let mut stream = g
-        .http
-        .get(g.url("/api/events"))
-        .header("authorization", g.bearer())
-        .send()
-        .await
-        .expect("events");
-    let mut seen = Vec::new();
-    events_until(&mut stream, &mut seen, "snapshot", |name, _| {
-        name == "snapshot"
-    })
-    .await;
-    answers.push(("/api/events", format!("{seen:?}")));
+    answers.push(("/api/events", g.snapshot_events().await));
     for (path, text) in &answers {
         assert_no_secret(path, text);
     }

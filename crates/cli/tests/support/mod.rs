@@ -357,6 +357,20 @@ pub fn signal(pid: i32, sig: i32) {
         .unwrap_or_else(|e| panic!("kill -{sig} {pid}: {e}"));
 }
 
+/// Waits (bounded by [`WAIT`]) for a started `mcpvisor args` and collects
+/// what is left of its output.
+pub fn finish(mut child: Child, args: &[&str]) -> std::process::Output {
+    let deadline = Instant::now() + WAIT;
+    while child.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "mcpvisor {args:?} did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mcpvisor-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
