@@ -11,7 +11,6 @@ use std::net::TcpListener;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{Proc, WAIT, fake_worker, finish, mcpvisor, temp_dir, wait_gone};
