@@ -72,6 +72,10 @@ pub(crate) enum Role {
 /// Whether a backend runs. A backend has a session ([`Live`]) exactly when
 /// it is live; an off one has none.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per backend, kept in place in the backends' table: boxing the live state would add an indirection to every routed call to save a few hundred bytes per server"
+)]
 pub(crate) enum Run {
     Off(Off),
     Live(Live),
@@ -81,15 +85,31 @@ pub(crate) enum Run {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Off {
     /// Not started: lazy, stopped after being idle, or its session ended.
-    /// Its lists come from the cache, and its next call starts it.
-    Idle,
+    /// Its lists come from the cache, and its next call starts it; how its
+    /// next generation counts is carried to that start.
+    Idle(Start),
     /// Disabled in the config (or removed from it).
     Disabled,
     /// Stopped by a person (the monitor's `stop` action) until `start`.
     Stopped,
 }
 
+/// How a backend's next generation counts: a first start (the first
+/// ever, a lazy start, a start after an idle stop or a person's stop or
+/// start) or a restart (one that replaces a generation that ended in
+/// service). See `ServerStatus::restarts`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    Fresh,
+    Restart,
+}
+
 /// A backend with a running session.
+///
+/// Invariants: it exists exactly while the backend has a session, and
+/// everything here is that session's: its link, the gateway's view of it
+/// (`phase`), what the session said of its worker (`worker`), its health
+/// checks; none of it outlives the session, so a stop leaves nothing stale.
 pub(crate) struct Live {
     pub link: Link,
     pub phase: Phase,
@@ -98,14 +118,148 @@ pub(crate) struct Live {
     /// The gateway's list reads in flight in this session.
     pub reading: usize,
     pub health: Health,
+    /// What the session said last of its worker.
+    pub worker: Worker,
+    /// How the session's next generation counts: [`Start::Fresh`] until
+    /// its first generation starts, then [`Start::Restart`].
+    pub next: Start,
+    /// Added to the session's generation numbers: the backend's generation
+    /// when the session started, so numbers go on across sessions.
+    pub base: u64,
+    /// The stderr tail the session reported of a generation that is
+    /// ending, held until that generation's exit arrives to go with its
+    /// crash record.
+    pub tail: Option<Tail>,
+}
+
+/// The stderr tail of one ending generation (the session's own number).
+#[derive(Debug)]
+pub(crate) struct Tail {
+    pub generation: u64,
+    pub lines: Vec<String>,
+}
+
+/// A live backend's worker, as its session's events told.
+///
+/// Invariant: a pid or a ready time is only that of a worker that runs
+/// (starting or ready); a worker that is down has neither.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) enum Worker {
+    /// No generation yet.
+    #[default]
+    None,
+    Starting {
+        pid: Option<u32>,
+    },
+    /// `since_ms`: when it became ready (Unix ms); neither it nor the pid
+    /// once its session has failed.
+    Ready {
+        pid: Option<u32>,
+        since_ms: Option<u64>,
+    },
+    /// It ended on its own: why, in one line, and whether (and when) the
+    /// session starts the next one by itself.
+    Down {
+        detail: String,
+        restarting: bool,
+        next_try_at_ms: Option<u64>,
+    },
+    /// A reload was asked for: the worker it replaces, as the session goes
+    /// on telling of it. Over when the next generation starts. Never holds
+    /// another `Reloading`.
+    Reloading(Box<Worker>),
 }
 
 impl std::fmt::Debug for Live {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Live")
             .field("phase", &self.phase)
+            .field("worker", &self.worker)
             .field("reading", &self.reading)
             .finish_non_exhaustive()
+    }
+}
+
+// === impl Worker ===
+
+impl Worker {
+    /// The worker itself, through a reload in progress.
+    pub fn current(&self) -> &Worker {
+        match self {
+            Worker::Reloading(worker) => worker,
+            worker => worker,
+        }
+    }
+
+    /// Replaces the worker the session tells of, keeping a reload in
+    /// progress.
+    pub fn set(&mut self, worker: Worker) {
+        match self {
+            Worker::Reloading(inner) => **inner = worker,
+            this => *this = worker,
+        }
+    }
+
+    /// A reload was asked for (once: a second ask changes nothing).
+    pub fn reload(&mut self) {
+        if !matches!(self, Worker::Reloading(_)) {
+            *self = Worker::Reloading(Box::new(std::mem::take(self)));
+        }
+    }
+
+    /// Its process is gone: no pid, no ready time.
+    pub fn gone(&mut self) {
+        match self {
+            Worker::Reloading(inner) => inner.gone(),
+            Worker::Starting { pid } => *pid = None,
+            Worker::Ready { pid, since_ms } => {
+                *pid = None;
+                *since_ms = None;
+            }
+            Worker::None | Worker::Down { .. } => {}
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        match self.current() {
+            Worker::Starting { pid } | Worker::Ready { pid, .. } => *pid,
+            _ => None,
+        }
+    }
+
+    /// When it became ready (Unix ms).
+    pub fn since_ms(&self) -> Option<u64> {
+        match self.current() {
+            Worker::Ready { since_ms, .. } => *since_ms,
+            _ => None,
+        }
+    }
+
+    /// Why it went down, when it is down.
+    pub fn down(&self) -> Option<&str> {
+        match self.current() {
+            Worker::Down { detail, .. } => Some(detail),
+            _ => None,
+        }
+    }
+
+    /// Down, and the session starts the next one by itself.
+    pub fn restarting(&self) -> bool {
+        matches!(
+            self.current(),
+            Worker::Down {
+                restarting: true,
+                ..
+            }
+        )
+    }
+
+    /// When the session tries the next one, if it said.
+    pub fn next_try_at_ms(&self) -> Option<u64> {
+        match self.current() {
+            Worker::Down { next_try_at_ms, .. } => *next_try_at_ms,
+            _ => None,
+        }
     }
 }
 
@@ -200,7 +354,7 @@ impl Backend {
         let off = if plan.def.disabled {
             Off::Disabled
         } else {
-            Off::Idle
+            Off::Idle(Start::Fresh)
         };
         let role = if plan.per_client {
             Role::Template
@@ -223,7 +377,7 @@ impl Backend {
             in_flight: 0,
             last_used: Instant::now(),
             epoch: 0,
-            obs: Observed::new(),
+            obs: Observed::default(),
         }
     }
 
@@ -265,6 +419,16 @@ impl Backend {
     /// Live, and failing.
     pub fn is_failed(&self) -> bool {
         matches!(self.phase(), Some(Phase::Failed(_)))
+    }
+
+    /// How its next generation counts if it is stopped to rest now: as
+    /// its session's next would (an off one's as it was).
+    pub fn next_start(&self) -> Start {
+        match &self.run {
+            Run::Live(live) => live.next,
+            Run::Off(Off::Idle(start)) => *start,
+            Run::Off(Off::Disabled | Off::Stopped) => Start::Fresh,
+        }
     }
 
     /// The one front a per-client instance serves.
@@ -344,7 +508,7 @@ impl Backend {
                 ),
                 serde_json::json!({"reason": "stopped by a person", "server": self.plan.name}),
             )),
-            Run::Off(Off::Idle)
+            Run::Off(Off::Idle(_))
             | Run::Live(Live {
                 phase: Phase::Starting | Phase::Ready,
                 ..
@@ -365,15 +529,19 @@ impl Hub {
     // === lifecycle ===
 
     pub(crate) fn add_backend(&mut self, plan: ServerPlan) -> BackendId {
-        self.add_backend_with(plan, Observed::new())
+        self.add_backend_with(plan, Observed::default(), Start::Fresh)
     }
 
-    /// Adds a backend that goes on with what `obs` has seen.
-    fn add_backend_with(&mut self, plan: ServerPlan, obs: Observed) -> BackendId {
+    /// Adds a backend that goes on with what `obs` has seen, its first
+    /// generation counted as `start` says.
+    fn add_backend_with(&mut self, plan: ServerPlan, obs: Observed, start: Start) -> BackendId {
         let id = self.backends.next_id();
         let mut backend = Backend::new(plan);
         backend.obs = obs;
-        let eager = !backend.plan.lazy && matches!(backend.run, Run::Off(Off::Idle));
+        if let Run::Off(Off::Idle(first)) = &mut backend.run {
+            *first = start;
+        }
+        let eager = !backend.plan.lazy && matches!(backend.run, Run::Off(Off::Idle(_)));
         let needs_fill = backend.plan.lazy && backend.plan.cached.is_none();
         self.backends.by_id.insert(id, backend);
         self.backends.order.push(id);
@@ -394,10 +562,9 @@ impl Hub {
         };
         // Only an idle backend starts: a live one runs already, and a
         // disabled or stopped one waits for its config or a person.
-        if !matches!(b.run, Run::Off(Off::Idle)) {
+        let Run::Off(Off::Idle(next)) = b.run else {
             return;
-        }
-        b.obs.base = b.obs.generation.unwrap_or(0);
+        };
         let spec = ServerSpec {
             def: b.plan.def.clone(),
             env_overrides: b.plan.env_overrides.clone(),
@@ -417,6 +584,10 @@ impl Hub {
             started: Instant::now(),
             reading: 0,
             health: Health::default(),
+            worker: Worker::None,
+            next,
+            base: b.obs.generation.unwrap_or(0),
+            tail: None,
         });
         tracing::info!(server = %b.plan.name, "starting");
         let params = format!(
@@ -441,7 +612,6 @@ impl Hub {
                 link.stop().await;
             });
         }
-        b.obs.stopped();
         self.fail_backend_requests(id, why);
     }
 
@@ -450,7 +620,8 @@ impl Hub {
     pub(crate) fn restart_backend(&mut self, id: BackendId, why: &str) {
         tracing::warn!(server = %self.backend_name(id), "restarting: {why}");
         self.record(id, EventKind::Restarting, format!("restarting: {why}"));
-        self.stop_backend(id, why, Off::Idle);
+        let next = self.resting(id);
+        self.stop_backend(id, why, next);
         self.start_backend(id);
     }
 
@@ -475,6 +646,18 @@ impl Hub {
             self.observe_reload(*id, cause.describe());
         }
         running.len()
+    }
+
+    /// The state a backend rests in when its session is stopped to be
+    /// started again later: idle, its next generation counted as its
+    /// session's next would have been.
+    pub(crate) fn resting(&self, id: BackendId) -> Off {
+        Off::Idle(
+            self.backends
+                .by_id
+                .get(&id)
+                .map_or(Start::Fresh, Backend::next_start),
+        )
     }
 
     /// Where a backend's calls are counted: its own row, or for a
@@ -536,16 +719,20 @@ impl Hub {
                     };
                     self.record(id, kind, why);
                     self.drop_instances_from(id, "its configuration changed");
-                    self.stop_backend(id, "its configuration changed", Off::Idle);
+                    self.stop_backend(id, "its configuration changed", Off::Idle(Start::Restart));
                     let old = self.backends.by_id.remove(&id).map(|b| {
                         let mut b = b;
                         std::mem::take(&mut b.obs)
                     });
                     self.backends.order.retain(|o| *o != id);
-                    let mut obs = old.map_or_else(Observed::new, Observed::carry_over);
+                    let obs = old.map_or_else(Observed::default, Observed::carry_over);
                     // Enabling starts it afresh; any other change replaces it.
-                    obs.fresh = kind == EventKind::Enabled;
-                    keep.push(self.add_backend_with(plan, obs));
+                    let start = if kind == EventKind::Enabled {
+                        Start::Fresh
+                    } else {
+                        Start::Restart
+                    };
+                    keep.push(self.add_backend_with(plan, obs, start));
                 }
                 None => {
                     added += 1;
@@ -661,7 +848,7 @@ impl Hub {
                 phase: Phase::Starting,
                 ..
             }) => b.queue.push((gid, line)),
-            Run::Off(Off::Idle) => {
+            Run::Off(Off::Idle(_)) => {
                 b.queue.push((gid, line));
                 self.start_backend(id);
             }
@@ -842,7 +1029,8 @@ impl Hub {
                 if live {
                     tracing::warn!(server = %self.backend_name(id), "its session ended");
                     self.record(id, EventKind::Exited, "its session ended");
-                    self.stop_backend(id, "its session ended", Off::Idle);
+                    let next = self.resting(id);
+                    self.stop_backend(id, "its session ended", next);
                     self.remerge_all();
                 }
             }
@@ -1468,10 +1656,7 @@ impl Hub {
         let quiet = b.last_used.elapsed();
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
-            self.stop_backend(id, "it was idle", Off::Idle);
-            if let Some(b) = self.backends.by_id.get_mut(&id) {
-                b.obs.fresh = true;
-            }
+            self.stop_backend(id, "it was idle", Off::Idle(Start::Fresh));
             self.record(
                 id,
                 EventKind::Stopped,

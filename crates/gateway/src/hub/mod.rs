@@ -607,7 +607,10 @@ impl Hub {
             .by_id
             .values_mut()
             .filter_map(|b| {
-                match std::mem::replace(&mut b.run, backend::Run::Off(backend::Off::Idle)) {
+                match std::mem::replace(
+                    &mut b.run,
+                    backend::Run::Off(backend::Off::Idle(backend::Start::Fresh)),
+                ) {
                     backend::Run::Live(live) => Some(live.link),
                     backend::Run::Off(_) => None,
                 }

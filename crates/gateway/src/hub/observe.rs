@@ -1,10 +1,12 @@
 //! What the hub shows a [`crate::monitor::Monitor`], and the actions it
 //! takes for one.
 //!
-//! Each backend carries an [`Observed`]: its generation as people count it,
-//! its pid, its restarts, what its session last said, its counters and
-//! latency histogram, and its ring of events. The hub owns it like the rest
-//! of the backend and updates it where things happen: session events
+//! A server's row ([`status_of`]) is a function of its backend alone: its
+//! state (off and why, or live with its phase and what its session said of
+//! its worker: `backend::Run`) and its [`Observed`], which keeps counters
+//! and history only: its generation as people count it, its restarts, its
+//! counters and latency histogram, its crashes and its ring of events. The
+//! hub updates both where things happen: session events
 //! ([`Hub::observe_session`]), the gateway's own decisions (stops, restarts,
 //! reloads, list changes: [`Hub::record`]), and the data path (a call
 //! routed, answered or refused: a few integer additions, no allocation).
@@ -31,7 +33,7 @@ use crate::monitor::{
     Snapshot,
 };
 
-use super::backend::{Backend, BackendId, Off, Phase, Run};
+use super::backend::{Backend, BackendId, Off, Phase, Run, Start, Tail, Worker};
 use super::{Hub, Timer};
 
 /// The shortest time between two counter-only updates of one server's row.
@@ -39,27 +41,21 @@ pub(crate) const THROTTLE: Duration = Duration::from_millis(250);
 /// The largest env file read to list its keys.
 const ENV_FILE_MAX: u64 = 1024 * 1024;
 
-/// What the monitor shows of one backend beyond its routing state.
+/// What the monitor keeps of one backend beyond its state: counters and
+/// history, and what was last published of it. Its state (running or not,
+/// its worker, a reload in progress) is the backend's own (`Run`), and a
+/// row is read from both by [`status_of`].
+///
+/// Invariant: nothing here decides what the backend does; dropping it
+/// would lose history and counts, never change a state.
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
     /// The current (or last) generation, counted over the backend's whole
     /// life: a new session of the same server goes on from the last one.
     pub generation: Option<u64>,
-    /// Added to the generation numbers of the current session.
-    pub base: u64,
-    pub pid: Option<u32>,
-    /// When the current generation became ready (Unix ms).
-    pub started_at_ms: Option<u64>,
     /// Generations started to replace one that ended in service: see
     /// [`ServerStatus::restarts`].
     pub restarts: u64,
-    /// The next generation is a first start (the first ever, a lazy start,
-    /// a start after an idle stop or a person's stop), not a restart.
-    pub fresh: bool,
-    /// What the current session said last of its worker.
-    pub worker: Worker,
-    /// A reload was asked for; over when the next generation starts.
-    pub reloading: bool,
     /// Bumped when its row changes in a way its state does not show (a
     /// failing server's report replaced by a better one), so that the
     /// change is published at once.
@@ -68,9 +64,6 @@ pub(crate) struct Observed {
     pub events: VecDeque<EventRecord>,
     /// Its last unrequested exits, oldest first, at most [`CRASHES_KEPT`].
     pub crashes: VecDeque<Crash>,
-    /// The stderr tail the session reported for a generation that is
-    /// ending, until its exit arrives: (the session's generation, lines).
-    stderr_pending: Option<(u64, Vec<String>)>,
     /// The row key last published, to publish only changes.
     published: Option<RowKey>,
     /// A per-client template's instances as last published: (client, key).
@@ -80,23 +73,6 @@ pub(crate) struct Observed {
     last_published: Option<Instant>,
     /// A [`Timer::Publish`] is pending for it.
     flush_armed: bool,
-}
-
-/// The session's worker, as its events told.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) enum Worker {
-    /// No generation (none yet, or the session was stopped).
-    #[default]
-    None,
-    Starting,
-    Ready,
-    /// It ended on its own: why, in one line, and whether (and when) the
-    /// session starts the next one by itself.
-    Down {
-        detail: String,
-        restarting: bool,
-        next_try_at_ms: Option<u64>,
-    },
 }
 
 /// One unrequested exit of a server, kept for its page.
@@ -139,13 +115,6 @@ struct RowKey {
 // === impl Observed ===
 
 impl Observed {
-    pub fn new() -> Self {
-        Self {
-            fresh: true,
-            ..Self::default()
-        }
-    }
-
     /// Carries what a replaced backend of the same name had seen (a change
     /// of its config entry is a restart, not a new server).
     pub fn carry_over(old: Observed) -> Self {
@@ -181,19 +150,6 @@ impl Observed {
             report,
             stderr,
         });
-    }
-
-    /// The worker is gone: no pid, no uptime.
-    fn down(&mut self) {
-        self.pid = None;
-        self.started_at_ms = None;
-    }
-
-    /// The gateway stopped the backend's session: no worker now.
-    pub fn stopped(&mut self) {
-        self.down();
-        self.worker = Worker::None;
-        self.reloading = false;
     }
 }
 
@@ -454,11 +410,10 @@ impl Hub {
                 }
                 if running {
                     // Failed, with its session refusing: a fresh session.
-                    self.stop_backend(id, "a person asked for a start", Off::Idle);
+                    self.stop_backend(id, "a person asked for a start", Off::Idle(Start::Fresh));
                 }
                 let b = self.backends.by_id.get_mut(&id).expect("found above");
-                b.run = Run::Off(Off::Idle);
-                b.obs.fresh = true;
+                b.run = Run::Off(Off::Idle(Start::Fresh));
                 self.record(id, EventKind::Started, "started by a person");
                 self.start_backend(id);
                 self.remerge_all();
@@ -469,12 +424,6 @@ impl Hub {
                 }
                 self.drop_instances_from(id, "it was stopped by a person");
                 self.stop_backend(id, "it was stopped by a person", Off::Stopped);
-                self.backends
-                    .by_id
-                    .get_mut(&id)
-                    .expect("found above")
-                    .obs
-                    .fresh = true;
                 self.record(id, EventKind::Stopped, "stopped by a person");
                 self.remerge_all();
             }
@@ -507,29 +456,34 @@ impl Hub {
         }
     }
 
-    /// What a backend's session said, as the monitor sees it.
+    /// What a backend's session said of its worker: the live backend's
+    /// worker follows it, and its history records it.
     pub(crate) fn observe_session(&mut self, id: BackendId, event: &SessionEvent) {
         let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return;
+        };
+        let Run::Live(live) = &mut b.run else {
             return;
         };
         let obs = &mut b.obs;
         let (kind, message) = match event {
             SessionEvent::Starting { generation, pid } => {
-                obs.generation = Some(obs.base + generation);
-                obs.pid = *pid;
-                obs.started_at_ms = None;
-                obs.worker = Worker::Starting;
-                obs.reloading = false;
-                if !std::mem::take(&mut obs.fresh) {
-                    obs.restarts += 1;
+                obs.generation = Some(live.base + generation);
+                // A new generation ends a reload.
+                live.worker = Worker::Starting { pid: *pid };
+                match live.next {
+                    Start::Fresh => live.next = Start::Restart,
+                    Start::Restart => obs.restarts += 1,
                 }
                 (EventKind::Starting, format!("starting{}", pid_text(*pid)))
             }
             SessionEvent::Ready { pid, .. } => {
-                obs.pid = pid.or(obs.pid);
-                obs.started_at_ms = Some(now_ms());
-                obs.worker = Worker::Ready;
-                (EventKind::Ready, format!("ready{}", pid_text(obs.pid)))
+                let pid = pid.or(live.worker.pid());
+                live.worker.set(Worker::Ready {
+                    pid,
+                    since_ms: Some(now_ms()),
+                });
+                (EventKind::Ready, format!("ready{}", pid_text(pid)))
             }
             SessionEvent::AuthPending { .. } => (
                 EventKind::AuthPending,
@@ -537,28 +491,30 @@ impl Hub {
             ),
             SessionEvent::Authorized { .. } => (EventKind::Authorized, "authorized".to_owned()),
             SessionEvent::StderrTail { generation, lines } => {
-                obs.stderr_pending = Some((*generation, lines.clone()));
+                live.tail = Some(Tail {
+                    generation: *generation,
+                    lines: lines.clone(),
+                });
                 return;
             }
             SessionEvent::Exited { generation, data } => {
-                obs.down();
-                let stderr = obs
-                    .stderr_pending
+                let stderr = live
+                    .tail
                     .take()
-                    .filter(|(g, _)| g == generation)
-                    .map(|(_, lines)| lines)
+                    .filter(|t| t.generation == *generation)
+                    .map(|t| t.lines)
                     .unwrap_or_default();
-                if obs.reloading {
-                    obs.worker = Worker::Starting;
+                if matches!(live.worker, Worker::Reloading(_)) {
+                    live.worker.set(Worker::Starting { pid: None });
                     (EventKind::Exited, "stopped for a reload".to_owned())
                 } else {
                     let message = exit_text(data);
-                    obs.crashed(obs.base + generation, data, stderr);
+                    obs.crashed(live.base + generation, data, stderr);
                     // A session restarts an exit by itself (`always`), but
                     // not a spawn that failed: that waits for a request.
                     let restarting = b.plan.session.restart == RestartMode::Always
                         && data.phase != Some(CrashPhase::Spawn);
-                    obs.worker = Worker::Down {
+                    live.worker = Worker::Down {
                         detail: message.clone(),
                         restarting,
                         next_try_at_ms: None,
@@ -568,15 +524,12 @@ impl Hub {
             }
             SessionEvent::Restarting { delay, .. } => {
                 let at = now_ms() + u64::try_from(delay.as_millis()).unwrap_or(u64::MAX / 2);
-                let detail = match &obs.worker {
-                    Worker::Down { detail, .. } => detail.clone(),
-                    _ => "it exited".to_owned(),
-                };
-                obs.worker = Worker::Down {
+                let detail = live.worker.down().unwrap_or("it exited").to_owned();
+                live.worker.set(Worker::Down {
                     detail,
                     restarting: true,
                     next_try_at_ms: (!delay.is_zero()).then_some(at),
-                };
+                });
                 let message = if delay.is_zero() {
                     "restarting now".to_owned()
                 } else {
@@ -586,8 +539,11 @@ impl Hub {
             }
             SessionEvent::Failed { data } => {
                 // A failed session runs no worker until it recovers.
-                obs.down();
-                if let Worker::Down { restarting, .. } = &mut obs.worker {
+                live.worker.gone();
+                if let Worker::Down { restarting, .. } = match &mut live.worker {
+                    Worker::Reloading(inner) => &mut **inner,
+                    worker => worker,
+                } {
                     *restarting = false;
                 }
                 (EventKind::Failed, data.reason.clone())
@@ -603,8 +559,8 @@ impl Hub {
 
     /// A reload was asked of a running backend.
     pub(crate) fn observe_reload(&mut self, id: BackendId, why: &str) {
-        if let Some(b) = self.backends.by_id.get_mut(&id) {
-            b.obs.reloading = true;
+        if let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) {
+            live.worker.reload();
         }
         self.record(id, EventKind::Reloading, format!("reloading: {why}"));
     }
@@ -684,37 +640,39 @@ impl Hub {
     }
 }
 
-/// The state a person sees, from the gateway's state and what the session
-/// said of its worker.
+/// The state a person sees, from the gateway's view of the backend's
+/// session and what the session said of its worker.
 fn state_of(b: &Backend) -> ServerState {
-    let down_restarting = matches!(
-        b.obs.worker,
-        Worker::Down {
-            restarting: true,
-            ..
-        }
-    );
     match &b.run {
         Run::Off(Off::Disabled) => ServerState::Disabled,
         Run::Off(Off::Stopped) => ServerState::Stopped,
-        Run::Off(Off::Idle) => ServerState::Idle,
+        Run::Off(Off::Idle(_)) => ServerState::Idle,
         Run::Live(live) => match &live.phase {
             // Its initialize failed, but its session restarts it by itself
             // (it has not given up): that is what a person wants to see.
-            Phase::Failed(_) if down_restarting => ServerState::Restarting,
+            Phase::Failed(_) if live.worker.restarting() => ServerState::Restarting,
             Phase::Failed(_) => ServerState::Failed,
             Phase::WaitingAuth(_) => ServerState::WaitingAuth,
-            Phase::Starting | Phase::Ready if b.obs.reloading => ServerState::Reloading,
-            Phase::Starting | Phase::Ready => match &b.obs.worker {
+            Phase::Starting | Phase::Ready => match &live.worker {
+                Worker::Reloading(_) => ServerState::Reloading,
                 Worker::Down {
                     restarting: true, ..
                 } => ServerState::Restarting,
                 Worker::Down { .. } => ServerState::Idle,
-                Worker::Ready if live.phase == Phase::Ready => ServerState::Ready,
-                Worker::None | Worker::Starting | Worker::Ready => ServerState::Starting,
+                Worker::Ready { .. } if live.phase == Phase::Ready => ServerState::Ready,
+                Worker::None | Worker::Starting { .. } | Worker::Ready { .. } => {
+                    ServerState::Starting
+                }
             },
         },
     }
+}
+
+/// What a live backend's session said of its worker; nothing when it is
+/// off.
+fn worker_of(b: &Backend) -> &Worker {
+    const NONE: &Worker = &Worker::None;
+    b.live().map_or(NONE, |l| &l.worker)
 }
 
 /// How much a state needs a person, to pick which of a per-client
@@ -733,12 +691,9 @@ fn row_key(b: &Backend) -> RowKey {
     RowKey {
         state: state_of(b),
         generation: b.obs.generation,
-        pid: b.obs.pid,
+        pid: worker_of(b).pid(),
         restarts: b.obs.restarts,
-        next_try_at_ms: match &b.obs.worker {
-            Worker::Down { next_try_at_ms, .. } => *next_try_at_ms,
-            _ => None,
-        },
+        next_try_at_ms: worker_of(b).next_try_at_ms(),
         revision: b.obs.revision,
     }
 }
@@ -752,16 +707,12 @@ fn transport_name(def: &mcpvisor_config::ServerDef) -> &'static str {
     }
 }
 
+/// A backend's row: a function of the backend alone (its state, its plan,
+/// its counters and history).
 pub(crate) fn status_of(b: &Backend) -> ServerStatus {
     let state = state_of(b);
-    let (next_try_at_ms, down) = match &b.obs.worker {
-        Worker::Down {
-            detail,
-            next_try_at_ms,
-            ..
-        } => (*next_try_at_ms, Some(detail.as_str())),
-        _ => (None, None),
-    };
+    let worker = worker_of(b);
+    let (next_try_at_ms, down) = (worker.next_try_at_ms(), worker.down());
     let detail = match (b.phase(), state) {
         (Some(Phase::Failed(data)), ServerState::Failed) => Some(
             data.get("reason")
@@ -835,8 +786,8 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         transport: transport_name(def),
         command,
         generation: b.obs.generation,
-        pid: b.obs.pid,
-        started_at_ms: b.obs.started_at_ms,
+        pid: worker.pid(),
+        started_at_ms: worker.since_ms(),
         restarts: b.obs.restarts,
         calls: b.obs.stats.calls,
         errors: b.obs.stats.errors,
@@ -948,7 +899,7 @@ mod tests {
 
     #[test]
     fn the_last_crashes_are_kept_each_with_its_stderr_the_oldest_dropped_first() {
-        let mut obs = Observed::new();
+        let mut obs = Observed::default();
         for generation in 1..=CRASHES_KEPT as u64 + 2 {
             let lines = vec![format!("crash {generation}")];
             obs.crashed(generation, &ErrorData::reason("exited"), lines);

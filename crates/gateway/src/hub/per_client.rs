@@ -119,7 +119,8 @@ impl Hub {
             }
             Role::Template if b.is_ready() => {
                 tracing::info!(server = %b.plan.name, "lists read: stopping it until a client uses it");
-                self.stop_backend(id, "its lists were read", Off::Idle);
+                let next = self.resting(id);
+                self.stop_backend(id, "its lists were read", next);
             }
             Role::Template => {}
         }
