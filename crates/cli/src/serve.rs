@@ -421,6 +421,7 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         cache_dir: mcpvisor_gateway::cache::default_dir(),
         transparent: false,
         monitor: None,
+        spawners: None,
     };
     Ok((settings, plans))
 }

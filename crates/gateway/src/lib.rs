@@ -42,4 +42,6 @@ pub mod naming;
 mod raw;
 pub mod search;
 
+#[doc(hidden)]
+pub use hub::Spawners;
 pub use hub::{Cached, Control, Hub, Outcome, ReloadCause, ServerPlan, Settings};

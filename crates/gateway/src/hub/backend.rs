@@ -1,13 +1,15 @@
 //! One backend: a supervised session per configured server, and what the
 //! gateway knows of it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_config::ServerDef;
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_runner::{Link, ServerSpec};
+use mcpvisor_runner::{Link, ServerSpawner, ServerSpec};
+use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -50,6 +52,46 @@ pub struct ServerPlan {
     pub env_overrides: Vec<(String, String)>,
     /// `"sessions": "per-client"`: each front gets a process of its own.
     pub per_client: bool,
+}
+
+/// Makes the spawner of a backend's session from its plan, in place of
+/// the configured command or URL: each start of a backend asks it once.
+/// Tests script their servers in-process with it, on paused time.
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct Spawners(pub Arc<MakeSpawner>);
+
+/// What [`Spawners`] holds.
+#[doc(hidden)]
+pub type MakeSpawner = dyn Fn(&ServerPlan) -> Box<dyn Spawner> + Send + Sync;
+
+impl std::fmt::Debug for Spawners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Spawners(..)")
+    }
+}
+
+/// A backend session's spawner: as configured, or as [`Spawners`] made it.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per start of a backend and moved into its session"
+)]
+enum BackendSpawner {
+    Configured(ServerSpawner),
+    Given(Box<dyn Spawner>),
+}
+
+impl Spawner for BackendSpawner {
+    fn spawn(
+        &mut self,
+        generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
+        match self {
+            BackendSpawner::Configured(s) => s.spawn(generation, reporter),
+            BackendSpawner::Given(s) => s.spawn(generation, reporter),
+        }
+    }
 }
 
 /// What a backend is to the fronts.
@@ -565,12 +607,19 @@ impl Hub {
         let Run::Off(Off::Idle(next)) = b.run else {
             return;
         };
-        let spec = ServerSpec {
-            def: b.plan.def.clone(),
-            env_overrides: b.plan.env_overrides.clone(),
+        let spawner = match &self.settings.spawners {
+            Some(Spawners(make)) => BackendSpawner::Given(make(&b.plan)),
+            None => {
+                let spec = ServerSpec {
+                    def: b.plan.def.clone(),
+                    env_overrides: b.plan.env_overrides.clone(),
+                };
+                BackendSpawner::Configured(
+                    mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr)
+                        .with_stderr_named(&b.plan.name),
+                )
+            }
         };
-        let spawner = mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr)
-            .with_stderr_named(&b.plan.name);
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
         b.epoch += 1;
         let output = Box::new(super::ToHub::new(id, b.epoch, events.clone()));

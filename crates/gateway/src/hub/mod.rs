@@ -31,8 +31,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::time::DelayQueue;
 
-pub use backend::ServerPlan;
 use backend::{Backend, BackendId, Backends};
+pub use backend::{ServerPlan, Spawners};
 use calls::{Calls, FanOut, Held, Parked, Pending, Private, ServerReq, Wrap};
 use front_table::{Front, FrontInfo, FrontOut, Fronts};
 pub use lists::Cached;
@@ -62,6 +62,11 @@ pub struct Settings {
     pub transparent: bool,
     /// Where the hub publishes what a [`crate::monitor::Monitor`] sees.
     pub monitor: Option<crate::monitor::Tap>,
+    /// Makes each backend session's spawner in place of the configured
+    /// command or URL (`None`: as configured). Tests script their servers
+    /// in-process with it.
+    #[doc(hidden)]
+    pub spawners: Option<Spawners>,
 }
 
 impl Default for Settings {
@@ -75,6 +80,7 @@ impl Default for Settings {
             cache_dir: None,
             transparent: false,
             monitor: None,
+            spawners: None,
         }
     }
 }

@@ -1,0 +1,654 @@
+//! Scripted servers inside the test, and fronts on channels, for the hub on
+//! paused time.
+//!
+//! Each backend's session gets its workers from [`Servers`] (through
+//! [`Settings::spawners`]): a task on in-memory pipes that speaks MCP as its
+//! server's [`Script`] says. No process starts, so tokio's clock advances
+//! whenever every task waits, and a 30-second health interval costs
+//! nothing. Every wait here is bounded in that paused time.
+
+#![allow(
+    dead_code,
+    reason = "each test module uses a different part of the support"
+)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use mcpvisor_config::{ExitKind, ServerDef};
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId, Outbound};
+use mcpvisor_gateway::{Cached, Control, Hub, Outcome, ServerPlan, Settings, Spawners};
+use mcpvisor_process::StopTimeouts;
+use mcpvisor_process::stderr::Passthrough;
+use mcpvisor_session::{SpawnFailure, Spawner, WorkerExit, WorkerIo, WorkerReporter};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// The bound on every wait for the hub (paused time: free to be long).
+pub const WAIT: Duration = Duration::from_secs(600);
+
+/// How one server's workers behave. A worker reads its script when it is
+/// spawned; changing it affects the next worker.
+#[derive(Debug, Clone)]
+pub struct Script {
+    /// The tools `tools/list` reports, all on one page.
+    pub tools: Vec<String>,
+    /// Answer `ping`.
+    pub answer_pings: bool,
+    /// Exit with this code as soon as it starts, before reading anything.
+    pub exit_at_start: Option<i32>,
+    /// Spawning fails with this message.
+    pub spawn_error: Option<String>,
+    /// Report this authorization link when spawned (as a stderr prompt
+    /// would), and answer `initialize` only after `initialize_delay`.
+    pub auth_prompt: Option<String>,
+    /// Answer `initialize` only after this long.
+    pub initialize_delay: Option<Duration>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Self {
+            tools: vec!["echo".into()],
+            answer_pings: true,
+            exit_at_start: None,
+            spawn_error: None,
+            auth_prompt: None,
+            initialize_delay: None,
+        }
+    }
+}
+
+/// One message a worker received.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub server: String,
+    /// Which worker (see [`Servers::spawned`]), counted from 1 across all
+    /// servers.
+    pub worker: u64,
+    pub message: Value,
+}
+
+#[derive(Default)]
+struct State {
+    scripts: HashMap<String, Script>,
+    /// (server, worker) in the order they were spawned.
+    spawned: Vec<(String, u64)>,
+    /// (server, worker) in the order they ended.
+    ended: Vec<(String, u64)>,
+    seen: Vec<Seen>,
+    /// The live workers' outputs, for lines the test pushes.
+    outs: Vec<(String, u64, mpsc::UnboundedSender<String>)>,
+}
+
+/// Every scripted server of one gateway, and what their workers saw.
+#[derive(Clone, Default)]
+pub struct Servers(Arc<Mutex<State>>);
+
+impl Servers {
+    /// Sets `name`'s script (servers without one get the default).
+    pub fn script(&self, name: &str, script: Script) {
+        self.lock().scripts.insert(name.to_owned(), script);
+    }
+
+    /// Changes `name`'s script for its next workers.
+    pub fn edit(&self, name: &str, edit: impl FnOnce(&mut Script)) {
+        edit(self.lock().scripts.entry(name.to_owned()).or_default());
+    }
+
+    /// The workers started for `name`, in order.
+    pub fn spawned(&self, name: &str) -> Vec<u64> {
+        let s = self.lock();
+        s.spawned
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, w)| *w)
+            .collect()
+    }
+
+    /// The workers of `name` that have ended, in the order they ended.
+    pub fn ended(&self, name: &str) -> Vec<u64> {
+        let s = self.lock();
+        s.ended
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, w)| *w)
+            .collect()
+    }
+
+    /// The workers of `name` still running.
+    pub fn running(&self, name: &str) -> Vec<u64> {
+        let ended = self.ended(name);
+        self.spawned(name)
+            .into_iter()
+            .filter(|w| !ended.contains(w))
+            .collect()
+    }
+
+    /// The methods `name`'s workers received (answers as "response").
+    pub fn methods(&self, name: &str) -> Vec<String> {
+        self.seen(name)
+            .into_iter()
+            .map(|s| {
+                s.message
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("response")
+                    .to_owned()
+            })
+            .collect()
+    }
+
+    /// How many `method` messages `name`'s workers received.
+    pub fn count(&self, name: &str, method: &str) -> usize {
+        self.methods(name).iter().filter(|m| *m == method).count()
+    }
+
+    pub fn seen(&self, name: &str) -> Vec<Seen> {
+        let s = self.lock();
+        s.seen
+            .iter()
+            .filter(|m| m.server == name)
+            .cloned()
+            .collect()
+    }
+
+    /// Writes `message` out of every running worker of `name`, as if the
+    /// server had sent it. Returns how many wrote it.
+    pub fn push(&self, name: &str, message: &Value) -> usize {
+        let s = self.lock();
+        s.outs
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .filter(|(_, _, out)| out.send(message.to_string()).is_ok())
+            .count()
+    }
+
+    /// The hook that gives the hub these servers' workers.
+    pub fn spawners(&self) -> Spawners {
+        let servers = self.clone();
+        Spawners(Arc::new(move |plan: &ServerPlan| {
+            Box::new(ScriptedSpawner {
+                name: plan.name.clone(),
+                servers: servers.clone(),
+            }) as Box<dyn Spawner>
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0.lock().expect("the servers' state")
+    }
+}
+
+/// Makes the workers of one backend session.
+struct ScriptedSpawner {
+    name: String,
+    servers: Servers,
+}
+
+impl Spawner for ScriptedSpawner {
+    fn spawn(
+        &mut self,
+        _generation: u64,
+        reporter: WorkerReporter,
+    ) -> Result<WorkerIo, SpawnFailure> {
+        let (script, worker) = {
+            let mut s = self.servers.lock();
+            let script = s.scripts.get(&self.name).cloned().unwrap_or_default();
+            if let Some(e) = &script.spawn_error {
+                return Err(SpawnFailure(e.clone()));
+            }
+            let worker = s.spawned.len() as u64 + 1;
+            s.spawned.push((self.name.clone(), worker));
+            (script, worker)
+        };
+        if let Some(url) = &script.auth_prompt {
+            reporter.auth_prompt(url.clone());
+        }
+        let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
+        let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
+        let (exit_tx, exit_rx) = oneshot::channel::<WorkerExit>();
+        let (out_tx, out_rx) = mpsc::unbounded_channel::<String>();
+        self.servers
+            .lock()
+            .outs
+            .push((self.name.clone(), worker, out_tx.clone()));
+        let task = tokio::spawn(run_worker(
+            Worker {
+                name: self.name.clone(),
+                worker,
+                script,
+                servers: self.servers.clone(),
+            },
+            stdin_theirs,
+            stdout_theirs,
+            out_tx,
+            out_rx,
+        ));
+        let abort = task.abort_handle();
+        let servers = self.servers.clone();
+        let name = self.name.clone();
+        tokio::spawn(async move {
+            let result = task.await;
+            {
+                let mut s = servers.lock();
+                s.ended.push((name, worker));
+                s.outs.retain(|(_, w, _)| *w != worker);
+            }
+            let (status, requested) = match result {
+                Ok(code) => (ExitKind::Code(code), false),
+                Err(_) => (ExitKind::signal(15), true),
+            };
+            let _ = exit_tx.send(WorkerExit {
+                status,
+                uptime: Duration::ZERO,
+                requested,
+            });
+        });
+        Ok(WorkerIo {
+            stdin: Box::pin(stdin_ours),
+            stdout: Box::pin(stdout_ours),
+            pid: None,
+            stop: Box::new(move || abort.abort()),
+            exited: exit_rx
+                .map(|r| {
+                    r.unwrap_or(WorkerExit {
+                        status: ExitKind::Unknown,
+                        uptime: Duration::ZERO,
+                        requested: true,
+                    })
+                })
+                .boxed(),
+            stderr_tail: Default::default(),
+            unread: None,
+        })
+    }
+}
+
+struct Worker {
+    name: String,
+    worker: u64,
+    script: Script,
+    servers: Servers,
+}
+
+/// One scripted worker: returns its exit code.
+async fn run_worker(
+    w: Worker,
+    stdin: DuplexStream,
+    stdout: DuplexStream,
+    out: mpsc::UnboundedSender<String>,
+    mut out_rx: mpsc::UnboundedReceiver<String>,
+) -> i32 {
+    if let Some(code) = w.script.exit_at_start {
+        return code;
+    }
+    let writer = tokio::spawn(async move {
+        let mut stdout = stdout;
+        while let Some(line) = out_rx.recv().await {
+            if stdout
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut lines = BufReader::new(stdin).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let msg: Value = serde_json::from_str(&line).expect("the session wrote JSON");
+        w.servers.lock().seen.push(Seen {
+            server: w.name.clone(),
+            worker: w.worker,
+            message: msg.clone(),
+        });
+        let method = msg["method"].as_str().unwrap_or("").to_owned();
+        let Some(id) = msg.get("id").cloned() else {
+            continue;
+        };
+        if method.is_empty() {
+            continue;
+        }
+        let reply = |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
+        match method.as_str() {
+            "initialize" => {
+                let answer = reply(json!({
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": w.name, "version": "0"},
+                }));
+                match w.script.initialize_delay {
+                    Some(delay) => {
+                        let out = out.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = out.send(answer);
+                        });
+                    }
+                    None => {
+                        let _ = out.send(answer);
+                    }
+                }
+            }
+            "ping" => {
+                if w.script.answer_pings {
+                    let _ = out.send(reply(json!({})));
+                }
+            }
+            "tools/list" => {
+                let tools: Vec<Value> = w
+                    .script
+                    .tools
+                    .iter()
+                    .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
+                    .collect();
+                let _ = out.send(reply(json!({ "tools": tools })));
+            }
+            "tools/call" => {
+                let name = msg["params"]["name"].as_str().unwrap_or("");
+                let args = msg["params"]["arguments"].clone();
+                match name {
+                    "crash" => {
+                        drop(writer);
+                        return 3;
+                    }
+                    "hang" => {}
+                    "sleep" => {
+                        let ms = args["ms"].as_u64().unwrap_or(100);
+                        let out = out.clone();
+                        let answer = reply(tool_result(&w, &args));
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            let _ = out.send(answer);
+                        });
+                    }
+                    _ => {
+                        let _ = out.send(reply(tool_result(&w, &args)));
+                    }
+                }
+            }
+            _ => {
+                let err = json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"Method not found"}});
+                let _ = out.send(err.to_string());
+            }
+        }
+    }
+    drop(writer);
+    0
+}
+
+/// A tool's answer: who answered, and its arguments back.
+fn tool_result(w: &Worker, args: &Value) -> Value {
+    json!({
+        "content": [{"type": "text", "text": "done"}],
+        "structuredContent": {"server": w.name, "worker": w.worker, "args": args},
+    })
+}
+
+/// Who answered a tool call: (server, worker).
+pub fn answered_by(answer: &Value) -> (String, u64) {
+    let s = &answer["result"]["structuredContent"];
+    (
+        s["server"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not a tool's answer: {answer}"))
+            .to_owned(),
+        s["worker"].as_u64().expect("a worker"),
+    )
+}
+
+/// A plan for the scripted server `name`, with short session bounds.
+pub fn plan(name: &str) -> ServerPlan {
+    let session = mcpvisor_session::Config {
+        restart_backoff_max: Duration::from_millis(200),
+        stop: StopTimeouts {
+            after_close: Duration::from_millis(100),
+            after_term: Duration::from_millis(500),
+        },
+        ..mcpvisor_session::Config::default()
+    };
+    ServerPlan {
+        name: name.to_owned(),
+        def: ServerDef::new(name, "scripted"),
+        session,
+        stderr: Passthrough::Discard,
+        lazy: false,
+        idle_timeout: None,
+        health_interval: None,
+        health_misses: 3,
+        cached: None,
+        cache_key: None,
+        env_overrides: Vec::new(),
+        per_client: false,
+    }
+}
+
+/// The lists of a server with `tools`, as the cache would hold them.
+pub fn cached(name: &str, tools: &[&str]) -> Cached {
+    Cached::from_lists(&mcpvisor_gateway::cache::Lists {
+        initialize: json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": {"tools": {"listChanged": true}},
+            "serverInfo": {"name": name, "version": "0"},
+        }),
+        tools: tools
+            .iter()
+            .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// A gateway on paused time: the real hub, its servers scripted.
+pub struct Gateway {
+    pub servers: Servers,
+    pub control: mpsc::Sender<Control>,
+    fronts: mpsc::Sender<FrontCommand>,
+    pub hub: JoinHandle<Outcome>,
+    next_front: u64,
+}
+
+impl Gateway {
+    pub fn start(servers: &Servers, plans: Vec<ServerPlan>) -> Self {
+        Self::start_with(servers, plans, Settings::default())
+    }
+
+    pub fn start_with(servers: &Servers, plans: Vec<ServerPlan>, settings: Settings) -> Self {
+        let settings = Settings {
+            spawners: Some(servers.spawners()),
+            cache_dir: None,
+            ..settings
+        };
+        let (control, control_rx) = mpsc::channel(16);
+        let (fronts, fronts_rx) = mpsc::channel(64);
+        let hub = tokio::spawn(Hub::serve(settings, plans, fronts_rx, control_rx, None));
+        Self {
+            servers: servers.clone(),
+            control,
+            fronts,
+            hub,
+            next_front: 0,
+        }
+    }
+
+    /// Opens a front (not yet initialized).
+    pub async fn open(&mut self) -> Front {
+        self.next_front += 1;
+        let id = FrontId(self.next_front);
+        let (out_tx, out) = mpsc::channel(1024);
+        self.fronts
+            .send(FrontCommand::Open {
+                front: id,
+                out: out_tx,
+            })
+            .await
+            .expect("the hub runs");
+        Front {
+            id,
+            fronts: self.fronts.clone(),
+            out,
+            next_id: 0,
+            unread: Vec::new(),
+        }
+    }
+
+    /// Opens a front and initializes it.
+    pub async fn client(&mut self) -> Front {
+        let mut front = self.open().await;
+        front.initialize().await;
+        front
+    }
+
+    pub async fn control(&self, control: Control) {
+        self.control.send(control).await.expect("the hub runs");
+    }
+
+    /// Stops the gateway; how it ended.
+    pub async fn shutdown(self) -> Outcome {
+        self.control(Control::Shutdown).await;
+        tokio::time::timeout(WAIT, self.hub)
+            .await
+            .expect("the hub ends")
+            .expect("the hub's task")
+    }
+}
+
+/// One front client on a channel.
+pub struct Front {
+    pub id: FrontId,
+    fronts: mpsc::Sender<FrontCommand>,
+    out: mpsc::Receiver<Outbound>,
+    next_id: u64,
+    /// What arrived while an answer was awaited, in order.
+    unread: Vec<Value>,
+}
+
+impl Front {
+    pub async fn send(&self, message: Value) {
+        self.fronts
+            .send(FrontCommand::Message {
+                front: self.id,
+                line: Bytes::from(message.to_string()),
+            })
+            .await
+            .expect("the hub runs");
+    }
+
+    /// Sends a request; its id.
+    pub async fn begin(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = json!(self.next_id);
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+        id
+    }
+
+    /// Sends a request and waits for its answer; what else arrives is kept
+    /// for [`Front::next`].
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.begin(method, params).await;
+        self.answer(&id).await
+    }
+
+    /// The answer to `id`, within [`WAIT`].
+    pub async fn answer(&mut self, id: &Value) -> Value {
+        if let Some(at) = self
+            .unread
+            .iter()
+            .position(|m| m.get("method").is_none() && m["id"] == *id)
+        {
+            return self.unread.remove(at);
+        }
+        loop {
+            let m = self
+                .recv_within(WAIT)
+                .await
+                .unwrap_or_else(|| panic!("no answer to {id} within {WAIT:?}"));
+            if m.get("method").is_none() && m["id"] == *id {
+                return m;
+            }
+            self.unread.push(m);
+        }
+    }
+
+    /// The next message (kept ones first), within `limit`.
+    pub async fn next(&mut self, limit: Duration) -> Option<Value> {
+        if !self.unread.is_empty() {
+            return Some(self.unread.remove(0));
+        }
+        self.recv_within(limit).await
+    }
+
+    async fn recv_within(&mut self, limit: Duration) -> Option<Value> {
+        match tokio::time::timeout(limit, self.out.recv()).await {
+            Ok(Some(msg)) => Some(serde_json::from_slice(&msg.line).expect("the hub wrote JSON")),
+            _ => None,
+        }
+    }
+
+    /// Every message that arrives within `limit` (kept ones first).
+    pub async fn drain(&mut self, limit: Duration) -> Vec<Value> {
+        let mut all = std::mem::take(&mut self.unread);
+        let until = tokio::time::Instant::now() + limit;
+        while let Ok(Some(msg)) = tokio::time::timeout_at(until, self.out.recv()).await {
+            all.push(serde_json::from_slice(&msg.line).expect("the hub wrote JSON"));
+        }
+        all
+    }
+
+    pub async fn initialize(&mut self) -> Value {
+        let init = self
+            .request(
+                "initialize",
+                json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "core", "version": "0"}}),
+            )
+            .await;
+        assert!(init.get("result").is_some(), "{init}");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await;
+        init
+    }
+
+    pub async fn call(&mut self, tool: &str, arguments: Value) -> Value {
+        self.request("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await
+    }
+
+    /// The names `tools/list` gives.
+    pub async fn tools(&mut self) -> Vec<String> {
+        let r = self.request("tools/list", json!({})).await;
+        r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a tool list: {r}"))
+            .iter()
+            .map(|t| t["name"].as_str().expect("a name").to_owned())
+            .collect()
+    }
+
+    /// Closes the front; the hub answers what it still owes, then forgets it.
+    pub async fn close(&self) {
+        self.fronts
+            .send(FrontCommand::Close { front: self.id })
+            .await
+            .expect("the hub runs");
+    }
+}
+
+/// Whether `m` is a `notifications/tools/list_changed`.
+pub fn is_tools_changed(m: &Value) -> bool {
+    m["method"] == "notifications/tools/list_changed"
+}
+
+/// Lets every task run until all wait on a timer or a channel: what is
+/// already in flight settles, and no timer fires (unless one was due).
+pub async fn settle() {
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+}
