@@ -71,6 +71,6 @@ pub use sandbox::Sandbox;
 pub use secrets::{Secret, SecretsError};
 pub use server::{
     ConfigEntry, ConfigError, ConfigFile, Dialect, RemoteTransport, RestartMode, ServerDef,
-    SessionMode, StartMode, Supervision, Timer, ToolFilter, UnsupportedServer,
+    SessionMode, StartMode, Supervision, Timer, ToolFilter, ToolOverride, UnsupportedServer,
 };
 pub use set::{Member, ServerSet, SetError, SkipReason, Skipped};

@@ -11,7 +11,8 @@
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
 //! `init_timeout`, `auth_timeout`, `disabled`, `tools`
-//! (`{"allow": [...], "deny": [...]}`), `sandbox` ([`crate::sandbox`]) and the supervision overrides of
+//! (`{"allow": [...], "deny": [...], "override": {NAME: {...}}}`, see
+//! [`ToolFilter`] and [`ToolOverride`]), `sandbox` ([`crate::sandbox`]) and the supervision overrides of
 //! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
 //! `sessions`, ...). Codex's `startup_timeout_sec`, `startup_timeout_ms`,
 //! `tool_timeout_sec`, `enabled`, `enabled_tools` and `disabled_tools` are
@@ -77,7 +78,8 @@ pub struct ServerDef {
     /// Set by `"disabled": true` (or Codex's `enabled = false`). Loading
     /// keeps disabled servers; whoever starts servers decides what it means.
     pub disabled: bool,
-    /// Which tools the server may expose.
+    /// Which tools the server may expose, and what of their definitions
+    /// the entry rewrites.
     pub tools: ToolFilter,
     /// What a stdio server may read, write and connect to (`sandbox`);
     /// `None` runs it with mcpvisor's own rights.
@@ -121,7 +123,8 @@ pub enum RemoteTransport {
     Sse,
 }
 
-/// Which tools of a server are let through.
+/// Which tools of a server are let through, and how their definitions are
+/// rewritten on the way.
 ///
 /// `deny` always wins. With `allow` set, only the tools it names pass; an
 /// empty `allow` list therefore lets nothing through. Names match exactly.
@@ -131,6 +134,23 @@ pub struct ToolFilter {
     pub allow: Option<Vec<String>>,
     /// Tools that never pass.
     pub deny: Vec<String>,
+    /// `override`: the entry's own title, description and annotations for
+    /// tools of the server, by the server's name for the tool.
+    pub overrides: BTreeMap<String, ToolOverride>,
+}
+
+/// What an entry says of one of its server's tools in place of what the
+/// server says (`"tools": {"override": {NAME: {...}}}`).
+///
+/// `title` and `description` replace the server's; `annotations` are
+/// merged into the server's key by key, and a key set to `null` (JSON only)
+/// removes the server's hint. The name, the schemas and everything else are
+/// the server's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOverride {
+    pub title: Option<String>,
+    pub description: Option<String>,
+    pub annotations: Map<String, Value>,
 }
 
 /// An entry for a transport mcpvisor cannot supervise (HTTP, SSE, ...).
@@ -551,6 +571,39 @@ impl ToolFilter {
     /// Whether every tool passes.
     pub fn is_open(&self) -> bool {
         self.allow.is_none() && self.deny.is_empty()
+    }
+}
+
+// === impl ToolOverride ===
+
+impl ToolOverride {
+    /// Rewrites one tool definition (a `tools/list` item) as the override
+    /// says.
+    pub fn apply(&self, tool: &mut Map<String, Value>) {
+        if let Some(title) = &self.title {
+            tool.insert("title".to_owned(), Value::String(title.clone()));
+        }
+        if let Some(description) = &self.description {
+            tool.insert("description".to_owned(), Value::String(description.clone()));
+        }
+        if self.annotations.is_empty() {
+            return;
+        }
+        let annotations = tool
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !annotations.is_object() {
+            *annotations = Value::Object(Map::new());
+        }
+        if let Value::Object(hints) = annotations {
+            for (key, value) in &self.annotations {
+                if value.is_null() {
+                    hints.remove(key);
+                } else {
+                    hints.insert(key.clone(), value.clone());
+                }
+            }
+        }
     }
 }
 

@@ -33,12 +33,15 @@
 //! * [`search`]: BM25 ranking of tools for `--tool-search`.
 //! * [`cache`]: the list cache that lets a lazy server's tools be listed
 //!   before it ever starts.
+//! * `overrides`: an entry's own titles, descriptions and annotations for
+//!   its server's tools, applied as a backend's `tools/list` is taken in.
 
 pub mod cache;
 pub mod fronts;
 mod hub;
 pub mod monitor;
 pub mod naming;
+mod overrides;
 mod raw;
 pub mod search;
 

@@ -217,6 +217,9 @@ pub enum EventKind {
     Enabled,
     Disabled,
     SecretSet,
+    /// Something in its entry does not fit what the server offers (a tool
+    /// override for a tool it does not list).
+    Warning,
 }
 
 /// What the hub publishes to its observers.

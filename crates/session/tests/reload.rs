@@ -331,6 +331,7 @@ async fn a_tools_filter_hides_tools_from_lists_and_refuses_calls() {
         tools: mcpvisor_config::ToolFilter {
             allow: None,
             deny: vec!["b".into()],
+            ..Default::default()
         },
         ..config()
     };

@@ -1067,7 +1067,7 @@
     const tones = {
       ready: 'good', recovered: 'good', authorized: 'good', started: 'good', enabled: 'good', added: 'good',
       exited: 'bad', failed: 'bad',
-      restarting: 'warn', auth_pending: 'warn', reloading: 'warn',
+      restarting: 'warn', auth_pending: 'warn', reloading: 'warn', warning: 'warn',
     };
     return { label: String(kind || '').replace(/_/g, ' '), tone: tones[kind] || 'neutral' };
   }

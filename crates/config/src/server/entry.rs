@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::{Format, RemoteTransport, ServerDef, ToolFilter, UnsupportedServer, supervision};
+use super::{
+    Format, RemoteTransport, ServerDef, ToolFilter, ToolOverride, UnsupportedServer, supervision,
+};
 use crate::duration::{parse_duration, seconds};
 use crate::sandbox::Sandbox;
 
@@ -355,14 +357,18 @@ impl<'a> Fields<'a> {
         Ok(headers)
     }
 
-    /// `tools = {allow, deny}`, else Codex's `enabled_tools`/`disabled_tools`.
+    /// `tools = {allow, deny, override}`, else Codex's
+    /// `enabled_tools`/`disabled_tools`.
     fn tools(&self) -> Result<ToolFilter, String> {
         let mut filter = match self.map.get("tools") {
             None => ToolFilter::default(),
             Some(Value::Object(tools)) => {
-                if let Some(unknown) = tools.keys().find(|k| *k != "allow" && *k != "deny") {
+                if let Some(unknown) = tools
+                    .keys()
+                    .find(|k| !["allow", "deny", "override"].contains(&k.as_str()))
+                {
                     return Err(format!(
-                        "\"tools\" has unknown key {unknown:?} (expected \"allow\" or \"deny\")"
+                        "\"tools\" has unknown key {unknown:?} (expected \"allow\", \"deny\" or \"override\")"
                     ));
                 }
                 let tools = Fields {
@@ -375,6 +381,7 @@ impl<'a> Fields<'a> {
                         .string_list("deny")
                         .map_err(in_tools)?
                         .unwrap_or_default(),
+                    overrides: tools.overrides()?,
                 }
             }
             Some(_) => {
@@ -391,6 +398,52 @@ impl<'a> Fields<'a> {
             .deny
             .extend(self.string_list("disabled_tools")?.unwrap_or_default());
         Ok(filter)
+    }
+}
+
+impl Fields<'_> {
+    /// `override = {NAME = {title, description, annotations}}`, inside
+    /// `tools`.
+    fn overrides(&self) -> Result<BTreeMap<String, ToolOverride>, String> {
+        let noun = self.format.map_noun();
+        let Some(value) = self.map.get("override") else {
+            return Ok(BTreeMap::new());
+        };
+        let Value::Object(tools) = value else {
+            return Err(format!(
+                "\"tools.override\" must be {noun} of tool names to {{title, description, annotations}}"
+            ));
+        };
+        let mut overrides = BTreeMap::new();
+        for (tool, value) in tools {
+            let at = format!("\"tools.override.{tool}");
+            let Value::Object(fields) = value else {
+                return Err(format!(
+                    "{at}\" must be {noun} with \"title\", \"description\" and/or \"annotations\""
+                ));
+            };
+            let mut over = ToolOverride::default();
+            for (key, value) in fields {
+                match (key.as_str(), value) {
+                    ("title", Value::String(s)) => over.title = Some(s.clone()),
+                    ("description", Value::String(s)) => over.description = Some(s.clone()),
+                    ("annotations", Value::Object(hints)) => over.annotations = hints.clone(),
+                    ("title" | "description", _) => {
+                        return Err(format!("{at}.{key}\" must be a string"));
+                    }
+                    ("annotations", _) => {
+                        return Err(format!("{at}.annotations\" must be {noun}"));
+                    }
+                    (unknown, _) => {
+                        return Err(format!(
+                            "{at}\" has unknown key {unknown:?} (expected \"title\", \"description\" or \"annotations\"; the name, the schemas and the rest stay the server's)"
+                        ));
+                    }
+                }
+            }
+            overrides.insert(tool.clone(), over);
+        }
+        Ok(overrides)
     }
 }
 

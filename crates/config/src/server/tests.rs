@@ -441,7 +441,27 @@ fn entry_errors_name_the_server_and_field() {
         ),
         (
             r#"{"a": {"command": "x", "tools": {"alow": ["x"]}}}"#,
-            "server \"a\": \"tools\" has unknown key \"alow\" (expected \"allow\" or \"deny\")",
+            "server \"a\": \"tools\" has unknown key \"alow\" (expected \"allow\", \"deny\" or \"override\")",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"override": ["x"]}}}"#,
+            "server \"a\": \"tools.override\" must be an object of tool names to {title, description, annotations}",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"override": {"echo": "hi"}}}}"#,
+            "server \"a\": \"tools.override.echo\" must be an object with \"title\", \"description\" and/or \"annotations\"",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"override": {"echo": {"description": 3}}}}}"#,
+            "server \"a\": \"tools.override.echo.description\" must be a string",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"override": {"echo": {"annotations": true}}}}}"#,
+            "server \"a\": \"tools.override.echo.annotations\" must be an object",
+        ),
+        (
+            r#"{"a": {"command": "x", "tools": {"override": {"echo": {"inputSchema": {}}}}}}"#,
+            "server \"a\": \"tools.override.echo\" has unknown key \"inputSchema\" (expected \"title\", \"description\" or \"annotations\"; the name, the schemas and the rest stay the server's)",
         ),
         (
             r#"{"a": {"command": "x", "tools": {"deny": "x"}}}"#,
@@ -467,6 +487,52 @@ fn entry_errors_name_the_server_and_field() {
             format!("config.json: {expected}")
         );
     }
+}
+
+#[test]
+fn tool_overrides_in_json_and_toml() -> Result<(), ConfigError> {
+    let json = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"a": {"command": "x", "tools": {"deny": ["rm"], "override": {
+            "echo": {"title": "Echo", "description": "Says it back.", "annotations": {"readOnlyHint": true, "openWorldHint": null}}
+        }}}}}"#,
+    )?;
+    let toml = parse_at(
+        "c.toml",
+        "[mcp_servers.a]\ncommand = \"x\"\n[mcp_servers.a.tools]\ndeny = [\"rm\"]\n\
+         [mcp_servers.a.tools.override.echo]\ntitle = \"Echo\"\ndescription = \"Says it back.\"\n\
+         [mcp_servers.a.tools.override.echo.annotations]\nreadOnlyHint = true\n",
+    )?;
+    for file in [&json, &toml] {
+        let tools = &file.get("a")?.tools;
+        assert!(!tools.permits("rm"));
+        let echo = &tools.overrides["echo"];
+        assert_eq!(echo.title.as_deref(), Some("Echo"));
+        assert_eq!(echo.description.as_deref(), Some("Says it back."));
+        assert_eq!(echo.annotations["readOnlyHint"], true);
+    }
+    let mut tool = serde_json::json!({
+        "name": "echo", "description": "old", "inputSchema": {"type": "object"},
+        "annotations": {"openWorldHint": true, "destructiveHint": false}
+    });
+    let echo = &json.get("a")?.tools.overrides["echo"];
+    echo.apply(tool.as_object_mut().expect("an object"));
+    assert_eq!(
+        tool,
+        serde_json::json!({
+            "name": "echo", "title": "Echo", "description": "Says it back.",
+            "inputSchema": {"type": "object"},
+            "annotations": {"readOnlyHint": true, "destructiveHint": false}
+        }),
+        "title and description replaced, hints merged, a null hint removed"
+    );
+    let mut bare = serde_json::json!({"name": "echo", "annotations": "junk"});
+    echo.apply(bare.as_object_mut().expect("an object"));
+    assert_eq!(
+        bare["annotations"],
+        serde_json::json!({"readOnlyHint": true})
+    );
+    Ok(())
 }
 
 #[test]
@@ -550,11 +616,13 @@ fn tool_filter_rules() {
     let none = ToolFilter {
         allow: Some(vec![]),
         deny: vec![],
+        ..Default::default()
     };
     assert!(!none.permits("anything"));
     let deny = ToolFilter {
         allow: None,
         deny: vec!["rm".into()],
+        ..Default::default()
     };
     assert!(!deny.permits("rm"));
     assert!(deny.permits("ls"));

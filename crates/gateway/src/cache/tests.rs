@@ -253,6 +253,7 @@ fn the_key_follows_what_changes_the_lists() {
             d.tools = ToolFilter {
                 allow: None,
                 deny: vec!["echo".into()],
+                ..Default::default()
             };
         },
         mtime(100)

@@ -273,6 +273,9 @@ impl Hub {
             }
             tracing::warn!(server = %name, "{} has more than {MAX_PAGES} pages; the rest is left out", kind.method());
         }
+        if kind == Kind::Tools {
+            self.override_tools(id, &mut items);
+        }
         let list: Vec<Item> = items
             .into_iter()
             .filter_map(|raw| Item::read(kind, raw))
@@ -292,6 +295,25 @@ impl Hub {
         }
         self.remerge(kind);
         self.after_lists_read(id);
+    }
+
+    /// Applies the entry's tool overrides to a backend's whole `tools/list`;
+    /// an override for a tool the server does not list is a warning, in the
+    /// log and among the server's events.
+    fn override_tools(&mut self, id: BackendId, tools: &mut [Box<RawValue>]) {
+        let Some(b) = self.backends.by_id.get(&id) else {
+            return;
+        };
+        let unseen = crate::overrides::apply(&b.plan.def.tools.overrides, tools);
+        if unseen.is_empty() {
+            return;
+        }
+        let message = format!(
+            "tools.override names tools the server does not list: {}",
+            unseen.join(", ")
+        );
+        tracing::warn!(server = %b.plan.name, "{message}");
+        self.record(id, crate::monitor::EventKind::Warning, message);
     }
 
     /// Recomputes every merged list.
