@@ -217,6 +217,8 @@ gw = Gateway("ui", "127.0.0.1:0")
 waiting = gw.waiting()
 link = waiting.get("auth_url", "")
 check("serve: a server without tokens waits for authorization, with a link", bool(link), gw.server())
+check("  and says why: not authorized yet", waiting.get("auth_reason") == "not authorized yet"
+      and "not authorized yet" in (waiting.get("detail") or ""), waiting)
 check("  whose redirect URI is the UI's /oauth/callback", redirect_of(link) == gw.origin + "/oauth/callback",
       redirect_of(link))
 bogus = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
@@ -255,6 +257,15 @@ if error.get("code") != -32011:
     error = (answer or {}).get("error", {})
 check("  a call gets -32011 with the link", error.get("code") == -32011 and link2 in error.get("message", ""),
       json.dumps(answer)[:400])
+reason = waiting.get("auth_reason") or ""
+check("  the row says why: the refresh was refused (invalid_grant)",
+      reason.startswith("its refresh was refused: invalid_grant") and reason in (waiting.get("detail") or ""),
+      waiting)
+check("  and so does the -32011 (message and error.data)",
+      bool(reason) and f"({reason})" in error.get("message", "")
+      and (error.get("data") or {}).get("auth_reason") == reason, json.dumps(error)[:400])
+status_out = subprocess.run([BIN, "auth", "status", "--url", URL], capture_output=True, text=True, timeout=30)
+check("  and auth status", f"not authorized ({reason})" in status_out.stdout, status_out.stdout)
 before = gw.list_changed
 final, page = follow(link2)
 check("following the new link authorizes again", "mcpvisor is authorized" in page, f"{final}: {page[:200]}")

@@ -246,9 +246,9 @@ fn login(one: &OneServer, store: Store) -> Result<(), String> {
 
 /// Prints the authorization link and, on a terminal, offers to paste the
 /// URL the browser landed on (for a browser on another machine).
-pub fn show_link(link: &str) {
+pub fn show_link(link: &str, reason: &str) {
     eprintln!(
-        "\nmcpvisor: open this link to authorize (a browser should open it):\n\n    {link}\n"
+        "\nmcpvisor: open this link to authorize ({reason}; a browser should open it):\n\n    {link}\n"
     );
     offer_paste();
 }
@@ -361,7 +361,10 @@ fn status(args: &StatusArgs, store: &Store) -> Result<(), String> {
                     ""
                 }
             ),
-            None => format!("{name}  {url}  not authorized\n"),
+            None => match stored.as_ref().and_then(|s| s.reason.as_deref()) {
+                Some(reason) => format!("{name}  {url}  not authorized ({reason})\n"),
+                None => format!("{name}  {url}  not authorized\n"),
+            },
         };
         text.push_str(&line);
     }
@@ -382,6 +385,7 @@ fn row_json(name: &str, url: &str, stored: Option<&StoredServer>) -> Value {
         "name": name,
         "url": url,
         "authorized": tokens.is_some(),
+        "reason": stored.and_then(|s| s.reason.clone()),
         "issuer": tokens.map(|t| t.issuer.clone()),
         "scopes": tokens.map(|t| t.scopes.clone()).unwrap_or_default(),
         "expires_at": tokens.and_then(|t| t.expires_at),

@@ -189,9 +189,10 @@ where
 async fn show_auth(events: Option<mpsc::Receiver<SessionEvent>>) {
     if let Some(mut events) = events {
         while let Some(event) = events.recv().await {
-            if let SessionEvent::AuthPending { url, .. } = event {
+            if let SessionEvent::AuthPending { url, reason, .. } = event {
+                let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
                 eprintln!(
-                    "\nmcpvisor: the server is waiting for you to authorize it. Open:\n\n    {url}\n"
+                    "\nmcpvisor: the server is waiting for you to authorize it{why}. Open:\n\n    {url}\n"
                 );
                 crate::auth::offer_paste();
             }

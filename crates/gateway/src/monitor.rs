@@ -70,6 +70,10 @@ pub struct ServerStatus {
     pub next_try_at_ms: Option<u64>,
     /// The authorization link a waiting server printed.
     pub auth_url: Option<String>,
+    /// Why a waiting server needs authorizing ("not authorized yet", "its
+    /// refresh was refused: invalid_grant"), when its OAuth flow said;
+    /// known secrets redacted.
+    pub auth_reason: Option<String>,
     pub lazy: bool,
     /// `"stdio"`, `"http"` (Streamable HTTP; an entry without a `type`
     /// that falls back to the old transport is still shown so) or `"sse"`

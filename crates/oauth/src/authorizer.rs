@@ -22,8 +22,16 @@ use crate::registration::{self, Origin};
 use crate::store::{StoredClient, StoredServer, StoredTokens, now_secs};
 use crate::{AuthError, Challenge, Secret, Settings, Store};
 
-/// Shown the authorization link when a person must open it.
-pub type Prompt = Arc<dyn Fn(&str) + Send + Sync>;
+/// Shown the authorization link when a person must open it, with why the
+/// server needs authorizing (one short line, never a token: "not
+/// authorized yet", "its refresh was refused: invalid_grant ...").
+pub type Prompt = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+/// The reason given for a server never authorized here.
+pub const NOT_AUTHORIZED_YET: &str = "not authorized yet";
+/// Most characters of a reason (an authorization server's description may
+/// be long).
+const REASON_CHARS: usize = 200;
 
 /// A token is refreshed when it expires within this.
 const REFRESH_MARGIN: Duration = Duration::from_secs(60);
@@ -260,6 +268,24 @@ impl Authorizer {
             .map_err(|_| AuthError::Store("poisoned".into()))?
             .replace(found.clone());
         let mut scopes = self.scopes_for(challenge, &found);
+        let mut reason = match &stored.tokens {
+            None => stored
+                .reason
+                .clone()
+                .unwrap_or_else(|| NOT_AUTHORIZED_YET.to_owned()),
+            Some(_) if step_up => format!(
+                "the server asks for more scopes ({})",
+                challenge.scopes().join(" ")
+            ),
+            Some(tokens) if tokens.issuer != found.issuer => format!(
+                "its authorization server changed (from {} to {})",
+                tokens.issuer, found.issuer
+            ),
+            Some(tokens) if tokens.refresh_token.is_none() => {
+                "the server refused its token, and no refresh token came with it".to_owned()
+            }
+            Some(_) => "the server refused its token".to_owned(),
+        };
         if step_up {
             let made = self.step_ups.fetch_add(1, Ordering::Relaxed) + 1;
             if made > STEP_UPS {
@@ -292,6 +318,10 @@ impl Authorizer {
                     Err(e @ AuthError::Backoff(..)) => return Err(e),
                     Err(e) => {
                         tracing::info!(server = %self.name, error = %e, "the refresh failed; authorizing again");
+                        reason = match e {
+                            AuthError::Token(why) => format!("its refresh was refused: {why}"),
+                            other => format!("its refresh failed: {other}"),
+                        };
                     }
                 }
             }
@@ -299,7 +329,7 @@ impl Authorizer {
         let Some(prompt) = prompt else {
             return Err(AuthError::NeedsLogin(self.name.clone()));
         };
-        self.flow(&found, scopes, prompt).await
+        self.flow(&found, scopes, prompt, &short(&reason)).await
     }
 
     /// A request went through: the step-ups begin again from none.
@@ -313,7 +343,7 @@ impl Authorizer {
         let challenge = self.probe().await;
         let found = discovery::discover(&self.http, &self.server, &challenge).await?;
         let scopes = self.scopes_for(&challenge, &found);
-        self.flow(&found, scopes, prompt).await?;
+        self.flow(&found, scopes, prompt, "asked to log in").await?;
         self.load()?
             .tokens
             .ok_or_else(|| AuthError::Store("the tokens were not stored".into()))
@@ -439,8 +469,14 @@ impl Authorizer {
                 }
                 let message = token_error(&err);
                 if is_invalid_grant(&err) {
-                    // The grant is gone: forget it, and authorize again.
+                    // The grant is gone: forget it, and authorize again,
+                    // saying why (to the prompt and `auth status`). A client
+                    // the server forgot is registered anew.
                     stored.tokens = None;
+                    stored.reason = Some(short(&format!("its refresh was refused: {message}")));
+                    if is_invalid_client(&err) && self.settings.client_id.is_none() {
+                        stored.clients.remove(&tokens.issuer);
+                    }
                     self.store.save(&stored).map_err(AuthError::Store)?;
                 }
                 Err(AuthError::Token(message))
@@ -479,6 +515,7 @@ impl Authorizer {
         found: &Discovered,
         scopes: Vec<String>,
         prompt: &Prompt,
+        reason: &str,
     ) -> Result<(), AuthError> {
         let s256 = found
             .metadata
@@ -533,7 +570,7 @@ impl Authorizer {
         let (link, state) = request.url();
         let state = state.secret().clone();
         let _waiting = Waiting::register(&state, arrivals_tx);
-        prompt(link.as_str());
+        prompt(link.as_str(), reason);
         if OPEN_BROWSER.load(Ordering::Relaxed) && !callback::open_browser(link.as_str()) {
             tracing::info!("no browser could be opened; open the link by hand");
         }
@@ -639,6 +676,7 @@ impl Authorizer {
         let _lock = self.store.lock(&self.key).await.map_err(AuthError::Store)?;
         let mut stored = self.load()?;
         stored.tokens = Some(tokens);
+        stored.reason = None;
         self.store.save(&stored).map_err(AuthError::Store)?;
         tracing::info!(server = %self.name, issuer = %found.issuer, "authorized");
         Ok(())
@@ -776,6 +814,20 @@ fn token_error(err: &TokenError) -> String {
         RequestTokenError::Request(e) => e.0.clone(),
         RequestTokenError::Parse(_, _) => "the token endpoint's answer is not a token".into(),
         RequestTokenError::Other(what) => what.clone(),
+    }
+}
+
+fn is_invalid_client(err: &TokenError) -> bool {
+    matches!(err, RequestTokenError::ServerResponse(answer)
+        if matches!(answer.error(), BasicErrorResponseType::InvalidClient))
+}
+
+/// A reason on one line of at most [`REASON_CHARS`] characters.
+fn short(reason: &str) -> String {
+    let line = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(REASON_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
     }
 }
 

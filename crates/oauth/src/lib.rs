@@ -57,7 +57,8 @@ mod settings;
 pub mod store;
 
 pub use authorizer::{
-    Authorizer, DEFAULT_WAIT, Prompt, deliver, paste, set_open_browser, set_redirect_uri,
+    Authorizer, DEFAULT_WAIT, NOT_AUTHORIZED_YET, Prompt, deliver, paste, set_open_browser,
+    set_redirect_uri,
 };
 pub use challenge::Challenge;
 pub use error::AuthError;

@@ -39,6 +39,10 @@ pub struct StoredServer {
     pub clients: BTreeMap<String, StoredClient>,
     /// The tokens, when authorized.
     pub tokens: Option<StoredTokens>,
+    /// Why the server must be authorized again, when its tokens were
+    /// dropped (a refused refresh); cleared when new tokens come.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A client at one authorization server.
@@ -288,6 +292,7 @@ mod tests {
             server: server.into(),
             clients: BTreeMap::new(),
             tokens: Some(tokens("a1")),
+            reason: None,
         };
         store.save(&stored).expect("save");
         let mode = fs::metadata(store.file(server))

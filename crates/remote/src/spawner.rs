@@ -202,7 +202,9 @@ impl Spawner for RemoteSpawner {
             let reporter = reporter.clone();
             Auth {
                 authorizer: Arc::clone(authorizer),
-                prompt: Arc::new(move |link: &str| reporter.auth_prompt(link.to_owned())),
+                prompt: Arc::new(move |link: &str, reason: &str| {
+                    reporter.auth_prompt(link.to_owned(), Some(reason.to_owned()));
+                }),
                 failure: Arc::new(Mutex::new(None)),
             }
         });

@@ -220,7 +220,9 @@ impl Driver {
     /// pass the event on (dropped if nobody keeps up).
     pub(crate) fn on_event(&mut self, event: SessionEvent) {
         match &event {
-            SessionEvent::AuthPending { generation, url } => {
+            SessionEvent::AuthPending {
+                generation, url, ..
+            } => {
                 self.auth_generation = Some(*generation);
                 self.auth.send_replace(Some(url.clone()));
             }

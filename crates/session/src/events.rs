@@ -24,8 +24,15 @@ pub enum SessionEvent {
     /// started.
     Ready { generation: u64, pid: Option<u32> },
     /// It printed an authorization link and waits for a person to open it;
-    /// meanwhile `initialize` may take `auth_timeout`.
-    AuthPending { generation: u64, url: String },
+    /// meanwhile `initialize` may take `auth_timeout`. `reason` says why it
+    /// needs authorizing, when its OAuth flow knows ("not authorized yet",
+    /// "its refresh was refused: invalid_grant"), with known secrets
+    /// redacted; a bridge's printed link has none.
+    AuthPending {
+        generation: u64,
+        url: String,
+        reason: Option<String>,
+    },
     /// `initialize` completed after an authorization prompt; the prompt is
     /// over.
     Authorized { generation: u64 },

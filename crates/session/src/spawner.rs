@@ -102,10 +102,11 @@ impl WorkerReporter {
         Self { generation, events }
     }
 
-    /// The worker printed an authorization link and waits for a person to
-    /// open it. Never blocks: a session a whole queue behind misses it.
-    pub fn auth_prompt(&self, url: String) {
-        let event = (self.generation, WorkerEvent::AuthPrompt(url));
+    /// The worker waits for a person to open the authorization link `url`;
+    /// `reason` says why, when known (a refused refresh, "not authorized
+    /// yet"). Never blocks: a session a whole queue behind misses it.
+    pub fn auth_prompt(&self, url: String, reason: Option<String>) {
+        let event = (self.generation, WorkerEvent::AuthPrompt(url, reason));
         if self.events.try_send(event).is_err() {
             tracing::debug!(
                 generation = self.generation,
@@ -257,7 +258,7 @@ impl Spawner for ProcessSpawner {
             if let Some(url) = detector.feed(line) {
                 if reported.as_deref() != Some(url.as_str()) {
                     reported = Some(url.clone());
-                    reporter.auth_prompt(url);
+                    reporter.auth_prompt(url, None);
                 }
             }
             let line = redact::global().redact(line);

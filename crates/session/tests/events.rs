@@ -137,6 +137,7 @@ async fn an_auth_prompt_is_an_event_until_initialize_completes() {
             SessionEvent::AuthPending {
                 generation,
                 url: url.clone(),
+                reason: None,
             },
             SessionEvent::Authorized { generation },
             SessionEvent::Ready {

@@ -344,8 +344,9 @@ impl Runner {
                         Some(pid) => self.progress(format!("started {program} (pid {pid})")),
                         None => self.progress(format!("started {program}")),
                     },
-                    SessionEvent::AuthPending { url, .. } => {
-                        self.progress(format!("waiting for authorization: open {url}"));
+                    SessionEvent::AuthPending { url, reason, .. } => {
+                        let why = reason.map(|r| format!(" ({r})")).unwrap_or_default();
+                        self.progress(format!("waiting for authorization{why}: open {url}"));
                     }
                     SessionEvent::Authorized { .. } => self.progress("authorized".to_owned()),
                     SessionEvent::Exited { data, .. } => {

@@ -207,6 +207,7 @@ mod tests {
             detail: None,
             next_try_at_ms: None,
             auth_url: None,
+            auth_reason: None,
             lazy: false,
             transport: "stdio",
             command: "x".to_owned(),

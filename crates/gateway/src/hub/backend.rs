@@ -312,10 +312,19 @@ pub(crate) enum Phase {
     Starting,
     Ready,
     /// The server printed an authorization link and waits for a person.
-    WaitingAuth(String),
+    WaitingAuth(AuthWait),
     /// It cannot be started, or it crash-loops: the session's report. Its
     /// session refuses requests until the server answers again.
     Failed(Value),
+}
+
+/// What a server waiting for authorization asks of a person.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AuthWait {
+    /// The authorization link.
+    pub url: String,
+    /// Why it needs authorizing (redacted), when its OAuth flow said.
+    pub reason: Option<String>,
 }
 
 /// A live backend's health checks.
@@ -527,14 +536,18 @@ impl Backend {
                 data.clone(),
             )),
             Run::Live(Live {
-                phase: Phase::WaitingAuth(url),
+                phase: Phase::WaitingAuth(AuthWait { url, reason }),
                 ..
             }) => Some((
                 format!(
-                    "Request not started: the server `{}` waits for you to authorize it. Open this link, then retry: {url}",
-                    self.plan.name
+                    "Request not started: the server `{}` waits for you to authorize it{}. Open this link, then retry: {url}",
+                    self.plan.name,
+                    reason
+                        .as_ref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default(),
                 ),
-                serde_json::json!({"reason": "waiting for authorization", "server": self.plan.name, "authorization_url": url}),
+                serde_json::json!({"reason": "waiting for authorization", "server": self.plan.name, "authorization_url": url, "auth_reason": reason}),
             )),
             Run::Off(Off::Disabled) => Some((
                 format!(
@@ -1107,9 +1120,9 @@ impl Hub {
         };
         let name = b.plan.name.clone();
         match event {
-            E::AuthPending { url, .. } => {
+            E::AuthPending { url, reason, .. } => {
                 tracing::warn!(server = %name, "waiting for authorization: open {url}");
-                live.phase = Phase::WaitingAuth(url);
+                live.phase = Phase::WaitingAuth(AuthWait { url, reason });
                 b.obs.revision += 1;
                 // Requests queued for it would wait on a person: refuse them
                 // now with the link.

@@ -33,7 +33,7 @@ use crate::monitor::{
     Snapshot,
 };
 
-use super::backend::{Backend, BackendId, Off, Phase, Run, Start, Tail, Worker};
+use super::backend::{AuthWait, Backend, BackendId, Off, Phase, Run, Start, Tail, Worker};
 use super::{Hub, Timer};
 
 /// The shortest time between two counter-only updates of one server's row.
@@ -329,6 +329,7 @@ impl Hub {
                 });
                 status.detail = Some(format!("client {client}'s process: {why}"));
                 status.auth_url.clone_from(&row.auth_url);
+                status.auth_reason.clone_from(&row.auth_reason);
                 status.next_try_at_ms = row.next_try_at_ms;
             }
         }
@@ -485,9 +486,16 @@ impl Hub {
                 });
                 (EventKind::Ready, format!("ready{}", pid_text(pid)))
             }
-            SessionEvent::AuthPending { .. } => (
+            SessionEvent::AuthPending { reason, .. } => (
                 EventKind::AuthPending,
-                "waiting for a person to authorize it (the link is on its row)".to_owned(),
+                match reason {
+                    Some(reason) => format!(
+                        "waiting for a person to authorize it: {reason} (the link is on its row)"
+                    ),
+                    None => {
+                        "waiting for a person to authorize it (the link is on its row)".to_owned()
+                    }
+                },
             ),
             SessionEvent::Authorized { .. } => (EventKind::Authorized, "authorized".to_owned()),
             SessionEvent::StderrTail { generation, lines } => {
@@ -707,6 +715,14 @@ fn transport_name(def: &mcpvisor_config::ServerDef) -> &'static str {
     }
 }
 
+/// What a server waiting for authorization asks, when it waits.
+fn auth_wait(b: &Backend) -> Option<&AuthWait> {
+    match b.phase() {
+        Some(Phase::WaitingAuth(wait)) => Some(wait),
+        _ => None,
+    }
+}
+
 /// A backend's row: a function of the backend alone (its state, its plan,
 /// its counters and history).
 pub(crate) fn status_of(b: &Backend) -> ServerStatus {
@@ -738,16 +754,17 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         (_, ServerState::Reloading) => {
             Some("reloading: replaced once it has answered what it holds".to_owned())
         }
-        (_, ServerState::WaitingAuth) => Some("waiting for a person to authorize it".to_owned()),
+        (_, ServerState::WaitingAuth) => Some(match auth_wait(b).and_then(|w| w.reason.as_ref()) {
+            Some(reason) => format!("waiting for a person to authorize it: {reason}"),
+            None => "waiting for a person to authorize it".to_owned(),
+        }),
         (_, ServerState::Stopped) => Some("stopped by a person; start it to use it".to_owned()),
         (_, ServerState::Disabled) => Some("disabled in its config entry".to_owned()),
         _ => None,
     }
     .map(one_line);
-    let auth_url = match b.phase() {
-        Some(Phase::WaitingAuth(url)) => Some(url.clone()),
-        _ => None,
-    };
+    let auth_url = auth_wait(b).map(|w| w.url.clone());
+    let auth_reason = auth_wait(b).and_then(|w| w.reason.clone());
     let def = &b.plan.def;
     let command = match &def.url {
         // Scheme and host only: a path or query may carry a key.
@@ -782,6 +799,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         detail,
         next_try_at_ms,
         auth_url,
+        auth_reason,
         lazy: b.plan.lazy,
         transport: transport_name(def),
         command,

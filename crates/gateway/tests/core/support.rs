@@ -208,7 +208,7 @@ impl Spawner for ScriptedSpawner {
             (script, worker)
         };
         if let Some(url) = &script.auth_prompt {
-            reporter.auth_prompt(url.clone());
+            reporter.auth_prompt(url.clone(), None);
         }
         let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
         let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);

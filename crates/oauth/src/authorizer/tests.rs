@@ -149,7 +149,7 @@ fn authorizer(server: &Url, store: &Store, settings: Settings) -> Authorizer {
 
 /// A browser: follows the link's redirects, to the loopback listener.
 fn browser() -> Prompt {
-    Arc::new(|link: &str| {
+    Arc::new(|link: &str, _reason: &str| {
         let link = link.to_owned();
         tokio::spawn(async move {
             let _ = reqwest::get(&link).await;
@@ -218,6 +218,7 @@ impl Setup {
                     scopes: vec!["mcp:read".into()],
                     resource: None,
                 }),
+                reason: None,
             })
             .expect("save");
     }
@@ -296,7 +297,7 @@ async fn a_pasted_url_completes_the_flow_and_a_forged_state_does_not() {
     // The "browser" cannot reach the listener: it gets the redirect's
     // address and a person pastes it.
     let (landed_tx, mut landed) = mpsc::channel::<String>(1);
-    let prompt: Prompt = Arc::new(move |link: &str| {
+    let prompt: Prompt = Arc::new(move |link: &str, _reason: &str| {
         let link = link.to_owned();
         let landed_tx = landed_tx.clone();
         tokio::spawn(async move {
@@ -393,6 +394,72 @@ async fn invalid_grant_means_authorize_again_and_nothing_else() {
     // Asked again: no refresh is tried with nothing to refresh.
     let _ = auth.authorize(&challenge, None, None).await;
     assert_eq!(t.fake.token_requests.load(Ordering::SeqCst), 1);
+}
+
+/// A browser that notes the reason each prompt gives.
+fn noting_browser(reasons: Arc<std::sync::Mutex<Vec<String>>>) -> Prompt {
+    let open = browser();
+    Arc::new(move |link: &str, reason: &str| {
+        reasons.lock().expect("lock").push(reason.to_owned());
+        open(link, reason);
+    })
+}
+
+#[tokio::test]
+async fn the_prompt_says_why_the_server_needs_authorizing() {
+    let t = setup().await;
+    let auth = t.authorizer(Settings::default());
+    let reasons = Arc::new(std::sync::Mutex::new(Vec::new()));
+    auth.authorize(
+        &unauthorized(),
+        None,
+        Some(&noting_browser(Arc::clone(&reasons))),
+    )
+    .await
+    .expect("authorized");
+    assert_eq!(*reasons.lock().expect("lock"), [NOT_AUTHORIZED_YET]);
+    assert_eq!(t.stored().reason, None);
+
+    // The grant is revoked: the refresh is refused, the tokens go, and
+    // the reason is kept for the next prompt and `auth status`.
+    t.expiring("r-revoked", "r-current");
+    assert_eq!(auth.bearer().await, None, "the dead grant is forgotten");
+    let kept = t.stored().reason.expect("a reason is kept");
+    assert!(
+        kept.starts_with("its refresh was refused: invalid_grant"),
+        "{kept}"
+    );
+    auth.authorize(
+        &unauthorized(),
+        None,
+        Some(&noting_browser(Arc::clone(&reasons))),
+    )
+    .await
+    .expect("authorized again");
+    assert_eq!(reasons.lock().expect("lock").last(), Some(&kept));
+    assert_eq!(t.stored().reason, None, "new tokens clear the reason");
+
+    // Refused while its refresh token still works elsewhere: the reason
+    // says the token was refused, not that it was never authorized.
+    t.expiring("r0", "r-other");
+    let err = auth
+        .authorize(
+            &unauthorized(),
+            Some(&Secret::new("old")),
+            Some(&noting_browser(Arc::clone(&reasons))),
+        )
+        .await;
+    assert!(err.is_ok(), "{err:?}");
+    let last = reasons
+        .lock()
+        .expect("lock")
+        .last()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        last.starts_with("its refresh was refused: invalid_grant"),
+        "{last}"
+    );
 }
 
 #[tokio::test]

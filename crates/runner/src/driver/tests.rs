@@ -188,6 +188,7 @@ async fn an_auth_prompt_is_current_until_its_generation_is_authorized_or_gone() 
     d.on_event(SessionEvent::AuthPending {
         generation: 1,
         url: url.clone(),
+        reason: None,
     });
     assert!(current.has_changed().expect("open"));
     assert_eq!(current.borrow_and_update().as_deref(), Some(url.as_str()));

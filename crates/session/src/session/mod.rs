@@ -74,8 +74,9 @@ pub(crate) enum WorkerEvent {
         closed: bool,
         error: String,
     },
-    /// The worker printed an authorization link (seen by its stderr pump).
-    AuthPrompt(String),
+    /// The worker waits for a person to open an authorization link (seen
+    /// by its stderr pump, or said by its OAuth flow with a reason).
+    AuthPrompt(String, Option<String>),
     /// The worker knows that the request with this worker-side id never
     /// reached its server, and is ending.
     Undelivered(u64),

@@ -12,7 +12,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// The generation's stderr pump saw an authorization link.
-    pub(crate) fn on_auth_prompt(&mut self, generation: u64, url: String) {
+    pub(crate) fn on_auth_prompt(&mut self, generation: u64, url: String, reason: Option<String>) {
         let Some(g) = self.gens.get_mut(&generation) else {
             return;
         };
@@ -24,7 +24,14 @@ impl<S: Spawner> Session<S> {
             "the server is waiting for authorization: open {url}"
         );
         g.auth = Some(url.clone());
-        self.report(SessionEvent::AuthPending { generation, url });
+        // The reason is an authorization server's words: known secrets
+        // are taken out before anyone sees it.
+        let reason = reason.map(|r| mcpvisor_config::redact::global().redact(&r).into_owned());
+        self.report(SessionEvent::AuthPending {
+            generation,
+            url,
+            reason,
+        });
     }
 
     /// The generation answered an `initialize`, the client's own or a

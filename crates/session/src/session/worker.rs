@@ -26,7 +26,9 @@ impl<S: Spawner> Session<S> {
                 }
             }
             WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
-            WorkerEvent::AuthPrompt(url) => self.on_auth_prompt(generation, url),
+            WorkerEvent::AuthPrompt(url, reason) => {
+                self.on_auth_prompt(generation, url, reason);
+            }
             WorkerEvent::Undelivered(wid) => self.on_undelivered(generation, wid),
             WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
             WorkerEvent::WriteFailed { closed: true, .. } => {

@@ -102,7 +102,7 @@ impl Spawner for TestSpawner {
             return Err(SpawnFailure(e));
         }
         if let Some(url) = &behaviour.auth_prompt {
-            reporter.auth_prompt(url.clone());
+            reporter.auth_prompt(url.clone(), None);
         }
         self.spawned.lock().expect("spawned").push(generation);
         let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
