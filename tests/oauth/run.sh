@@ -11,10 +11,11 @@
 # access token expired refreshes without a browser, and the rotated refresh
 # token is what the store keeps; a refused (revoked) access token is
 # refreshed on the 401; two processes refreshing at once both succeed with
-# one browser-free refresh chain; `auth status` and `auth logout`; `serve`
+# one browser-free refresh chain; `auth status` and `auth logout`; the CLI's
+# paste prompt on a terminal (paste_driver.py: auth login, call --url); `serve`
 # with its web UI (serve_driver.py: the callback on the UI's address, a
-# revoked grant back to waiting and back, the pasted URL, one list_changed
-# when tools join); no token in any output at -vv (RUST_LOG=trace).
+# revoked grant back to waiting and back, saying why in its row, its -32011
+# and auth status, the pasted URL, one list_changed when tools join); no token in any output at -vv (RUST_LOG=trace).
 #
 # Installs what it needs when missing: the interop venv (the Python SDK) and,
 # under .cache/oauth/npm, oidc-provider and a Node 22 runtime. Uses
@@ -146,6 +147,22 @@ timeout 30 "$BIN" auth logout --url "$URL" >"$WORK/logout.out" 2>"$WORK/logout.e
 timeout 30 "$BIN" auth status --url "$URL" >"$WORK/status2.out" 2>>"$WORK/status.err"
 check "auth logout forgets it" grep -q "not authorized" "$WORK/status2.out"
 check "  and its file is gone" test -z "$(ls "$STORE"/*.json 2>/dev/null)"
+
+# The CLI's paste prompt (tests/oauth/paste_driver.py): auth login and call
+# --url on a terminal, the browser's landed address typed at the prompt.
+timeout 300 "$PYTHON" "$HERE/paste_driver.py" "$BIN" "$URL" "$WORK" \
+    >"$WORK/paste.log" 2>"$WORK/paste-driver.err" || true
+grep -E '^(✓|✗) ' "$WORK/paste.log" || true
+paste_passed="$(sed -n 's/^paste: \([0-9]*\) passed.*/\1/p' "$WORK/paste.log")"
+paste_failed="$(sed -n 's/^paste: [0-9]* passed, \([0-9]*\) failed/\1/p' "$WORK/paste.log")"
+if [[ -z "$paste_passed" ]]; then
+    failed=$((failed + 1)); echo "✗ the paste checks ran to their end"
+    tail -n 20 "$WORK/paste-driver.err" >&2 || true
+else
+    passed=$((passed + paste_passed)); failed=$((failed + paste_failed))
+fi
+[[ -n "$(ls "$STORE"/*.json 2>/dev/null)" ]] && remember
+timeout 30 "$BIN" auth logout --url "$URL" >/dev/null 2>&1 || true
 
 # serve and its web UI (tests/oauth/serve_driver.py): the callback on the
 # UI's address, a revoked grant, the pasted URL.
