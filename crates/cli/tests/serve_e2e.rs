@@ -1,5 +1,9 @@
 //! `mcpvisor serve` end to end: several fake workers from one config file,
 //! offered to a client on stdio as one MCP server.
+//!
+//! What only the gateway's own timers decide (health pings, idle stops,
+//! list timeouts, a call cancelled while its server starts) is tested on
+//! paused time with scripted servers, in the gateway's `tests/core`.
 
 mod support;
 
@@ -429,98 +433,6 @@ fn every_log_line_about_a_server_and_its_own_stderr_name_it() {
     for line in about("cannot start the MCP server") {
         assert!(line.contains("server{name=gamma}"), "{line}");
     }
-}
-
-#[test]
-fn a_server_that_stops_answering_pings_is_restarted_once() {
-    let (_dir, _config, mut p) = gateway(
-        "serve-health",
-        &[Entry::fake("a", &[]), Entry::fake("b", &[])],
-        &[
-            "--health-interval",
-            "200ms",
-            "--health-misses",
-            "2",
-            "--term-grace",
-            "1s",
-        ],
-    );
-    initialize_with(&mut p, json!({}));
-    let frozen = Proc::tool_json(&p.call(json!("who-1"), "a__whoami", json!({})));
-    let b_before = Proc::tool_json(&p.call(json!("b-1"), "b__whoami", json!({})));
-    // Frozen, not dead: only the health pings can tell. The frozen worker
-    // ignores SIGTERM, so it is gone only after --term-grace.
-    signal(pid_of(&frozen), 19);
-    p.wait_stderr("health checks in a row went unanswered");
-    // A long call on the new worker, running while the old one is stopped:
-    // the end of the old worker's session must not touch the new one.
-    p.send(json!({"jsonrpc":"2.0","id":"long","method":"tools/call","params":{
-        "name":"a__sleep","arguments":{"ms":5000,"progress_ms":100},"_meta":{"progressToken":"long"}}}));
-    until(&mut p, "progress of the long call", |m| {
-        m["params"]["progressToken"] == "long"
-    });
-    let fresh = Proc::tool_json(&p.call(json!("who-2"), "a__whoami", json!({})));
-    assert_ne!(fresh["pid"], frozen["pid"], "{fresh}");
-    assert!(
-        wait_gone(pid_of(&frozen), WAIT),
-        "the frozen worker was not stopped"
-    );
-    let r = p.response(&json!("long"));
-    assert!(
-        r.get("result").is_some(),
-        "the new worker's call failed: {r}; stderr:\n{}",
-        p.stderr_text()
-    );
-    assert_eq!(Proc::tool_json(&r), "slept 5000 ms", "{r}");
-    let again = Proc::tool_json(&p.call(json!("who-3"), "a__whoami", json!({})));
-    assert_eq!(again["pid"], fresh["pid"], "restarted a second time");
-    let b_after = Proc::tool_json(&p.call(json!("b-2"), "b__whoami", json!({})));
-    assert_eq!(
-        b_after["pid"], b_before["pid"],
-        "a healthy server was restarted"
-    );
-}
-
-const LIST_TIMEOUT: Duration = Duration::from_secs(2);
-/// What process start and pipes may add to a bound the gateway keeps.
-const SLACK: Duration = Duration::from_secs(1);
-
-#[test]
-fn a_crash_looping_server_delays_nothing_and_its_tools_are_absent() {
-    let (_dir, _config, mut p) = gateway(
-        "serve-loop",
-        &[
-            Entry::fake("a", &[]),
-            Entry::fake("b", &["--exit-on-initialize", "3"]),
-            Entry::sh("c", "exit 3"),
-        ],
-        &["--list-timeout", "2s"],
-    );
-    let start = Instant::now();
-    let init = p.request(
-        json!(0),
-        "initialize",
-        json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"serve-e2e","version":"1"}}),
-    );
-    let took = start.elapsed();
-    assert!(init.get("result").is_some(), "{init}");
-    assert!(took <= LIST_TIMEOUT + SLACK, "initialize took {took:?}");
-    p.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
-    let start = Instant::now();
-    let names = tool_names(&mut p, json!(1));
-    let took = start.elapsed();
-    assert!(took <= LIST_TIMEOUT + SLACK, "tools/list took {took:?}");
-    let expected: Vec<String> = BUILTIN_TOOLS.iter().map(|t| format!("a__{t}")).collect();
-    assert_eq!(names, expected, "only a's tools");
-    for (i, name) in ["b__echo", "c__echo"].into_iter().enumerate() {
-        let start = Instant::now();
-        let r = p.call(json!(10 + i), name, json!({}));
-        assert!(r.get("error").is_some(), "{name}: {r}");
-        let took = start.elapsed();
-        assert!(took <= LIST_TIMEOUT + SLACK, "{name} took {took:?}: {r}");
-    }
-    let r = p.call(json!(20), "a__echo", json!({"still": "fine"}));
-    assert_eq!(Proc::tool_json(&r), json!({"still": "fine"}), "{r}");
 }
 
 #[test]
@@ -1381,77 +1293,6 @@ fn a_lazy_server_is_listed_from_the_cache_and_started_by_its_first_call() {
     );
     assert!(r.get("result").is_some(), "{r}");
     assert!(received(&dir, "lazy").contains("tools/call"));
-}
-
-#[test]
-fn a_call_cancelled_while_its_server_starts_never_reaches_the_server() {
-    let dir = temp_dir("serve-cancel-queued");
-    let config = dir.join("mcp.json");
-    let log = log_path(&dir, "slow");
-    let text = json!({"mcpServers": {"slow": {
-        "command": fake_worker().display().to_string(),
-        "args": ["--log-file", log.display().to_string(), "--initialize-delay", "1500"],
-        "start": "lazy",
-    }}});
-    std::fs::write(&config, text.to_string()).expect("config");
-    // The first run fills the list cache, so the second starts nothing
-    // until a call comes.
-    let mut p = serve(&config, &[]);
-    initialize_with(&mut p, json!({}));
-    assert!(
-        tool_names(&mut p, json!(1))
-            .iter()
-            .any(|n| n == "slow__echo")
-    );
-    p.close_stdin();
-    p.wait_exit(WAIT);
-    std::fs::remove_file(&log).expect("the first run started it");
-
-    let mut p = serve(&config, &[]);
-    initialize_with(&mut p, json!({}));
-    // The call starts the server and waits for it; the client gives up on
-    // it before the server is ready.
-    p.send_call(json!(2), "slow__echo", json!({"first": true}));
-    p.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"changed my mind"}}));
-    let r = p.call(json!(3), "slow__echo", json!({"second": true}));
-    assert!(r.get("result").is_some(), "{r}");
-    assert!(
-        p.recv_within(Duration::from_millis(300)).is_none(),
-        "the cancelled call got an answer"
-    );
-    let calls = received(&dir, "slow")
-        .lines()
-        .filter(|l| l.starts_with("tools/call"))
-        .count();
-    assert_eq!(
-        calls,
-        1,
-        "the cancelled call reached the server: {}",
-        received(&dir, "slow")
-    );
-}
-
-#[test]
-fn an_idle_server_is_stopped_and_started_again_by_its_next_call() {
-    let dir = temp_dir("serve-idle");
-    let config = dir.join("mcp.json");
-    let text = json!({"mcpServers": {"idle": {
-        "command": fake_worker().display().to_string(),
-        "idle_timeout": "1s",
-    }}});
-    std::fs::write(&config, text.to_string()).expect("config");
-    let mut p = serve(&config, &[]);
-    initialize_with(&mut p, json!({}));
-    let first = p.call(json!(1), "idle__whoami", json!({}));
-    let first = pid_of(&Proc::tool_json(&first));
-    // Nothing more is asked of it: after its idle timeout it is stopped.
-    assert!(wait_gone(first, WAIT), "the idle server was never stopped");
-    // Its tools stay listed, and the next call starts it again.
-    let names = tool_names(&mut p, json!(2));
-    assert!(names.iter().any(|n| n == "idle__whoami"), "{names:?}");
-    let second = p.call(json!(3), "idle__whoami", json!({}));
-    let second = pid_of(&Proc::tool_json(&second));
-    assert_ne!(second, first, "the idle server was not stopped");
 }
 
 #[test]

@@ -36,12 +36,15 @@ pub const WAIT: Duration = Duration::from_secs(600);
 /// spawned; changing it affects the next worker.
 #[derive(Debug, Clone)]
 pub struct Script {
-    /// The tools `tools/list` reports, all on one page.
+    /// The tools `tools/list` reports, all on one page (read at each list:
+    /// a change reaches running workers too).
     pub tools: Vec<String>,
     /// Answer `ping`.
     pub answer_pings: bool,
     /// Exit with this code as soon as it starts, before reading anything.
     pub exit_at_start: Option<i32>,
+    /// Exit with this code when `initialize` arrives, unanswered.
+    pub exit_on_initialize: Option<i32>,
     /// Spawning fails with this message.
     pub spawn_error: Option<String>,
     /// Report this authorization link when spawned (as a stderr prompt
@@ -57,6 +60,7 @@ impl Default for Script {
             tools: vec!["echo".into()],
             answer_pings: true,
             exit_at_start: None,
+            exit_on_initialize: None,
             spawn_error: None,
             auth_prompt: None,
             initialize_delay: None,
@@ -317,6 +321,10 @@ async fn run_worker(
         }
         let reply = |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
         match method.as_str() {
+            "initialize" if w.script.exit_on_initialize.is_some() => {
+                drop(writer);
+                return w.script.exit_on_initialize.unwrap_or(3);
+            }
             "initialize" => {
                 let answer = reply(json!({
                     "protocolVersion": "2025-06-18",
@@ -342,9 +350,15 @@ async fn run_worker(
                 }
             }
             "tools/list" => {
-                let tools: Vec<Value> = w
-                    .script
-                    .tools
+                // Read at each list, so that a test can change a running
+                // server's tools.
+                let tools = w
+                    .servers
+                    .lock()
+                    .scripts
+                    .get(&w.name)
+                    .map_or_else(|| w.script.tools.clone(), |s| s.tools.clone());
+                let tools: Vec<Value> = tools
                     .iter()
                     .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
                     .collect();
@@ -645,10 +659,18 @@ pub fn is_tools_changed(m: &Value) -> bool {
     m["method"] == "notifications/tools/list_changed"
 }
 
-/// Lets every task run until all wait on a timer or a channel: what is
-/// already in flight settles, and no timer fires (unless one was due).
-pub async fn settle() {
-    for _ in 0..100 {
-        tokio::task::yield_now().await;
+/// Waits (in paused time, in steps of 10 ms, at most [`WAIT`]) until
+/// `done` holds; how long that took.
+pub async fn until(what: &str, mut done: impl FnMut() -> bool) -> Duration {
+    let start = tokio::time::Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    start.elapsed()
+}
+
+/// How many of `messages` are a `notifications/tools/list_changed`.
+pub fn tools_changes(messages: &[Value]) -> usize {
+    messages.iter().filter(|m| is_tools_changed(m)).count()
 }
