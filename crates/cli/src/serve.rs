@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use clap::Args;
 use mcpvisor_config::{ServerSet, SessionMode, StartMode, Timer};
+use mcpvisor_gateway::audit::{Audit, Rotation};
 use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::monitor::Monitor;
 use mcpvisor_gateway::naming::Separator;
@@ -89,6 +90,15 @@ pub struct ServeArgs {
     /// The address people's browsers reach the web UI at, when not the one it listens on (behind a proxy, or another machine's name for it): OAuth authorization servers send the browser back to URL/oauth/callback.
     #[arg(long, value_name = "URL", requires = "ui", value_parser = parse_public_url)]
     pub public_url: Option<String>,
+    /// Append one JSON line per tool call, prompt get and resource read (who, what, how long, how it ended, sizes; never arguments or results) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// Rotate the audit log once it reaches this many bytes: FILE becomes FILE.1, FILE.1 FILE.2, ...
+    #[arg(long, value_name = "BYTES", default_value_t = Rotation::default().max_bytes, value_parser = clap::value_parser!(u64).range(1024..), requires = "audit_log")]
+    pub audit_log_max_bytes: u64,
+    /// Rotated audit logs kept (FILE.1 ... FILE.N); older ones are deleted.
+    #[arg(long, value_name = "N", default_value_t = Rotation::default().keep, requires = "audit_log")]
+    pub audit_log_keep: usize,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
     #[command(flatten)]
@@ -99,9 +109,28 @@ pub struct ServeArgs {
 
 pub fn main(args: ServeArgs) -> ExitCode {
     let loaded = load(&args);
-    let (settings, plans) = match loaded {
+    let (mut settings, plans) = match loaded {
         Ok(done) => done,
         Err(e) => return crate::refuse(e),
+    };
+    // The audit trail feeds the UI's Activity view and /metrics too.
+    settings.audit = match &args.audit_log {
+        Some(path) => {
+            let rotation = Rotation {
+                max_bytes: args.audit_log_max_bytes,
+                keep: args.audit_log_keep,
+            };
+            match Audit::with_file(path, rotation) {
+                Ok(audit) => Some(audit),
+                Err(e) => {
+                    return crate::refuse(format!(
+                        "--audit-log: cannot write {}: {e}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        None => args.ui.is_some().then(Audit::new),
     };
     if let Err(e) = crate::run::init_logging(&args.log) {
         return crate::refuse(e);
@@ -137,6 +166,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
         let mut _runtime_file = None;
         if let Some(plan) = ui {
             let (monitor, tap) = Monitor::new(control_tx.clone());
+            let monitor = monitor.with_activity(settings.audit.clone().unwrap_or_default());
             settings.monitor = Some(tap);
             let source = source.clone();
             let control = control_tx.clone();
@@ -422,6 +452,7 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         transparent: false,
         monitor: None,
         spawners: None,
+        audit: None,
     };
     Ok((settings, plans))
 }

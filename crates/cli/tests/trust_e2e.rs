@@ -130,3 +130,267 @@ fn a_bad_override_is_a_config_error_naming_the_entry() {
         "{stderr}"
     );
 }
+
+// === the audit log ===
+
+/// A value the env file holds: secret to mcpvisor.
+const SECRET: &str = "tok-9f8e7d6c5b4a3210";
+/// A string sent in every call's arguments: it must appear in no record.
+const MARKER: &str = "payload-marker-5d41402abc4b2a76";
+
+/// A config with one fake worker whose env file holds [`SECRET`].
+fn audited_config(dir: &Path) -> std::path::PathBuf {
+    std::fs::write(dir.join("secrets.env"), format!("API_TOKEN={SECRET}\n")).expect("env file");
+    let config = dir.join("mcp.json");
+    let entry = json!({"command": fake_worker(), "env_file": "secrets.env"});
+    std::fs::write(&config, json!({"mcpServers": {"fake": entry}}).to_string()).expect("config");
+    config
+}
+
+/// The audit file's records once it holds `count` lines (bounded wait).
+fn records(path: &Path, count: usize) -> (String, Vec<Value>) {
+    let deadline = std::time::Instant::now() + support::WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= count || std::time::Instant::now() > deadline {
+            let records = text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect();
+            return (text, records);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// One POST to the gateway's MCP endpoint; the response's head and body.
+fn post(addr: &str, session: Option<&str>, body: &str) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let session = session
+        .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
+        .unwrap_or_default();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(support::WAIT)).expect("timeout");
+    sock.write_all(request.as_bytes()).expect("send");
+    let mut text = String::new();
+    sock.read_to_string(&mut text).expect("read");
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (head.to_owned(), body.to_owned())
+}
+
+/// An HTTP session of a client called `client`.
+fn open_session(addr: &str, client: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": client, "version": "1"}}});
+    let (head, body) = post(addr, None, &init.to_string());
+    let session = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}\n{body}"));
+    post(
+        addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    session
+}
+
+#[test]
+fn the_audit_log_has_one_line_per_call_from_stdio_and_http_clients_and_no_payload() {
+    let dir = temp_dir("trust-audit");
+    let config = audited_config(&dir);
+    let audit = dir.join("audit.jsonl");
+    let audit_flag = audit.display().to_string();
+
+    // A stdio client whose name carries the secret.
+    let mut p = serve(&config, &["--audit-log", &audit_flag]);
+    let init = p.request(
+        json!(0),
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": format!("stdio-{SECRET}"), "version": "1"}}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    p.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let ok = p.call(json!(1), "fake__echo", json!({"text": MARKER}));
+    assert!(
+        ok["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains(MARKER)),
+        "{ok}"
+    );
+    let failed = p.call(json!(2), "fake__sleep", json!({"note": MARKER}));
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    let lost = p.call(json!(3), "fake__crash", json!({"note": MARKER}));
+    assert_eq!(
+        lost["error"]["code"],
+        mcpvisor_jsonrpc::WORKER_LOST,
+        "{lost}"
+    );
+    records(&audit, 3);
+    p.close_stdin();
+    p.wait_exit(support::WAIT);
+
+    // Two HTTP sessions, appending to the same file.
+    let mut h = serve(
+        &config,
+        &["--http", "127.0.0.1:0", "--audit-log", &audit_flag],
+    );
+    let addr = h.http_address();
+    let alpha = open_session(&addr, "alpha");
+    let beta = open_session(&addr, "beta");
+    for (session, id) in [(&alpha, 10), (&beta, 11)] {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "fake__echo", "arguments": {"text": MARKER}}});
+        let (head, body) = post(&addr, Some(session), &call.to_string());
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+        assert!(body.contains(MARKER), "{body}");
+    }
+    let (text, records) = records(&audit, 5);
+    drop(h);
+
+    assert_eq!(records.len(), 5, "one line per call:\n{text}");
+    assert!(
+        !text.contains(MARKER),
+        "no payload bytes in the audit log:\n{text}"
+    );
+    assert!(
+        !text.contains(SECRET),
+        "no secret in the audit log:\n{text}"
+    );
+    assert!(text.contains("[redacted:API_TOKEN]"), "{text}");
+    let summary: Vec<(String, String, Value, Value)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["client"].as_str().unwrap_or_default().to_owned(),
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["outcome"].clone(),
+                r["error_code"].clone(),
+            )
+        })
+        .collect();
+    let stdio_client = "stdio-[redacted:API_TOKEN]".to_owned();
+    assert_eq!(
+        summary,
+        [
+            (
+                stdio_client.clone(),
+                "fake__echo".into(),
+                json!("result"),
+                Value::Null
+            ),
+            (
+                stdio_client.clone(),
+                "fake__sleep".into(),
+                json!("is_error"),
+                Value::Null
+            ),
+            (
+                stdio_client,
+                "fake__crash".into(),
+                json!("error"),
+                json!(mcpvisor_jsonrpc::WORKER_LOST)
+            ),
+            (
+                "alpha".into(),
+                "fake__echo".into(),
+                json!("result"),
+                Value::Null
+            ),
+            (
+                "beta".into(),
+                "fake__echo".into(),
+                json!("result"),
+                Value::Null
+            ),
+        ]
+    );
+    for r in &records {
+        assert_eq!(r["server"], "fake", "{r}");
+        assert_eq!(r["method"], "tools/call", "{r}");
+        assert!(
+            r["at_ms"].as_u64().is_some_and(|t| t > 1_700_000_000_000),
+            "{r}"
+        );
+        assert!(r["duration_ms"].as_f64().is_some_and(|d| d >= 0.0), "{r}");
+        assert!(
+            r["request_bytes"]
+                .as_u64()
+                .is_some_and(|n| n > MARKER.len() as u64),
+            "{r}"
+        );
+        assert!(r["answer_bytes"].as_u64().is_some_and(|n| n > 0), "{r}");
+    }
+    assert_ne!(
+        records[3]["session"], records[4]["session"],
+        "each HTTP session is told apart"
+    );
+}
+
+#[test]
+fn metrics_count_each_tool_s_calls_by_outcome_with_their_latency() {
+    use std::io::{Read as _, Write as _};
+    let dir = temp_dir("trust-metrics");
+    let config = audited_config(&dir);
+    let runtime = dir.join("run");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let args: Vec<String> = [
+        "serve",
+        "--config",
+        &config.display().to_string(),
+        "--ui",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(
+        &args,
+        &[
+            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
+            (
+                "MCPVISOR_CACHE_DIR",
+                dir.join("cache").display().to_string(),
+            ),
+        ],
+    );
+    let line = p.wait_stderr("mcpvisor: UI at ");
+    let url = line
+        .split_once("UI at http://")
+        .map(|(_, u)| u.trim())
+        .expect("a URL");
+    let (addr, token) = url.split_once("/?token=").expect("a token");
+    p.initialize();
+    for id in 1..=2 {
+        p.call(json!(id), "fake__echo", json!({"text": "x"}));
+    }
+    p.call(json!(3), "fake__sleep", json!({}));
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(support::WAIT)).expect("timeout");
+    let get = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    sock.write_all(get.as_bytes()).expect("send");
+    let mut metrics = String::new();
+    sock.read_to_string(&mut metrics).expect("read");
+    for want in [
+        "mcpvisor_tool_calls_total{server=\"fake\",tool=\"fake__echo\",outcome=\"result\"} 2",
+        "mcpvisor_tool_calls_total{server=\"fake\",tool=\"fake__echo\",outcome=\"error\"} 0",
+        "mcpvisor_tool_calls_total{server=\"fake\",tool=\"fake__sleep\",outcome=\"is_error\"} 1",
+        "mcpvisor_tool_latency_seconds_count{server=\"fake\",tool=\"fake__echo\"} 2",
+        "mcpvisor_tool_latency_seconds_bucket{server=\"fake\",tool=\"fake__sleep\",le=\"+Inf\"} 1",
+        "mcpvisor_audit_dropped_total 0",
+    ] {
+        assert!(metrics.contains(want), "no {want} in:\n{metrics}");
+    }
+}

@@ -33,9 +33,12 @@
 //! * [`search`]: BM25 ranking of tools for `--tool-search`.
 //! * [`cache`]: the list cache that lets a lazy server's tools be listed
 //!   before it ever starts.
+//! * [`audit`]: the audit trail of calls, prompt gets and resource reads,
+//!   its file written by a thread of its own behind a bounded queue.
 //! * `overrides`: an entry's own titles, descriptions and annotations for
 //!   its server's tools, applied as a backend's `tools/list` is taken in.
 
+pub mod audit;
 pub mod cache;
 pub mod fronts;
 mod hub;

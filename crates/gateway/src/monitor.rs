@@ -298,6 +298,7 @@ pub enum ActionError {
 pub struct Monitor {
     control: mpsc::Sender<Control>,
     events: broadcast::Sender<MonitorEvent>,
+    activity: crate::audit::Audit,
 }
 
 /// The hub's side of a [`Monitor`]: where it publishes its events. Goes into
@@ -314,9 +315,22 @@ impl Monitor {
             Self {
                 control,
                 events: events.clone(),
+                activity: crate::audit::Audit::new(),
             },
             Tap(events),
         )
+    }
+
+    /// This monitor with the gateway's audit trail (the one in its
+    /// [`crate::Settings::audit`]), for the Activity view and `/metrics`.
+    pub fn with_activity(self, activity: crate::audit::Audit) -> Self {
+        Self { activity, ..self }
+    }
+
+    /// The gateway's audit trail: the calls, prompt gets and resource reads
+    /// of its clients, and figures per tool.
+    pub fn activity(&self) -> &crate::audit::Audit {
+        &self.activity
     }
 
     /// Every server's row, and the number of front sessions.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use mcpvisor_gateway::audit::{Audit, ToolStats};
 use mcpvisor_gateway::monitor::{LATENCY_BUCKETS, ServerState, ServerStatus, Snapshot};
 
 use crate::api::{ApiError, Shared};
@@ -43,7 +44,7 @@ pub(crate) async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Respons
         )],
         // Names and states only; redacted all the same, as every answer is.
         mcpvisor_config::redact::global()
-            .redact(&render(&snapshot, &errors))
+            .redact(&(render(&snapshot, &errors) + &render_tools(shared.cfg.monitor.activity())))
             .into_owned(),
     )
         .into_response())
@@ -144,6 +145,79 @@ fn render(snapshot: &Snapshot, errors: &[Vec<(i64, u64)>]) -> String {
     );
     let _ = writeln!(out, "mcpvisor_front_sessions {}", snapshot.sessions);
     out
+}
+
+/// Per-tool figures from the audit trail, and its dropped records.
+fn render_tools(audit: &Audit) -> String {
+    let mut out = String::new();
+    let tools = audit.tools();
+    family(
+        &mut out,
+        "mcpvisor_tool_calls_total",
+        "counter",
+        "Tool calls answered, by server, tool (as clients call it; _other past the first 500 pairs) and outcome (result, is_error, error).",
+    );
+    for t in &tools {
+        for (outcome, n) in [
+            ("result", t.results),
+            ("is_error", t.is_errors),
+            ("error", t.errors),
+        ] {
+            let _ = writeln!(
+                out,
+                "mcpvisor_tool_calls_total{{server=\"{}\",tool=\"{}\",outcome=\"{outcome}\"}} {n}",
+                label(&t.server),
+                label(&t.tool)
+            );
+        }
+    }
+    family(
+        &mut out,
+        "mcpvisor_tool_latency_seconds",
+        "histogram",
+        "Time from a tool call reaching the gateway to its answer.",
+    );
+    for t in &tools {
+        tool_latency(&mut out, t);
+    }
+    family(
+        &mut out,
+        "mcpvisor_audit_dropped_total",
+        "counter",
+        "Audit records left out of the audit log because its writer was behind.",
+    );
+    let _ = writeln!(out, "mcpvisor_audit_dropped_total {}", audit.dropped());
+    out
+}
+
+fn tool_latency(out: &mut String, t: &ToolStats) {
+    let labels = format!(
+        "server=\"{}\",tool=\"{}\"",
+        label(&t.server),
+        label(&t.tool)
+    );
+    let mut cumulative = 0;
+    for (i, le) in LATENCY_BUCKETS.iter().enumerate() {
+        cumulative += t.buckets.get(i).copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "mcpvisor_tool_latency_seconds_bucket{{{labels},le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let total: u64 = t.buckets.iter().sum();
+    let _ = writeln!(
+        out,
+        "mcpvisor_tool_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {total}"
+    );
+    let _ = writeln!(
+        out,
+        "mcpvisor_tool_latency_seconds_sum{{{labels}}} {}",
+        t.sum_seconds
+    );
+    let _ = writeln!(
+        out,
+        "mcpvisor_tool_latency_seconds_count{{{labels}}} {total}"
+    );
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {

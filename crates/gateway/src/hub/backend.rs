@@ -1211,8 +1211,12 @@ impl Hub {
                 id: front_id,
                 wrap,
                 at,
+                audit,
                 ..
             }) => {
+                if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
+                    log.finish(*call, at.elapsed(), line);
+                }
                 let code = mcpvisor_jsonrpc::envelope::error_code(line);
                 if let Some(obs) = self.counted(id) {
                     obs.stats.latency(at.elapsed());

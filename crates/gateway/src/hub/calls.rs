@@ -133,6 +133,8 @@ pub(crate) enum Pending {
         wrap: Wrap,
         /// When it was sent on, for its latency.
         at: Instant,
+        /// Its audit record, begun (an audited method with the audit on).
+        audit: Option<Box<crate::audit::Call>>,
     },
     /// The gateway's own request.
     Private { backend: BackendId, what: Private },

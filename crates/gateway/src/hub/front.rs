@@ -86,6 +86,9 @@ impl Hub {
             .and_then(|e| e.get("url"))
             .is_some_and(|u| !u.is_null());
         f.info.protocol = obj.and_then(|o| o.str("protocolVersion"));
+        f.info.client = obj
+            .and_then(|o| o.get("clientInfo"))
+            .and_then(|info| RawObject::parse(info.get())?.str("name"));
         f.info.era = Era::Handshake;
     }
 

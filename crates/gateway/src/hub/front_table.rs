@@ -79,6 +79,8 @@ pub(crate) struct FrontInfo {
     /// URL-mode elicitation (2025-11-25).
     pub elicitation_url: bool,
     pub roots: bool,
+    /// Its `clientInfo.name`, for the audit trail.
+    pub client: Option<String>,
     /// Its protocol era: a front that sends a 2026-07-28 request before
     /// any `initialize` is a 2026-07-28 client (no handshake, and on stdio
     /// no requests to it).

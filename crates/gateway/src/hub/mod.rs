@@ -67,6 +67,9 @@ pub struct Settings {
     /// in-process with it.
     #[doc(hidden)]
     pub spawners: Option<Spawners>,
+    /// Where each `tools/call`, `prompts/get` and `resources/read` is
+    /// recorded (`None`: nowhere).
+    pub audit: Option<crate::audit::Audit>,
 }
 
 impl Default for Settings {
@@ -81,6 +84,7 @@ impl Default for Settings {
             transparent: false,
             monitor: None,
             spawners: None,
+            audit: None,
         }
     }
 }

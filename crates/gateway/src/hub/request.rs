@@ -504,8 +504,24 @@ impl Hub {
             Era::Handshake => Wrap::AsIs,
         };
         self.calls.by_front_id.insert((front, req.id.clone()), gid);
+        let mut audit = None;
         if let Some(f) = self.fronts.open.get_mut(&front) {
             f.awaiting += 1;
+            if self.settings.audit.is_some() {
+                let server = self
+                    .backends
+                    .by_id
+                    .get(&backend)
+                    .map(|b| b.plan.name.as_str());
+                audit = crate::audit::Audit::start(
+                    method,
+                    req.params.as_ref(),
+                    front.0,
+                    f.info.client.as_deref(),
+                    server.unwrap_or_default(),
+                    req.line.len(),
+                );
+            }
         }
         self.calls.pending.insert(
             gid,
@@ -516,6 +532,7 @@ impl Hub {
                 token,
                 wrap,
                 at: Instant::now(),
+                audit,
             },
         );
         self.route(front, backend, gid, line, spans, req.id.clone());
