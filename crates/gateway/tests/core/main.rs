@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use mcpvisor_gateway::monitor::{Monitor, MonitorEvent, ServerState};
 use mcpvisor_gateway::{Control, ServerPlan, Settings};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, NOT_STARTED, WORKER_LOST};
 use serde_json::json;
@@ -540,4 +541,67 @@ async fn a_call_cancelled_while_its_server_starts_never_reaches_the_server() {
         "the cancelled call reached the server: {:?}",
         servers.methods("slow")
     );
+}
+
+// === the monitor's rows ===
+
+#[tokio::test(start_paused = true)]
+async fn a_busy_server_s_row_is_published_at_most_every_250_ms_and_a_new_state_at_once() {
+    let servers = Servers::default();
+    servers.script(
+        "a",
+        Script {
+            tools: vec!["echo".into(), "crash".into()],
+            ..Script::default()
+        },
+    );
+    let (control, control_rx) = tokio::sync::mpsc::channel(16);
+    let (monitor, tap) = Monitor::new(control);
+    let mut rows = monitor.subscribe();
+    let settings = Settings {
+        monitor: Some(tap),
+        ..Settings::default()
+    };
+    let mut gw = Gateway::start_with_control(&servers, vec![plan("a")], settings, control_rx);
+    let mut front = gw.client().await;
+    // Let the start's rows go out, and the throttle's window pass.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while rows.try_recv().is_ok() {}
+    // Fifty calls at one instant: the first one's counters go out at once
+    // (the last row is older than 250 ms), the other 49 together 250 ms on.
+    let start = Instant::now();
+    for i in 0..50 {
+        front.call("a__echo", json!({"i": i})).await;
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let mut published = Vec::new();
+    let until = start + Duration::from_millis(400);
+    while let Ok(Ok(event)) = tokio::time::timeout_at(until, rows.recv()).await {
+        if let MonitorEvent::Server { status } = event {
+            published.push((start.elapsed(), status.calls));
+        }
+    }
+    assert_eq!(published.len(), 2, "{published:?}");
+    assert_eq!(published[0], (Duration::ZERO, 1), "{published:?}");
+    let (at, calls) = published[1];
+    assert_eq!(calls, 50, "{published:?}");
+    assert!(
+        (Duration::from_millis(250)..Duration::from_millis(260)).contains(&at),
+        "published after {at:?}"
+    );
+    // A crash is a new state: its row goes out at once, not 250 ms on.
+    let start = Instant::now();
+    front.call("a__crash", json!({})).await;
+    let event = tokio::time::timeout(Duration::from_millis(50), async {
+        loop {
+            if let Ok(MonitorEvent::Server { status }) = rows.recv().await {
+                if status.state != ServerState::Ready {
+                    return status;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the crash's row at once");
+    assert!(start.elapsed() < Duration::from_millis(50), "{event:?}");
 }

@@ -474,12 +474,26 @@ impl Gateway {
     }
 
     pub fn start_with(servers: &Servers, plans: Vec<ServerPlan>, settings: Settings) -> Self {
+        let (control, control_rx) = mpsc::channel(16);
+        let mut gw = Self::start_with_control(servers, plans, settings, control_rx);
+        gw.control = control;
+        gw
+    }
+
+    /// A gateway whose controls come from `control_rx` (a monitor's, say);
+    /// [`Gateway::control`] then reaches nothing.
+    pub fn start_with_control(
+        servers: &Servers,
+        plans: Vec<ServerPlan>,
+        settings: Settings,
+        control_rx: mpsc::Receiver<Control>,
+    ) -> Self {
         let settings = Settings {
             spawners: Some(servers.spawners()),
             cache_dir: None,
             ..settings
         };
-        let (control, control_rx) = mpsc::channel(16);
+        let (control, _) = mpsc::channel(1);
         let (fronts, fronts_rx) = mpsc::channel(64);
         let hub = tokio::spawn(Hub::serve(settings, plans, fronts_rx, control_rx, None));
         Self {
