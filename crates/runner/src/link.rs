@@ -28,8 +28,32 @@ const QUEUE: usize = 1024;
 /// The input side of a running in-process session.
 #[derive(Debug)]
 pub struct Link {
+    inlet: Inlet,
+    running: Running,
+}
+
+/// What an owner sends a session: its lines and its controls, over
+/// bounded channels, never waiting. Made by [`Link::prepare`] before the
+/// session runs, so an owner can queue lines for a session that its shell
+/// starts later in the same turn.
+#[derive(Debug)]
+pub struct Inlet {
     lines: mpsc::Sender<Line>,
     control: mpsc::Sender<Control>,
+}
+
+/// A session prepared by [`Link::prepare`] and not started yet: the other
+/// ends of its [`Inlet`]. What its inlet queued waits for it.
+#[derive(Debug)]
+pub struct Unstarted {
+    lines: mpsc::Receiver<Line>,
+    control: mpsc::Receiver<Control>,
+    cfg: Config,
+}
+
+/// A started session's task, for its stop.
+#[derive(Debug)]
+pub struct Running {
     session: JoinHandle<Outcome>,
     stop_bound: Duration,
 }
@@ -44,40 +68,42 @@ impl Link {
         status: EventSink,
         output: Box<dyn LineSink>,
     ) -> Self {
-        let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
+        let (inlet, unstarted) = Self::prepare(cfg);
+        let running = unstarted.start(spawner, status, output);
+        Self { inlet, running }
+    }
+
+    /// A session's two halves before it runs: the [`Inlet`] its owner
+    /// keeps, and the [`Unstarted`] session that [`Unstarted::start`] runs.
+    pub fn prepare(cfg: Config) -> (Inlet, Unstarted) {
         let (lines, lines_rx) = mpsc::channel(QUEUE);
-        let input = Lines::new(lines_rx, cfg.max_message_bytes);
-        let output = Outlet::lines(output, Some(cfg.client_write_timeout));
         let (control, control_rx) = mpsc::channel(4);
-        // The session, and the tasks it starts, log in the caller's span
-        // (a gateway's names the server).
-        let session = tokio::spawn(tracing::Instrument::in_current_span(Session::run_with(
-            cfg, spawner, input, output, control_rx, status,
-        )));
-        Self {
-            lines,
-            control,
-            session,
-            stop_bound,
-        }
+        (
+            Inlet { lines, control },
+            Unstarted {
+                lines: lines_rx,
+                control: control_rx,
+                cfg,
+            },
+        )
     }
 
     /// Queues one line for the session without waiting. `false` when the
     /// queue is full or the session has ended.
     pub fn try_send(&self, line: Bytes) -> bool {
-        self.lines.try_send((line, None)).is_ok()
+        self.inlet.try_send(line)
     }
 
     /// [`Link::try_send`] for a line whose envelope the owner has read or
     /// written itself: `spans` say where it lies, and the session does not
     /// scan the line again.
     pub fn try_send_peeked(&self, line: Bytes, spans: Spans) -> bool {
-        self.lines.try_send((line, Some(spans))).is_ok()
+        self.inlet.try_send_peeked(line, spans)
     }
 
     /// Asks the session to do something (reload, shut down). Never waits.
     pub fn control(&self, control: Control) -> bool {
-        self.control.try_send(control).is_ok()
+        self.inlet.control(control)
     }
 
     /// The link's parts, for an owner that keeps the session's input and
@@ -92,23 +118,83 @@ impl Link {
         JoinHandle<Outcome>,
         Duration,
     ) {
-        (self.lines, self.control, self.session, self.stop_bound)
+        let Self { inlet, running } = self;
+        (
+            inlet.lines,
+            inlet.control,
+            running.session,
+            running.stop_bound,
+        )
     }
 
     /// Stops the server in layers and waits, bounded, until the session
     /// has ended.
     pub async fn stop(self) -> Option<Outcome> {
+        self.running.stop(self.inlet).await
+    }
+}
+
+// === impl Inlet ===
+
+impl Inlet {
+    /// See [`Link::try_send`].
+    pub fn try_send(&self, line: Bytes) -> bool {
+        self.lines.try_send((line, None)).is_ok()
+    }
+
+    /// See [`Link::try_send_peeked`].
+    pub fn try_send_peeked(&self, line: Bytes, spans: Spans) -> bool {
+        self.lines.try_send((line, Some(spans))).is_ok()
+    }
+
+    /// See [`Link::control`].
+    pub fn control(&self, control: Control) -> bool {
+        self.control.try_send(control).is_ok()
+    }
+}
+
+// === impl Unstarted ===
+
+impl Unstarted {
+    /// Runs the session, as [`Link::start`] describes.
+    pub fn start<S: Spawner>(
+        self,
+        spawner: S,
+        status: EventSink,
+        output: Box<dyn LineSink>,
+    ) -> Running {
         let Self {
             lines,
             control,
+            cfg,
+        } = self;
+        let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
+        let input = Lines::new(lines, cfg.max_message_bytes);
+        let output = Outlet::lines(output, Some(cfg.client_write_timeout));
+        // The session, and the tasks it starts, log in the caller's span
+        // (a gateway's names the server).
+        let session = tokio::spawn(tracing::Instrument::in_current_span(Session::run_with(
+            cfg, spawner, input, output, control, status,
+        )));
+        Running {
             session,
             stop_bound,
-        } = self;
+        }
+    }
+}
+
+// === impl Running ===
+
+impl Running {
+    /// Stops the server in layers and waits, bounded, until the session
+    /// has ended: `inlet` is the session's own, given up here.
+    pub async fn stop(self, inlet: Inlet) -> Option<Outcome> {
+        let Inlet { lines, control } = inlet;
         // Closing the session's stdin lets it drain; the shutdown makes it
         // stop at once.
         drop(lines);
         let _ = control.try_send(Control::Shutdown);
-        tokio::time::timeout(stop_bound, session)
+        tokio::time::timeout(self.stop_bound, self.session)
             .await
             .ok()
             .and_then(Result::ok)

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use mcpvisor_config::ServerDef;
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
-use mcpvisor_runner::{Link, ServerSpawner, ServerSpec};
+use mcpvisor_runner::{Inlet, Link, ServerSpawner};
 use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use super::lists::{Item, KINDS, Kind as ListKind};
 use super::observe::Observed;
 use super::request::Era;
-use super::{FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
+use super::{Effect, FromSession, Hub, Incoming, Pending, Private, ServerReq, Timer, Wrap};
 use crate::fronts::FrontId;
 use crate::monitor::EventKind;
 use crate::raw::{self, RawObject};
@@ -76,7 +76,7 @@ impl std::fmt::Debug for Spawners {
     clippy::large_enum_variant,
     reason = "made once per start of a backend and moved into its session"
 )]
-enum BackendSpawner {
+pub(super) enum BackendSpawner {
     Configured(ServerSpawner),
     Given(Box<dyn Spawner>),
 }
@@ -90,6 +90,27 @@ impl Spawner for BackendSpawner {
         match self {
             BackendSpawner::Configured(s) => s.spawn(generation, reporter),
             BackendSpawner::Given(s) => s.spawn(generation, reporter),
+        }
+    }
+}
+
+impl ServerPlan {
+    /// The plan a backend's session is started from: all of it but the
+    /// cached lists, which stay with the backend.
+    pub(crate) fn for_session(&self) -> ServerPlan {
+        ServerPlan {
+            name: self.name.clone(),
+            def: self.def.clone(),
+            session: self.session.clone(),
+            stderr: self.stderr,
+            lazy: self.lazy,
+            idle_timeout: self.idle_timeout,
+            health_interval: self.health_interval,
+            health_misses: self.health_misses,
+            cached: None,
+            cache_key: self.cache_key,
+            env_overrides: self.env_overrides.clone(),
+            per_client: self.per_client,
         }
     }
 }
@@ -153,7 +174,8 @@ pub(crate) enum Start {
 /// (`phase`), what the session said of its worker (`worker`), its health
 /// checks; none of it outlives the session, so a stop leaves nothing stale.
 pub(crate) struct Live {
-    pub link: Link,
+    /// The session's input: the shell runs the session itself.
+    pub link: Inlet,
     pub phase: Phase,
     /// When the session was started, for the log's "ready in".
     pub started: Instant,
@@ -335,7 +357,7 @@ pub(crate) struct Health {
     /// Pings unanswered in a row.
     pub misses: u32,
     /// The armed [`Timer::Health`].
-    pub timer: Option<tokio_util::time::delay_queue::Key>,
+    pub timer: Option<super::TimerKey>,
 }
 
 /// The backends.
@@ -447,8 +469,8 @@ impl Backend {
         }
     }
 
-    /// Its session's link, when it is live.
-    pub fn link(&self) -> Option<&Link> {
+    /// Its session's input, when it is live.
+    pub fn link(&self) -> Option<&Inlet> {
         self.live().map(|l| &l.link)
     }
 
@@ -609,9 +631,9 @@ impl Hub {
         id
     }
 
-    /// Starts a backend's session and sends it the gateway's `initialize`.
+    /// Starts a backend's session (the shell runs it: [`Effect::Start`])
+    /// and sends it the gateway's `initialize`.
     pub(crate) fn start_backend(&mut self, id: BackendId) {
-        let events = self.events_tx.clone();
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -620,26 +642,16 @@ impl Hub {
         let Run::Off(Off::Idle(next)) = b.run else {
             return;
         };
-        let spawner = match &self.settings.spawners {
-            Some(Spawners(make)) => BackendSpawner::Given(make(&b.plan)),
-            None => {
-                let spec = ServerSpec {
-                    def: b.plan.def.clone(),
-                    env_overrides: b.plan.env_overrides.clone(),
-                };
-                BackendSpawner::Configured(
-                    mcpvisor_runner::spawner(&spec, &b.plan.session, b.plan.stderr)
-                        .with_stderr_named(&b.plan.name),
-                )
-            }
-        };
-        let (sink, status) = mcpvisor_session::EventSink::channel(64);
         b.epoch += 1;
-        let output = Box::new(super::ToHub::new(id, b.epoch, events.clone()));
-        // Every line the backend's session (and its processes) log names it.
-        let span = tracing::info_span!("server", name = %b.plan.name);
-        let link = span.in_scope(|| Link::start(spawner, b.plan.session.clone(), sink, output));
-        tokio::spawn(super::relay_status(id, b.epoch, status, events));
+        let (link, session) = Link::prepare(b.plan.session.clone());
+        self.effects
+            .list
+            .push(Effect::Start(Box::new(super::StartSession {
+                backend: id,
+                epoch: b.epoch,
+                plan: b.plan.for_session(),
+                session,
+            })));
         b.run = Run::Live(Live {
             link,
             phase: Phase::Starting,
@@ -667,11 +679,12 @@ impl Hub {
         };
         if let Run::Live(live) = std::mem::replace(&mut b.run, Run::Off(next)) {
             if let Some(key) = live.health.timer {
-                self.timers.try_remove(&key);
+                self.effects.list.push(Effect::Disarm(key));
             }
-            let link = live.link;
-            self.stopping.spawn(async move {
-                link.stop().await;
+            self.effects.list.push(Effect::Stop {
+                backend: id,
+                epoch: b.epoch,
+                inlet: live.link,
             });
         }
         self.fail_backend_requests(id, why);
@@ -1638,9 +1651,10 @@ impl Hub {
             return;
         };
         if let Some(key) = live.health.timer.take() {
-            self.timers.try_remove(&key);
+            self.effects.list.push(Effect::Disarm(key));
         }
-        live.health.timer = Some(self.timers.insert(Timer::Health(id), interval));
+        let at = Instant::now() + interval;
+        live.health.timer = Some(self.effects.arm(Timer::Health(id), at));
     }
 
     /// Records the health ping just sent to a live backend.
@@ -1705,7 +1719,7 @@ impl Hub {
             return;
         };
         if let Some(idle) = b.plan.idle_timeout {
-            self.timers.insert(Timer::Idle(id), idle);
+            self.effects.arm(Timer::Idle(id), Instant::now() + idle);
         }
     }
 
@@ -1733,7 +1747,7 @@ impl Hub {
             );
         } else {
             let left = idle.saturating_sub(quiet).max(Duration::from_millis(10));
-            self.timers.insert(Timer::Idle(id), left);
+            self.effects.arm(Timer::Idle(id), Instant::now() + left);
         }
     }
 }

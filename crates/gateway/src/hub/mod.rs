@@ -1,14 +1,42 @@
-//! The owning task of the gateway.
+//! The gateway's owner: a synchronous core in an async shell.
 //!
-//! [`Hub::run`] owns every piece of routing state: the backends and their
-//! lifecycle, the table of requests in flight towards them, the backends'
-//! own requests waiting for the front client's answer, the merged lists and
-//! the name tables. It reads and writes the stdio client's pipes itself
-//! (`stdio.rs`); an HTTP front's session task hands it lines over a
-//! channel. Each backend's session writes its lines into the hub's event
-//! channel, tagged with the backend's id and the session's epoch
-//! ([`ToHub`]). A front's request is read once into a typed request
-//! (`request.rs`) and handled by one method per kind.
+//! The core ([`Hub`]) holds every piece of routing state: the backends and
+//! their lifecycle (`backend.rs`), the calls in flight towards them and the
+//! servers' requests to the fronts (`calls.rs`), the fronts
+//! (`front_table.rs`), the merged lists and the cache (`lists.rs`). It takes
+//! one [`Input`] at a time ([`Hub::handle`]: a front's message, a stdio
+//! client's frame, a backend session's line or status event, a timer, a
+//! control), settles at the end of the turn ([`Hub::end_turn`]: parked
+//! requests, closed fronts, the monitor's rows), and leaves what the turn
+//! asks of the world in its [`Effect`]s: sessions to start and stop, timers
+//! to arm and disarm, rows and events to publish, an env file to read for a
+//! monitor's question. No handler awaits, spawns, or touches a file, and
+//! none calls back into the loop: a front found gone is dropped at the end
+//! of the turn, never from inside the handler that found it.
+//!
+//! The shell (`shell.rs`) owns the `select!`, the stdio client's pipes,
+//! the sessions' tasks and the channel their lines and events arrive on,
+//! the timers' queue, the background stops and the file reads. After each
+//! input it carries out the core's effects in order, then writes what the
+//! core queued for the stdio client.
+//!
+//! Kept in the core on purpose, because each is a non-blocking push onto a
+//! bounded queue whose refusal must change the core's state in the same
+//! turn: a line to a backend's session ([`mcpvisor_runner::Inlet`]'s
+//! `try_send`: a full queue fails the request at once, "not started"), a
+//! line to an HTTP front (`try_send` on its channel: a full one drops the
+//! front), a session's reload control, a monitor's one-shot answer, and an
+//! answered call's audit record (`crate::audit`: a short lock on its ledger
+//! and a `try_send` to its writer thread, which drops the record from the
+//! file when its queue is full).
+//! The stdio client's lines are queued in the core (`Fronts::stdio_queue`)
+//! and written by the shell.
+//!
+//! A test drives the core with [`Hub::new`], [`Hub::add_servers`],
+//! [`Hub::handle`] and [`Hub::end_turn`], and reads what it asked for with
+//! [`Hub::take_effects`]; a backend's session started by a
+//! [`Effect::Start`] reports through [`Input::Backend`] with the epoch the
+//! effect names.
 
 mod backend;
 mod calls;
@@ -18,18 +46,17 @@ mod lists;
 mod observe;
 mod per_client;
 mod request;
+mod shell;
 mod stdio;
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::StreamExt;
 use mcpvisor_jsonrpc::Spans;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::time::DelayQueue;
 
 use backend::{Backend, BackendId, Backends};
 pub use backend::{ServerPlan, Spawners};
@@ -179,7 +206,137 @@ pub(crate) enum Timer {
     Publish(BackendId),
 }
 
-/// The gateway. See the crate docs.
+/// One input of the core: everything the shell hands it.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// An HTTP front's command.
+    Front(FrontCommand),
+    /// What the stdio client's pipes gave.
+    Stdio(StdioInput),
+    /// What a backend's session reported.
+    Backend(BackendId, Incoming),
+    /// A timer the core armed ran out.
+    Timer(Timer),
+    /// A control other than [`Control::Shutdown`], which the shell handles.
+    Control(Control),
+    /// A closing front's drain may be over: nothing more than the end of
+    /// the turn.
+    Drain,
+}
+
+/// What the stdio client's pipes gave.
+#[derive(Debug)]
+pub(crate) enum StdioInput {
+    /// A line it sent.
+    Line(Bytes),
+    /// A line over `--max-message-bytes`: its length and its first bytes.
+    Oversize { len: usize, head: Bytes },
+    /// Its input ended (or failed).
+    Ended,
+    /// A write to it failed, or made no progress for too long.
+    Gone,
+}
+
+/// Names one timer the core armed, so that it can disarm it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct TimerKey(u64);
+
+/// What a turn of the core asks the shell to do, in order.
+pub(crate) enum Effect {
+    /// Start a backend's session (its lines already go to `start.inlet`'s
+    /// other end); its lines and events report with `epoch`.
+    Start(Box<StartSession>),
+    /// Stop the session a backend ran under `epoch`, in the background and
+    /// bounded, giving up its input.
+    Stop {
+        backend: BackendId,
+        epoch: u64,
+        inlet: mcpvisor_runner::Inlet,
+    },
+    /// Hand `timer` back as an input at `at`.
+    Arm {
+        key: TimerKey,
+        timer: Timer,
+        at: Instant,
+    },
+    /// The timer `key` is not wanted any more (nothing if it ran out).
+    Disarm(TimerKey),
+    /// Tell the monitor's observers.
+    Publish(crate::monitor::MonitorEvent),
+    /// Answer a monitor's question about a server, once the keys of its
+    /// env file (when it has one) are read.
+    EnvKeys {
+        detail: Box<crate::monitor::ServerDetail>,
+        file: Option<std::path::PathBuf>,
+        wanted: Vec<String>,
+        reply: tokio::sync::oneshot::Sender<Option<crate::monitor::ServerDetail>>,
+    },
+}
+
+impl std::fmt::Debug for Effect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Effect::Start(s) => f
+                .debug_struct("Start")
+                .field("backend", &s.backend)
+                .field("epoch", &s.epoch)
+                .finish_non_exhaustive(),
+            Effect::Stop { backend, epoch, .. } => f
+                .debug_struct("Stop")
+                .field("backend", backend)
+                .field("epoch", epoch)
+                .finish_non_exhaustive(),
+            Effect::Arm { key, timer, at } => f
+                .debug_struct("Arm")
+                .field("key", key)
+                .field("timer", timer)
+                .field("at", at)
+                .finish(),
+            Effect::Disarm(key) => f.debug_tuple("Disarm").field(key).finish(),
+            Effect::Publish(event) => f.debug_tuple("Publish").field(event).finish(),
+            Effect::EnvKeys { file, .. } => f
+                .debug_struct("EnvKeys")
+                .field("file", file)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// A backend session to start: what [`Effect::Start`] carries.
+pub(crate) struct StartSession {
+    pub backend: BackendId,
+    pub epoch: u64,
+    /// The backend's plan, without its cached lists.
+    pub plan: ServerPlan,
+    /// The session, whose input the backend already holds.
+    pub session: mcpvisor_runner::Unstarted,
+}
+
+/// The effects a turn accumulated, and the timer keys handed out.
+///
+/// Invariant: the shell takes every effect after each input, before the
+/// next; a key is never handed out twice.
+#[derive(Debug, Default)]
+pub(crate) struct Effects {
+    pub list: Vec<Effect>,
+    next_key: u64,
+}
+
+impl Effects {
+    /// Arms `timer` to run out at `at`; its key disarms it.
+    pub fn arm(&mut self, timer: Timer, at: Instant) -> TimerKey {
+        self.next_key += 1;
+        let key = TimerKey(self.next_key);
+        self.list.push(Effect::Arm { key, timer, at });
+        key
+    }
+
+    pub fn publish(&mut self, event: crate::monitor::MonitorEvent) {
+        self.list.push(Effect::Publish(event));
+    }
+}
+
+/// The gateway's core. See the module docs.
 pub struct Hub {
     settings: Settings,
     /// The backends (see `Backends`).
@@ -188,14 +345,10 @@ pub struct Hub {
     calls: Calls,
     /// The open fronts (see `Fronts`).
     fronts: Fronts,
-    /// Sessions being stopped in the background; the hub waits for them
-    /// before it ends, so that no server outlives the gateway.
-    stopping: tokio::task::JoinSet<()>,
     /// The merged lists and the cache (see `Catalog`).
     catalog: Catalog,
-    timers: DelayQueue<Timer>,
-    events_tx: mpsc::Sender<(BackendId, Incoming)>,
-    events_rx: mpsc::Receiver<(BackendId, Incoming)>,
+    /// What this turn asks of the shell.
+    effects: Effects,
 }
 
 impl std::fmt::Debug for Hub {
@@ -252,14 +405,21 @@ impl Hub {
     async fn serve_inner(
         settings: Settings,
         servers: Vec<ServerPlan>,
-        mut fronts: mpsc::Receiver<FrontCommand>,
-        mut control: mpsc::Receiver<Control>,
+        fronts: mpsc::Receiver<FrontCommand>,
+        control: mpsc::Receiver<Control>,
         primary: Option<FrontId>,
         stdio: Option<stdio::Stdio>,
     ) -> Outcome {
-        let (events_tx, events_rx) = mpsc::channel(4096);
+        shell::serve(settings, servers, fronts, control, primary, stdio).await
+    }
+
+    // === the core's turns ===
+
+    /// A core with no backend and no front yet; `primary` is the front
+    /// whose end ends it.
+    pub(crate) fn new(settings: Settings, primary: Option<FrontId>) -> Self {
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
-        let mut hub = Hub {
+        Hub {
             settings,
             backends: Backends::default(),
             calls: Calls::default(),
@@ -267,86 +427,91 @@ impl Hub {
                 primary,
                 ..Fronts::default()
             },
-            stopping: tokio::task::JoinSet::new(),
             catalog: Catalog {
                 merged: Merged::default(),
                 cache,
             },
-            timers: DelayQueue::new(),
-            events_tx,
-            events_rx,
-        };
-        // The stdio client's pipes are the loop's own, not the hub's: they
-        // are neither `Sync` nor needed anywhere else.
-        let mut stdio = stdio;
-        if let Some(front) = stdio.as_ref().map(|s| s.front) {
-            hub.open_front(front, FrontOut::Stdio);
+            effects: Effects::default(),
         }
+    }
+
+    /// Opens the stdio client's front, whose lines the shell writes.
+    pub(crate) fn open_stdio(&mut self, front: FrontId) {
+        self.open_front(front, FrontOut::Stdio);
+    }
+
+    /// Adds the configured servers (eager ones start) and merges their
+    /// lists, lazy servers' from the cache.
+    pub(crate) fn add_servers(&mut self, servers: Vec<ServerPlan>) {
         for plan in servers {
-            hub.add_backend(plan);
+            self.add_backend(plan);
         }
-        // Lazy servers' cached lists count from the start.
-        hub.remerge_all();
-        let mut fronts_open = true;
-        let outcome = loop {
-            if let Some(outcome) = hub.fronts.ended {
-                break outcome;
-            }
-            if !fronts_open && primary.is_some() && hub.fronts.open.is_empty() {
-                break Outcome::ClientClosed;
-            }
-            let drain = hub.next_drain_deadline();
-            let stdio_readable = stdio.as_ref().is_some_and(stdio::Stdio::readable);
-            let stdio_blocked = stdio.as_ref().is_some_and(|s| s.out.is_blocked());
-            tokio::select! {
-                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
-                    if let Some(s) = stdio.as_mut() {
-                        match event {
-                            stdio::Event::Read(frame) => hub.on_stdio_frame(s, frame),
-                            stdio::Event::Written(written) => hub.on_stdio_written(s, written),
-                        }
-                    }
+        self.remerge_all();
+    }
+
+    /// Handles one input. Call [`Hub::end_turn`] after it.
+    pub(crate) fn handle(&mut self, input: Input) {
+        match input {
+            Input::Front(command) => self.on_front_command(command),
+            Input::Stdio(input) => self.on_stdio(input),
+            Input::Backend(backend, incoming) => self.on_backend(backend, incoming),
+            Input::Timer(timer) => self.on_timer(timer),
+            Input::Control(control) => match control {
+                // The shell ends the loop on it before it gets here.
+                Control::Shutdown => {}
+                Control::Reconfigure(plans) => self.reconfigure(plans),
+                Control::Reload { server, cause } => {
+                    self.reload_backend(&server, &cause);
                 }
-                command = fronts.recv(), if fronts_open => match command {
-                    Some(command) => hub.on_front_command(command),
-                    None => fronts_open = false,
-                },
-                Some((backend, incoming)) = hub.events_rx.recv() => {
-                    hub.on_backend(backend, incoming);
-                }
-                Some(expired) = hub.timers.next(), if !hub.timers.is_empty() => {
-                    hub.on_timer(expired.into_inner());
-                }
-                Some(control) = control.recv() => match control {
-                    Control::Shutdown => break Outcome::Shutdown,
-                    Control::Reconfigure(plans) => hub.reconfigure(plans),
-                    Control::Reload { server, cause } => {
-                        hub.reload_backend(&server, &cause);
-                    }
-                    Control::Query(query) => hub.on_query(query),
-                },
-                () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => {}
-            }
-            hub.finish_leaving();
-            hub.settle();
-            hub.finish_closed_fronts();
-            hub.finish_leaving();
-            while hub.stopping.try_join_next().is_some() {}
-            hub.publish_changes();
-            // What is queued for the stdio client is written once no more
-            // of what was read from it waits to be handled: a burst goes
-            // out in one write.
-            if let Some(s) = stdio.as_mut() {
-                if !(s.readable() && s.has_line()) {
-                    hub.write_stdio(s).await;
-                }
-            }
-        };
-        hub.shutdown().await;
-        if let Some(s) = stdio.as_mut() {
-            hub.flush_stdio(s).await;
+                Control::Query(query) => self.on_query(query),
+            },
+            Input::Drain => {}
         }
-        outcome
+    }
+
+    /// Settles what a turn left: fronts found gone are dropped, parked
+    /// requests whose wait is over are answered, closed fronts with nothing
+    /// left are forgotten, changed rows are published.
+    pub(crate) fn end_turn(&mut self) {
+        self.finish_leaving();
+        self.settle();
+        self.finish_closed_fronts();
+        self.finish_leaving();
+        self.publish_changes();
+    }
+
+    /// What the turns so far asked of the shell, in order; `into` (empty)
+    /// takes them, so that its room is used again.
+    pub(crate) fn take_effects(&mut self, into: &mut Vec<Effect>) {
+        std::mem::swap(&mut self.effects.list, into);
+    }
+
+    /// How the core ended, if it has: its primary front ended, or (once
+    /// no more fronts can open) the last front closed.
+    pub(crate) fn ended(&self, fronts_open: bool) -> Option<Outcome> {
+        if let Some(outcome) = self.fronts.ended {
+            return Some(outcome);
+        }
+        (!fronts_open && self.fronts.primary.is_some() && self.fronts.open.is_empty())
+            .then_some(Outcome::ClientClosed)
+    }
+
+    /// Stops every backend's session, for the end: each leaves a
+    /// [`Effect::Stop`].
+    pub(crate) fn stop_all(&mut self) {
+        for (id, b) in &mut self.backends.by_id {
+            let run = std::mem::replace(
+                &mut b.run,
+                backend::Run::Off(backend::Off::Idle(backend::Start::Fresh)),
+            );
+            if let backend::Run::Live(live) = run {
+                self.effects.list.push(Effect::Stop {
+                    backend: *id,
+                    epoch: b.epoch,
+                    inlet: live.link,
+                });
+            }
+        }
     }
 
     // === fronts ===
@@ -610,107 +775,72 @@ impl Hub {
             self.answer_parked(p);
         }
     }
+}
 
-    async fn shutdown(&mut self) {
-        let links: Vec<_> = self
-            .backends
-            .by_id
-            .values_mut()
-            .filter_map(|b| {
-                match std::mem::replace(
-                    &mut b.run,
-                    backend::Run::Off(backend::Off::Idle(backend::Start::Fresh)),
-                ) {
-                    backend::Run::Live(live) => Some(live.link),
-                    backend::Run::Off(_) => None,
-                }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(name: &str, disabled: bool) -> ServerPlan {
+        ServerPlan {
+            name: name.to_owned(),
+            def: mcpvisor_config::ServerDef {
+                disabled,
+                ..mcpvisor_config::ServerDef::new(name, "server")
+            },
+            session: mcpvisor_session::Config::default(),
+            stderr: mcpvisor_process::stderr::Passthrough::Discard,
+            lazy: false,
+            idle_timeout: None,
+            health_interval: None,
+            health_misses: 3,
+            cached: None,
+            cache_key: None,
+            env_overrides: Vec::new(),
+            per_client: false,
+        }
+    }
+
+    fn effects(hub: &mut Hub) -> Vec<Effect> {
+        let mut taken = Vec::new();
+        hub.take_effects(&mut taken);
+        taken
+    }
+
+    #[test]
+    fn the_core_starts_and_stops_sessions_through_effects_and_fences_off_an_old_epoch() {
+        let mut hub = Hub::new(Settings::default(), None);
+        hub.add_servers(vec![plan("on", false), plan("off", true)]);
+        let started: Vec<(BackendId, u64)> = effects(&mut hub)
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Start(s) => Some((s.backend, s.epoch)),
+                _ => None,
             })
             .collect();
-        let stops = links.into_iter().map(|l| l.stop());
-        futures_util::future::join_all(stops).await;
-        // Each stop is bounded by its session's own stop timeouts.
-        while self.stopping.join_next().await.is_some() {}
-    }
-}
-
-/// Hands one backend session's output to the hub's event channel, line by
-/// line, tagged with the backend and its session's epoch. When the session
-/// drops it (its output ended) the hub is told the session closed.
-pub(crate) struct ToHub {
-    id: BackendId,
-    epoch: u64,
-    events: tokio_util::sync::PollSender<(BackendId, Incoming)>,
-}
-
-impl ToHub {
-    pub(crate) fn new(
-        id: BackendId,
-        epoch: u64,
-        events: mpsc::Sender<(BackendId, Incoming)>,
-    ) -> Self {
-        Self {
-            id,
-            epoch,
-            events: tokio_util::sync::PollSender::new(events),
-        }
-    }
-}
-
-impl mcpvisor_session::writer::LineSink for ToHub {
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), mcpvisor_session::writer::Gone>> {
-        self.events
-            .poll_reserve(cx)
-            .map_err(|_| mcpvisor_session::writer::Gone)
-    }
-
-    fn send(
-        &mut self,
-        line: Bytes,
-        spans: Option<Spans>,
-    ) -> Result<(), mcpvisor_session::writer::Gone> {
-        let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
-        self.events
-            .send_item((self.id, event))
-            .map_err(|_| mcpvisor_session::writer::Gone)
-    }
-}
-
-impl Drop for ToHub {
-    fn drop(&mut self) {
-        let Some(events) = self.events.get_ref().cloned() else {
-            return;
+        // The disabled server does not start.
+        let [(id, epoch)] = started[..] else {
+            panic!("one start: {started:?}");
         };
-        let closed = (self.id, Incoming::Session(self.epoch, FromSession::Closed));
-        match events.try_send(closed) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            // The hub is behind: tell it once it has room (the hub reads
-            // its channel until it stops, and then nobody waits for this).
-            Err(mpsc::error::TrySendError::Full(closed)) => {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move { events.send(closed).await });
-                }
-            }
-        }
-    }
-}
-
-/// Forwards one backend session's lifecycle events to the hub.
-pub(crate) async fn relay_status(
-    id: BackendId,
-    epoch: u64,
-    mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
-    events: mpsc::Sender<(BackendId, Incoming)>,
-) {
-    while let Some(event) = status.recv().await {
-        if events
-            .send((id, Incoming::Session(epoch, FromSession::Status(event))))
-            .await
-            .is_err()
-        {
-            return;
-        }
+        // What an earlier session of it reports changes nothing.
+        hub.handle(Input::Backend(
+            id,
+            Incoming::Session(epoch - 1, FromSession::Closed),
+        ));
+        hub.end_turn();
+        assert!(effects(&mut hub).is_empty());
+        assert!(hub.backends.by_id[&id].live().is_some());
+        // Its own session's end stops it, under its epoch.
+        hub.handle(Input::Backend(
+            id,
+            Incoming::Session(epoch, FromSession::Closed),
+        ));
+        hub.end_turn();
+        let stopped = effects(&mut hub);
+        assert!(
+            matches!(stopped[..], [Effect::Stop { backend, epoch: e, .. }] if backend == id && e == epoch),
+            "{stopped:?}"
+        );
+        assert!(hub.backends.by_id[&id].live().is_none());
     }
 }

@@ -28,18 +28,16 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::monitor::{
-    Action, ActionError, CRASHES_KEPT, EVENTS_KEPT, EnvKey, EventKind, EventRecord, InstanceStatus,
+    Action, ActionError, CRASHES_KEPT, EVENTS_KEPT, EventKind, EventRecord, InstanceStatus,
     LATENCY_BUCKETS, Latency, MonitorEvent, Query, ServerDetail, ServerState, ServerStatus,
     Snapshot,
 };
 
 use super::backend::{AuthWait, Backend, BackendId, Off, Phase, Run, Start, Tail, Worker};
-use super::{Hub, Timer};
+use super::{Effect, Hub, Timer};
 
 /// The shortest time between two counter-only updates of one server's row.
 pub(crate) const THROTTLE: Duration = Duration::from_millis(250);
-/// The largest env file read to list its keys.
-const ENV_FILE_MAX: u64 = 1024 * 1024;
 
 /// What the monitor keeps of one backend beyond its state: counters and
 /// history, and what was last published of it. Its state (running or not,
@@ -230,16 +228,14 @@ impl Hub {
                     let _ = tx.send(None);
                     return;
                 };
-                let mut detail = self.detail(id);
+                let detail = Box::new(self.detail(id));
                 let def = &self.backends.by_id[&id].plan.def;
-                let (file, wanted) = (def.env_file.clone(), def.env_keys.clone());
-                // The env file is read beside the owning task, never in it:
-                // a slow disk does not hold up a single call.
-                tokio::spawn(async move {
-                    if let Some(path) = file {
-                        detail.env_keys = env_keys(&path, &wanted).await;
-                    }
-                    let _ = tx.send(Some(detail));
+                // The shell reads the env file's keys and answers.
+                self.effects.list.push(Effect::EnvKeys {
+                    detail,
+                    file: def.env_file.clone(),
+                    wanted: def.env_keys.clone(),
+                    reply: tx,
                 });
             }
             Query::Stderr(name, generation, tx) => {
@@ -277,9 +273,9 @@ impl Hub {
     }
 
     /// Tells observers how many front sessions are open.
-    pub(crate) fn publish_sessions(&self) {
-        if let Some(tap) = &self.settings.monitor {
-            tap.publish(MonitorEvent::Fronts {
+    pub(crate) fn publish_sessions(&mut self) {
+        if self.settings.monitor.is_some() {
+            self.effects.publish(MonitorEvent::Fronts {
                 sessions: self.fronts.open.len(),
             });
         }
@@ -449,8 +445,8 @@ impl Hub {
             b.obs.events.pop_front();
         }
         b.obs.events.push_back(event.clone());
-        if let Some(tap) = &self.settings.monitor {
-            tap.publish(MonitorEvent::Event {
+        if self.settings.monitor.is_some() {
+            self.effects.publish(MonitorEvent::Event {
                 server: b.plan.name.clone(),
                 event,
             });
@@ -609,7 +605,7 @@ impl Hub {
                 if due > now {
                     if !b.obs.flush_armed {
                         b.obs.flush_armed = true;
-                        self.timers.insert_at(Timer::Publish(id), due);
+                        self.effects.arm(Timer::Publish(id), due);
                     }
                     continue;
                 }
@@ -624,7 +620,7 @@ impl Hub {
                 }
             }
             if let Some(status) = self.status(id) {
-                tap.publish(MonitorEvent::Server {
+                self.effects.publish(MonitorEvent::Server {
                     status: Box::new(status),
                 });
             }
@@ -639,9 +635,9 @@ impl Hub {
     }
 
     /// A server left the configuration.
-    pub(crate) fn publish_removed(&self, name: &str) {
-        if let Some(tap) = &self.settings.monitor {
-            tap.publish(MonitorEvent::Removed {
+    pub(crate) fn publish_removed(&mut self, name: &str) {
+        if self.settings.monitor.is_some() {
+            self.effects.publish(MonitorEvent::Removed {
                 server: name.to_owned(),
             });
         }
@@ -866,49 +862,6 @@ pub(crate) fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
-}
-
-/// The keys of an env file, each set or not: `wanted` (the entry's
-/// `env_keys`) when there are any, else every key in the file. Values are
-/// read by the parser and dropped here; none leaves this function.
-async fn env_keys(path: &std::path::Path, wanted: &[String]) -> Vec<EnvKey> {
-    let present: Vec<(String, bool)> = match read_small(path).await {
-        Some(text) => match mcpvisor_config::secrets::parse_dotenv(&text, path) {
-            Ok(pairs) => pairs
-                .into_iter()
-                .map(|(key, value)| {
-                    let set = !value.expose().is_empty();
-                    (key, set)
-                })
-                .collect(),
-            Err(e) => {
-                tracing::debug!(file = %path.display(), "env file not readable for its keys: {e}");
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
-    if wanted.is_empty() {
-        return present
-            .into_iter()
-            .map(|(key, set)| EnvKey { key, set })
-            .collect();
-    }
-    wanted
-        .iter()
-        .map(|key| EnvKey {
-            key: key.clone(),
-            set: present.iter().any(|(k, set)| k == key && *set),
-        })
-        .collect()
-}
-
-async fn read_small(path: &std::path::Path) -> Option<String> {
-    let meta = tokio::fs::metadata(path).await.ok()?;
-    if meta.len() > ENV_FILE_MAX {
-        return None;
-    }
-    tokio::fs::read_to_string(path).await.ok()
 }
 
 #[cfg(test)]

@@ -541,14 +541,14 @@ impl Hub {
     /// Holds a request until the servers that are starting have settled, at
     /// most `--list-timeout`.
     fn park(&mut self, front: FrontId, id: Bytes, held: Held) {
-        let wait = self.settings.list_timeout;
+        let deadline = Instant::now() + self.settings.list_timeout;
         self.calls.parked.push_back(Parked {
             front,
             id,
-            deadline: Instant::now() + wait,
+            deadline,
             held,
         });
-        self.timers.insert(Timer::Parked, wait);
+        self.effects.arm(Timer::Parked, deadline);
     }
 
     /// Answers a parked request, or handles its line again.

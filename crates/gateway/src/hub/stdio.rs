@@ -1,13 +1,14 @@
 //! The stdio front: one client on a pair of pipes, read and written by the
 //! hub's own task.
 //!
-//! The hub reads the client's lines in its `select!` (bounded framing, as
-//! `run` does) and writes what is for the client through an
-//! [`writer::Outlet`] at the end of each turn of its loop, once no complete
-//! line waits in what it has read: a burst goes out in one write, and a call
-//! costs no hop to a reader or a writer task. A line over the limit is
-//! answered here (`-32600` with its id when the id is in its first bytes),
-//! never forwarded. A client that stops reading is gone once a write has made
+//! The shell reads the client's lines in its `select!` (bounded framing, as
+//! `run` does) and hands them to the core ([`StdioInput`]); it writes what
+//! the core queued for the client through an [`writer::Outlet`] at the end
+//! of each turn of its loop, once no complete line waits in what it has
+//! read: a burst goes out in one write, and a call costs no hop to a reader
+//! or a writer task. A line over the limit is answered by the core
+//! (`-32600` with its id when the id is in its first bytes), never
+//! forwarded. A client that stops reading is gone once a write has made
 //! no progress for [`WRITE_TIMEOUT`], or once it leaves [`FRONT_QUEUE`]
 //! messages unwritten; while its queue is long the hub reads nothing more
 //! from it.
@@ -22,8 +23,7 @@ use mcpvisor_session::writer::{self, Message};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::FramedRead;
 
-use super::Outcome;
-use super::{DRAIN, FRONT_QUEUE, Hub};
+use super::{DRAIN, FRONT_QUEUE, Hub, Input, Outcome, StdioInput};
 use crate::fronts::FrontId;
 
 /// How long a write to the client may make no progress before the client
@@ -40,7 +40,6 @@ pub(crate) struct Stdio {
     /// `None` once the input has ended.
     input: Option<FramedRead<Pin<Box<dyn AsyncRead + Send>>, LineCodec>>,
     pub out: writer::Outlet,
-    max_bytes: usize,
 }
 
 impl std::fmt::Debug for Stdio {
@@ -63,7 +62,6 @@ impl Stdio {
             front,
             input: Some(FramedRead::new(Box::pin(input), LineCodec::new(max_bytes))),
             out: writer::Outlet::new(Box::pin(output), Some(WRITE_TIMEOUT)),
-            max_bytes,
         }
     }
 
@@ -120,18 +118,86 @@ pub(crate) async fn next(stdio: &mut Option<Stdio>, read: bool, flush: bool) -> 
     .await
 }
 
+impl Stdio {
+    /// What a frame read (or the input's end) is for the core; the input
+    /// is closed at its end.
+    pub fn input(&mut self, frame: Option<Result<Frame, FrameError>>) -> StdioInput {
+        match frame {
+            Some(Ok(Frame::Line(line))) => StdioInput::Line(line),
+            Some(Ok(Frame::Oversize { len, head })) => StdioInput::Oversize { len, head },
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "client input failed");
+                self.input = None;
+                StdioInput::Ended
+            }
+            None => {
+                self.input = None;
+                StdioInput::Ended
+            }
+        }
+    }
+
+    /// What the end of a write is for the core: nothing, or the client
+    /// gone (then nothing more is read or written).
+    pub fn written(&mut self, written: Result<(), writer::WriteError>) -> Option<StdioInput> {
+        let Err(e) = written else { return None };
+        match &e {
+            writer::WriteError::Stalled(_) => {
+                tracing::warn!(error = %e, "the client stopped reading; it is gone");
+            }
+            _ => tracing::debug!(error = %e, "client output closed"),
+        }
+        self.input = None;
+        self.out.close();
+        Some(StdioInput::Gone)
+    }
+
+    /// Writes what the core queued for the client as far as its pipe
+    /// takes it now (a full pipe is waited on in the loop's `select!`);
+    /// a failed write is handed to the core as its input.
+    pub async fn write(&mut self, hub: &mut Hub) {
+        hub.fronts.stdio_backlog = self.take(&mut hub.fronts.stdio_queue);
+        if self.out.is_idle() || self.out.is_blocked() {
+            return;
+        }
+        if let Some(written) = self.out.write_now().await {
+            if let Some(gone) = self.written(written) {
+                hub.handle(Input::Stdio(gone));
+                hub.end_turn();
+            }
+        }
+        hub.fronts.stdio_backlog = self.out.queued();
+    }
+
+    /// What waits for the client still goes out once the hub has
+    /// stopped, bounded.
+    pub async fn flush(&mut self, hub: &mut Hub) {
+        self.take(&mut hub.fronts.stdio_queue);
+        let bound = std::time::Duration::from_secs(5);
+        let _ = tokio::time::timeout(bound, self.out.flushed()).await;
+    }
+}
+
 impl Hub {
-    /// A frame from the stdio client, or its input's end.
-    pub(crate) fn on_stdio_frame(
-        &mut self,
-        stdio: &mut Stdio,
-        frame: Option<Result<Frame, FrameError>>,
-    ) {
-        let front = stdio.front;
-        let line = match frame {
-            Some(Ok(Frame::Line(line))) => line,
-            Some(Ok(Frame::Oversize { len, head })) => {
-                let max_bytes = stdio.max_bytes;
+    /// What the stdio client's pipes gave.
+    pub(crate) fn on_stdio(&mut self, input: StdioInput) {
+        // The stdio client is the primary front.
+        let Some(front) = self.fronts.primary else {
+            return;
+        };
+        match input {
+            StdioInput::Line(line) => {
+                if self
+                    .fronts
+                    .open
+                    .get(&front)
+                    .is_some_and(|f| f.closing.is_none())
+                {
+                    self.on_front_message(front, line);
+                }
+            }
+            StdioInput::Oversize { len, head } => {
+                let max_bytes = self.settings.max_message_bytes;
                 let id = scan_id(&head).unwrap_or("null").to_owned();
                 tracing::warn!(
                     bytes = len,
@@ -143,74 +209,16 @@ impl Hub {
                 let line = build::error(&id, INVALID_REQUEST, &detail, None);
                 let related = (id != "null").then(|| Bytes::from(id));
                 self.emit_to(front, line, related);
-                return;
             }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "client input failed");
-                self.end_stdio_input(stdio);
-                return;
+            // Its requests in flight may still finish, for [`DRAIN`] at
+            // most.
+            StdioInput::Ended => {
+                if let Some(f) = self.fronts.open.get_mut(&front) {
+                    f.closing
+                        .get_or_insert_with(|| tokio::time::Instant::now() + DRAIN);
+                }
             }
-            None => {
-                self.end_stdio_input(stdio);
-                return;
-            }
-        };
-        if self
-            .fronts
-            .open
-            .get(&front)
-            .is_some_and(|f| f.closing.is_none())
-        {
-            self.on_front_message(front, line);
+            StdioInput::Gone => self.drop_front(front, Outcome::ClientGone),
         }
-    }
-
-    /// The client closed its input: its requests in flight may still
-    /// finish, for [`DRAIN`] at most.
-    fn end_stdio_input(&mut self, stdio: &mut Stdio) {
-        stdio.input = None;
-        if let Some(f) = self.fronts.open.get_mut(&stdio.front) {
-            f.closing
-                .get_or_insert_with(|| tokio::time::Instant::now() + DRAIN);
-        }
-    }
-
-    /// Writes what is queued for the stdio client as far as its pipe takes
-    /// it now; a full pipe is waited on in the loop's `select!`.
-    pub(crate) async fn write_stdio(&mut self, stdio: &mut Stdio) {
-        self.fronts.stdio_backlog = stdio.take(&mut self.fronts.stdio_queue);
-        if stdio.out.is_idle() || stdio.out.is_blocked() {
-            return;
-        }
-        if let Some(written) = stdio.out.write_now().await {
-            self.on_stdio_written(stdio, written);
-        }
-        self.fronts.stdio_backlog = stdio.out.queued();
-    }
-
-    /// A write to the stdio client finished, failed or stalled.
-    pub(crate) fn on_stdio_written(
-        &mut self,
-        stdio: &mut Stdio,
-        written: Result<(), writer::WriteError>,
-    ) {
-        let Err(e) = written else { return };
-        match &e {
-            writer::WriteError::Stalled(_) => {
-                tracing::warn!(error = %e, "the client stopped reading; it is gone");
-            }
-            _ => tracing::debug!(error = %e, "client output closed"),
-        }
-        stdio.input = None;
-        stdio.out.close();
-        self.drop_front(stdio.front, Outcome::ClientGone);
-    }
-
-    /// What waits for the stdio client still goes out once the hub has
-    /// stopped, bounded.
-    pub(crate) async fn flush_stdio(&mut self, stdio: &mut Stdio) {
-        stdio.take(&mut self.fronts.stdio_queue);
-        let bound = std::time::Duration::from_secs(5);
-        let _ = tokio::time::timeout(bound, stdio.out.flushed()).await;
     }
 }

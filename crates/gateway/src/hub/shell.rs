@@ -1,0 +1,350 @@
+//! The hub's async shell: it owns the `select!`, the stdio client's pipes,
+//! the backends' session tasks and the channel they report on, the timers'
+//! queue, the background stops and the file reads, and carries out what
+//! each turn of the core asks for (see the module docs of `hub`).
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use mcpvisor_jsonrpc::Spans;
+use mcpvisor_runner::{Running, ServerSpec};
+use rustc_hash::FxHashMap as HashMap;
+use tokio::sync::mpsc;
+use tokio_util::time::{DelayQueue, delay_queue};
+
+use super::backend::{BackendId, BackendSpawner};
+use super::{
+    Control, Effect, FromSession, Hub, Incoming, Input, Outcome, ServerPlan, Settings,
+    StartSession, Timer, TimerKey, stdio,
+};
+use crate::fronts::FrontCommand;
+use crate::monitor::{EnvKey, Tap};
+
+/// Room in the channel the backends' sessions report on.
+const EVENTS: usize = 4096;
+/// The largest env file read to list its keys.
+const ENV_FILE_MAX: u64 = 1024 * 1024;
+
+/// What the shell owns beside the core.
+struct Shell {
+    events_tx: mpsc::Sender<(BackendId, Incoming)>,
+    events_rx: mpsc::Receiver<(BackendId, Incoming)>,
+    timers: DelayQueue<(TimerKey, Timer)>,
+    /// The armed timers' places in `timers`, to disarm them.
+    armed: HashMap<TimerKey, delay_queue::Key>,
+    /// The backends' running sessions, by (backend, epoch).
+    sessions: HashMap<(BackendId, u64), Running>,
+    /// Sessions being stopped in the background; the shell waits for them
+    /// before it ends, so that no server outlives the gateway.
+    stopping: tokio::task::JoinSet<()>,
+    monitor: Option<Tap>,
+    /// Makes the sessions' spawners in place of the configured commands.
+    spawners: Option<super::Spawners>,
+    /// The room the core's effects are taken into, used again each turn.
+    effects: Vec<Effect>,
+}
+
+/// Runs the core until it ends or a shutdown is asked for, then stops
+/// every server. With `stdio`, the stdio client's pipes are read and
+/// written here (it is then the primary front).
+pub(super) async fn serve(
+    settings: Settings,
+    servers: Vec<ServerPlan>,
+    mut fronts: mpsc::Receiver<FrontCommand>,
+    mut control: mpsc::Receiver<Control>,
+    primary: Option<super::FrontId>,
+    stdio: Option<stdio::Stdio>,
+) -> Outcome {
+    let (events_tx, events_rx) = mpsc::channel(EVENTS);
+    let mut shell = Shell {
+        events_tx,
+        events_rx,
+        timers: DelayQueue::new(),
+        armed: HashMap::default(),
+        sessions: HashMap::default(),
+        stopping: tokio::task::JoinSet::new(),
+        monitor: settings.monitor.clone(),
+        spawners: settings.spawners.clone(),
+        effects: Vec::new(),
+    };
+    let mut hub = Hub::new(settings, primary);
+    // The stdio client's pipes are the loop's own, not the core's: they
+    // are neither `Sync` nor needed anywhere else.
+    let mut stdio = stdio;
+    if let Some(front) = stdio.as_ref().map(|s| s.front) {
+        hub.open_stdio(front);
+    }
+    hub.add_servers(servers);
+    shell.carry_out(&mut hub);
+    let mut fronts_open = true;
+    let outcome = loop {
+        if let Some(outcome) = hub.ended(fronts_open) {
+            break outcome;
+        }
+        let drain = hub.next_drain_deadline();
+        let stdio_readable = stdio.as_ref().is_some_and(stdio::Stdio::readable);
+        let stdio_blocked = stdio.as_ref().is_some_and(|s| s.out.is_blocked());
+        let input = tokio::select! {
+            event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
+                match (stdio.as_mut(), event) {
+                    (Some(s), stdio::Event::Read(frame)) => Some(Input::Stdio(s.input(frame))),
+                    (Some(s), stdio::Event::Written(written)) => s.written(written).map(Input::Stdio),
+                    (None, _) => None,
+                }
+            }
+            command = fronts.recv(), if fronts_open => match command {
+                Some(command) => Some(Input::Front(command)),
+                None => {
+                    fronts_open = false;
+                    None
+                }
+            },
+            Some((backend, incoming)) = shell.events_rx.recv() => Some(Input::Backend(backend, incoming)),
+            Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
+                let (key, timer) = expired.into_inner();
+                shell.armed.remove(&key);
+                Some(Input::Timer(timer))
+            }
+            Some(control) = control.recv() => match control {
+                Control::Shutdown => break Outcome::Shutdown,
+                control => Some(Input::Control(control)),
+            },
+            () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
+        };
+        if let Some(input) = input {
+            hub.handle(input);
+        }
+        hub.end_turn();
+        shell.carry_out(&mut hub);
+        while shell.stopping.try_join_next().is_some() {}
+        // What is queued for the stdio client is written once no more
+        // of what was read from it waits to be handled: a burst goes
+        // out in one write.
+        if let Some(s) = stdio.as_mut() {
+            if !(s.readable() && s.has_line()) {
+                s.write(&mut hub).await;
+                shell.carry_out(&mut hub);
+            }
+        }
+    };
+    hub.stop_all();
+    shell.carry_out(&mut hub);
+    // Each stop is bounded by its session's own stop timeouts.
+    while shell.stopping.join_next().await.is_some() {}
+    if let Some(s) = stdio.as_mut() {
+        s.flush(&mut hub).await;
+    }
+    outcome
+}
+
+// === impl Shell ===
+
+impl Shell {
+    /// Carries out what the core asked for since the last call, in order.
+    fn carry_out(&mut self, hub: &mut Hub) {
+        hub.take_effects(&mut self.effects);
+        let mut effects = std::mem::take(&mut self.effects);
+        for effect in effects.drain(..) {
+            match effect {
+                Effect::Start(start) => self.start(*start),
+                Effect::Stop {
+                    backend,
+                    epoch,
+                    inlet,
+                } => match self.sessions.remove(&(backend, epoch)) {
+                    Some(running) => {
+                        self.stopping.spawn(async move {
+                            running.stop(inlet).await;
+                        });
+                    }
+                    None => drop(inlet),
+                },
+                Effect::Arm { key, timer, at } => {
+                    let place = self.timers.insert_at((key, timer), at);
+                    self.armed.insert(key, place);
+                }
+                Effect::Disarm(key) => {
+                    if let Some(place) = self.armed.remove(&key) {
+                        self.timers.try_remove(&place);
+                    }
+                }
+                Effect::Publish(event) => {
+                    if let Some(tap) = &self.monitor {
+                        tap.publish(event);
+                    }
+                }
+                Effect::EnvKeys {
+                    mut detail,
+                    file,
+                    wanted,
+                    reply,
+                } => {
+                    // Read beside the loop, never in it: a slow disk does
+                    // not hold up a single call.
+                    tokio::spawn(async move {
+                        if let Some(path) = file {
+                            detail.env_keys = env_keys(&path, &wanted).await;
+                        }
+                        let _ = reply.send(Some(*detail));
+                    });
+                }
+            }
+        }
+        self.effects = effects;
+    }
+
+    /// Starts a backend's session: its spawner from its plan, its lines
+    /// and events into the shell's channel tagged with its epoch.
+    fn start(&mut self, start: StartSession) {
+        let StartSession {
+            backend,
+            epoch,
+            plan,
+            session,
+        } = start;
+        let spawner = match &self.spawners {
+            Some(super::Spawners(make)) => BackendSpawner::Given(make(&plan)),
+            None => {
+                let spec = ServerSpec {
+                    def: plan.def.clone(),
+                    env_overrides: plan.env_overrides.clone(),
+                };
+                BackendSpawner::Configured(
+                    mcpvisor_runner::spawner(&spec, &plan.session, plan.stderr)
+                        .with_stderr_named(&plan.name),
+                )
+            }
+        };
+        let (sink, status) = mcpvisor_session::EventSink::channel(64);
+        let output = Box::new(ToHub::new(backend, epoch, self.events_tx.clone()));
+        // Every line the backend's session (and its processes) log names it.
+        let span = tracing::info_span!("server", name = %plan.name);
+        let running = span.in_scope(|| session.start(spawner, sink, output));
+        tokio::spawn(relay_status(backend, epoch, status, self.events_tx.clone()));
+        self.sessions.insert((backend, epoch), running);
+    }
+}
+
+/// Hands one backend session's output to the hub's event channel, line by
+/// line, tagged with the backend and its session's epoch. When the session
+/// drops it (its output ended) the hub is told the session closed.
+pub(crate) struct ToHub {
+    id: BackendId,
+    epoch: u64,
+    events: tokio_util::sync::PollSender<(BackendId, Incoming)>,
+}
+
+impl ToHub {
+    pub(crate) fn new(
+        id: BackendId,
+        epoch: u64,
+        events: mpsc::Sender<(BackendId, Incoming)>,
+    ) -> Self {
+        Self {
+            id,
+            epoch,
+            events: tokio_util::sync::PollSender::new(events),
+        }
+    }
+}
+
+impl mcpvisor_session::writer::LineSink for ToHub {
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), mcpvisor_session::writer::Gone>> {
+        self.events
+            .poll_reserve(cx)
+            .map_err(|_| mcpvisor_session::writer::Gone)
+    }
+
+    fn send(
+        &mut self,
+        line: Bytes,
+        spans: Option<Spans>,
+    ) -> Result<(), mcpvisor_session::writer::Gone> {
+        let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
+        self.events
+            .send_item((self.id, event))
+            .map_err(|_| mcpvisor_session::writer::Gone)
+    }
+}
+
+impl Drop for ToHub {
+    fn drop(&mut self) {
+        let Some(events) = self.events.get_ref().cloned() else {
+            return;
+        };
+        let closed = (self.id, Incoming::Session(self.epoch, FromSession::Closed));
+        match events.try_send(closed) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            // The hub is behind: tell it once it has room (the hub reads
+            // its channel until it stops, and then nobody waits for this).
+            Err(mpsc::error::TrySendError::Full(closed)) => {
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move { events.send(closed).await });
+                }
+            }
+        }
+    }
+}
+
+/// Forwards one backend session's lifecycle events to the hub.
+pub(crate) async fn relay_status(
+    id: BackendId,
+    epoch: u64,
+    mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
+    events: mpsc::Sender<(BackendId, Incoming)>,
+) {
+    while let Some(event) = status.recv().await {
+        if events
+            .send((id, Incoming::Session(epoch, FromSession::Status(event))))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// The keys of an env file, each set or not: `wanted` (the entry's
+/// `env_keys`) when there are any, else every key in the file. Values are
+/// read by the parser and dropped here; none leaves this function.
+async fn env_keys(path: &std::path::Path, wanted: &[String]) -> Vec<EnvKey> {
+    let present: Vec<(String, bool)> = match read_small(path).await {
+        Some(text) => match mcpvisor_config::secrets::parse_dotenv(&text, path) {
+            Ok(pairs) => pairs
+                .into_iter()
+                .map(|(key, value)| {
+                    let set = !value.expose().is_empty();
+                    (key, set)
+                })
+                .collect(),
+            Err(e) => {
+                tracing::debug!(file = %path.display(), "env file not readable for its keys: {e}");
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    if wanted.is_empty() {
+        return present
+            .into_iter()
+            .map(|(key, set)| EnvKey { key, set })
+            .collect();
+    }
+    wanted
+        .iter()
+        .map(|key| EnvKey {
+            key: key.clone(),
+            set: present.iter().any(|(k, set)| k == key && *set),
+        })
+        .collect()
+}
+
+async fn read_small(path: &std::path::Path) -> Option<String> {
+    let meta = tokio::fs::metadata(path).await.ok()?;
+    if meta.len() > ENV_FILE_MAX {
+        return None;
+    }
+    tokio::fs::read_to_string(path).await.ok()
+}
