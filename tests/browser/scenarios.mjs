@@ -780,6 +780,50 @@ scenario('the page works from 360 px wide and by keyboard', 30000, async ({ brow
 
 // ---- the README's screenshot -------------------------------------------------
 
+scenario('the Activity view lists each call live, with its outcome and never its arguments', 60000, async ({ browser, gw }) => {
+  const marker = `argument-marker-${randomBytes(8).toString('hex')}`;
+  const { page, problems, context } = await openUi(browser, gw);
+  const rows = () => page.$$eval('table.activity tbody tr', (trs) => trs.map((tr) => ({
+    seq: Number(tr.dataset.seq),
+    outcome: tr.dataset.outcome,
+    cells: Object.fromEntries([...tr.children].map((td) => [td.className.replace('act-', ''), td.textContent])),
+  })));
+  await page.getByRole('link', { name: 'Activity', exact: true }).click();
+  await page.waitForSelector('table.activity', { state: 'attached' });
+  assert(await page.locator('.empty', { hasText: 'No calls yet' }).count() === 1 || (await rows()).length > 0, 'an empty view says so');
+  const before = (await rows()).length;
+  const ok = await gw.request('tools/call', { name: 'echo__echo', arguments: { text: marker } }, 30000);
+  assert(ok.result && JSON.stringify(ok.result).includes(marker), `echo answered: ${JSON.stringify(ok)}`);
+  const failed = await gw.request('tools/call', { name: 'echo__sleep', arguments: { note: marker } }, 30000);
+  assert(failed.result && failed.result.isError === true, `sleep without ms is a tool error: ${JSON.stringify(failed)}`);
+  const lost = await gw.request('tools/call', { name: 'perclient__crash', arguments: { note: marker } }, 30000);
+  assert(lost.error && lost.error.code === -32010, `a crash mid-call is -32010: ${JSON.stringify(lost)}`);
+  const live = await until('three new rows, live', async () => {
+    const r = await rows();
+    return r.length >= before + 3 ? r : null;
+  }, 15000, 50);
+  const [crash, sleepRow, echoRow] = live;
+  assert(crash.seq > sleepRow.seq && sleepRow.seq > echoRow.seq, 'newest first');
+  assert(echoRow.cells.name === 'echo__echo' && echoRow.outcome === 'result' && echoRow.cells.outcome === 'Result', `the echo row: ${JSON.stringify(echoRow)}`);
+  assert(echoRow.cells.client.startsWith('browser-tier'), `the client's name: ${echoRow.cells.client}`);
+  assert(echoRow.cells.server === 'echo' && echoRow.cells.method === 'tools/call', JSON.stringify(echoRow));
+  assert(/ B$/.test(echoRow.cells.request_bytes) && / B$/.test(echoRow.cells.answer_bytes), JSON.stringify(echoRow));
+  assert(sleepRow.outcome === 'is_error' && sleepRow.cells.outcome === 'Tool error', `the sleep row: ${JSON.stringify(sleepRow)}`);
+  assert(crash.outcome === 'error' && crash.cells.outcome === 'Error -32010', `the crash row: ${JSON.stringify(crash)}`);
+  await shot(page, 'activity');
+  // Opened afresh, the page is given the last records with the snapshot.
+  await page.reload();
+  await page.waitForSelector('#conn[data-conn="live"]');
+  await until('the rows after a reload', async () => (await rows()).length === live.length, 15000, 50);
+  const html = await page.content();
+  assert(!html.includes(marker), 'no argument or result in the page');
+  const api = await gw.http('GET', '/api/activity');
+  assert(api.status === 200 && !api.text.includes(marker), `/api/activity: ${api.status}`);
+  assert(JSON.parse(api.text).records.some((r) => r.name === 'echo__echo' && r.outcome === 'result'), api.text.slice(0, 400));
+  assert(problems.length === 0, problems.join('\n'));
+  await context.close();
+});
+
 async function readmeShot(browser, file) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-shot-'));
   const gw = new Gateway(dir, {

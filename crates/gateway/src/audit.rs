@@ -93,6 +93,16 @@ pub struct Record {
     pub answer_bytes: usize,
 }
 
+/// A [`Record`] as the Activity view gets it: numbered in the order the
+/// gateway made them, so a page that reads the last records and then the
+/// live ones can leave out a record it has already.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    pub seq: u64,
+    #[serde(flatten)]
+    pub record: Record,
+}
+
 /// How an audited request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,13 +153,14 @@ pub struct Audit {
 struct Shared {
     ledger: Mutex<Ledger>,
     dropped: AtomicU64,
-    live: broadcast::Sender<Record>,
+    live: broadcast::Sender<Entry>,
 }
 
 /// What is kept in memory: the last records, and figures per tool.
 #[derive(Debug, Default)]
 struct Ledger {
-    recent: VecDeque<Record>,
+    seq: u64,
+    recent: VecDeque<Entry>,
     tools: BTreeMap<(String, String), ToolStats>,
 }
 
@@ -248,10 +259,12 @@ impl Audit {
     }
 
     fn keep(&self, record: Record) {
+        // Numbered and published under the lock, so that live entries go
+        // out in the order of their numbers.
         if let Ok(mut ledger) = self.shared.ledger.lock() {
-            ledger.add(&record);
+            let entry = ledger.add(&record);
+            let _ = self.shared.live.send(entry);
         }
-        let _ = self.shared.live.send(record.clone());
         let Some(file) = &self.file else {
             return;
         };
@@ -269,7 +282,7 @@ impl Audit {
     }
 
     /// The last records, oldest first, at most [`RECENT_KEPT`].
-    pub fn recent(&self) -> Vec<Record> {
+    pub fn recent(&self) -> Vec<Entry> {
         self.shared
             .ledger
             .lock()
@@ -278,7 +291,7 @@ impl Audit {
     }
 
     /// Records from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Record> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Entry> {
         self.shared.live.subscribe()
     }
 
@@ -306,14 +319,23 @@ impl Default for Audit {
 // === impl Ledger ===
 
 impl Ledger {
-    fn add(&mut self, record: &Record) {
+    fn add(&mut self, record: &Record) -> Entry {
+        self.seq += 1;
+        let entry = Entry {
+            seq: self.seq,
+            record: record.clone(),
+        };
         if self.recent.len() == RECENT_KEPT {
             self.recent.pop_front();
         }
-        self.recent.push_back(record.clone());
-        if record.method != "tools/call" {
-            return;
+        self.recent.push_back(entry.clone());
+        if record.method == "tools/call" {
+            self.count(record);
         }
+        entry
+    }
+
+    fn count(&mut self, record: &Record) {
         let mut key = (record.server.clone(), record.name.clone());
         if !self.tools.contains_key(&key) && self.tools.len() >= TOOLS_KEPT {
             key.1 = OTHER_TOOLS.to_owned();
@@ -514,7 +536,7 @@ mod tests {
         let got: Vec<(Outcome, Option<i64>)> = audit
             .recent()
             .iter()
-            .map(|r| (r.outcome, r.error_code))
+            .map(|e| (e.record.outcome, e.record.error_code))
             .collect();
         assert_eq!(
             got,

@@ -29,10 +29,15 @@
     'stopped', 'started', 'added', 'enabled', 'disabled', 'secret_set',
   ]);
 
+  // The audit trail's last records (oldest first), as the server keeps
+  // them: at most ACTIVITY_KEPT.
+  const ACTIVITY_KEPT = 200;
+
   const store = {
     servers: new Map(),
     sessions: 0,
     connected: false,
+    activity: [],
   };
   let view = null; // the current view: { kind, onServer?, onEvent?, onRemoved?, onInspect?, onSnapshot?, tick?, dispose? }
 
@@ -273,6 +278,21 @@
       store.sessions = d.sessions;
       if (view && view.onSessions) view.onSessions();
     });
+    source.addEventListener('activity', (e) => {
+      const d = parse(e);
+      if (!Array.isArray(d)) return;
+      store.activity = d.slice(-ACTIVITY_KEPT);
+      if (view && view.onActivity) view.onActivity(null);
+    });
+    source.addEventListener('call', (e) => {
+      const d = parse(e);
+      if (!d || typeof d.seq !== 'number') return;
+      const last = store.activity[store.activity.length - 1];
+      if (last && last.seq >= d.seq) return; // already in the last snapshot
+      store.activity.push(d);
+      if (store.activity.length > ACTIVITY_KEPT) store.activity.shift();
+      if (view && view.onActivity) view.onActivity(d);
+    });
     source.addEventListener('inspect', (e) => {
       const d = parse(e);
       if (d && view && view.onInspect) view.onInspect(d);
@@ -340,6 +360,9 @@
     } else if (hash === '#/add') {
       view = addView(main);
       setNav('add');
+    } else if (hash === '#/activity') {
+      view = activityView(main);
+      setNav('activity');
     } else {
       view = serversView(main);
       setNav('servers');
@@ -365,6 +388,92 @@
       h1.tabIndex = -1;
       h1.focus({ preventScroll: true });
     }
+  }
+
+  // ---- the activity table --------------------------------------------------
+
+  const ACTIVITY_COLUMNS = [
+    ['time', 'Time'], ['client', 'Client'], ['server', 'Server'], ['method', 'Method'],
+    ['name', 'Name'], ['duration', 'Duration'], ['outcome', 'Outcome'],
+    ['request_bytes', 'Request'], ['answer_bytes', 'Answer'],
+  ];
+
+  const OUTCOMES = {
+    result: { label: 'Result', tone: 'good' },
+    is_error: { label: 'Tool error', tone: 'warn' },
+    error: { label: 'Error', tone: 'bad' },
+  };
+
+  function fmtBytes(n) {
+    if (typeof n !== 'number') return '—';
+    if (n < 1024) return `${n} B`;
+    if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+    return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+  }
+
+  // Each call, prompt get and resource read of the gateway's clients,
+  // newest first: who, what, how long, how it ended, and sizes. Never
+  // arguments or results: the gateway does not keep them.
+  function activityView(main) {
+    const summary = h('p', { class: 'summary' });
+    const tbody = h('tbody');
+    const empty = h('p', { class: 'empty', text: 'No calls yet. Each tool call, prompt get and resource read of a client shows here as it is answered.' });
+    const table = h('table', { class: 'activity' },
+      h('caption', { class: 'sr-only', text: 'Calls, prompt gets and resource reads, newest first' }),
+      h('thead', null, h('tr', null, ACTIVITY_COLUMNS.map(([k, label]) => h('th', { scope: 'col', class: 'act-' + k, text: label })))),
+      tbody);
+    append(main,
+      h('div', { class: 'page-head' }, h('h1', { text: 'Activity' }), summary),
+      h('div', { class: 'table-wrap' }, table), empty);
+    focusHeading(main);
+
+    function row(r, fresh) {
+      const outcome = OUTCOMES[r.outcome] || { label: String(r.outcome), tone: 'neutral' };
+      const outcomeText = r.outcome === 'error' && r.error_code !== null && r.error_code !== undefined
+        ? `${outcome.label} ${r.error_code}` : outcome.label;
+      const client = [r.client || 'unnamed client', `#${r.session}`].join(' ');
+      const cells = {
+        time: h('time', { datetime: new Date(r.at_ms).toISOString(), text: fmtTime(r.at_ms) }),
+        client,
+        server: h('a', { href: '#/server/' + enc(r.server), text: r.server }),
+        method: r.method,
+        name: r.name,
+        duration: fmtLatency(r.duration_ms),
+        outcome: h('span', { class: 'outcome kind-' + outcome.tone, text: outcomeText }),
+        request_bytes: fmtBytes(r.request_bytes),
+        answer_bytes: fmtBytes(r.answer_bytes),
+      };
+      const tr = h('tr', { class: fresh ? 'fresh' : null, 'data-seq': String(r.seq), 'data-outcome': r.outcome });
+      for (const [k, label] of ACTIVITY_COLUMNS) {
+        tr.appendChild(h('td', { class: 'act-' + k, 'data-label': label }, cells[k]));
+      }
+      return tr;
+    }
+
+    function renderSummary() {
+      const n = store.activity.length;
+      const failed = store.activity.filter((r) => r.outcome !== 'result').length;
+      summary.textContent = `the last ${n} request${n === 1 ? '' : 's'}` + (failed ? ` · ${failed} failed` : '');
+      empty.hidden = n > 0;
+      table.hidden = n === 0;
+    }
+
+    function renderAll() {
+      clear(tbody);
+      for (let i = store.activity.length - 1; i >= 0; i--) tbody.appendChild(row(store.activity[i], false));
+      renderSummary();
+    }
+
+    renderAll();
+    return {
+      kind: 'activity',
+      onActivity(r) {
+        if (!r) { renderAll(); return; }
+        tbody.insertBefore(row(r, true), tbody.firstChild);
+        while (tbody.children.length > ACTIVITY_KEPT) tbody.lastChild.remove();
+        renderSummary();
+      },
+    };
   }
 
   // ---- the servers table ---------------------------------------------------

@@ -153,6 +153,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/oauth/paste", post(oauth_paste))
         .route("/api/inspect", post(start_inspect))
         .route("/api/inspect/{id}", get(inspect_job))
+        .route("/api/activity", get(activity))
         .route("/api/events", get(events::stream))
         .route("/api/{*rest}", axum::routing::any(not_found))
         .route("/metrics", get(metrics::metrics))
@@ -375,6 +376,16 @@ async fn asset(UrlPath(path): UrlPath<String>) -> Response {
 async fn servers(State(shared): State<Arc<Shared>>) -> ApiResult {
     let snapshot = shared.cfg.monitor.snapshot().await?;
     Ok(json_response(StatusCode::OK, &snapshot))
+}
+
+/// The audit trail's last records, oldest first, and how many the audit
+/// log's writer dropped.
+async fn activity(State(shared): State<Arc<Shared>>) -> ApiResult {
+    let audit = shared.cfg.monitor.activity();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({"records": audit.recent(), "dropped": audit.dropped()}),
+    ))
 }
 
 async fn server(State(shared): State<Arc<Shared>>, UrlPath(name): UrlPath<String>) -> ApiResult {

@@ -5,7 +5,9 @@
 //! twice, which a reader of whole rows does not mind). A reader that falls
 //! so far behind that the broadcast channel overwrote what it had not read
 //! is sent a fresh snapshot instead. Inspections of the add-server wizard
-//! report their progress on the same stream.
+//! report their progress on the same stream, and so do the audit trail's
+//! records: the last ones (`activity`) after each snapshot, then each new
+//! one (`call`), numbered so that a record seen in both is told apart.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
+use mcpvisor_gateway::audit::Entry;
 use mcpvisor_gateway::monitor::{Monitor, MonitorEvent};
 use serde_json::{Value, json};
 use tokio::sync::OwnedSemaphorePermit;
@@ -34,7 +37,9 @@ pub(crate) async fn stream(State(shared): State<Arc<Shared>>) -> Response {
         monitor: shared.cfg.monitor.clone(),
         hub: shared.cfg.monitor.subscribe(),
         jobs: shared.jobs.subscribe(),
+        calls: shared.cfg.monitor.activity().subscribe(),
         snapshot_due: true,
+        activity_due: true,
         _permit: permit,
     };
     Sse::new(events(state))
@@ -52,7 +57,9 @@ struct Reader {
     monitor: Monitor,
     hub: broadcast::Receiver<MonitorEvent>,
     jobs: broadcast::Receiver<Value>,
+    calls: broadcast::Receiver<Entry>,
     snapshot_due: bool,
+    activity_due: bool,
     _permit: OwnedSemaphorePermit,
 }
 
@@ -66,6 +73,11 @@ fn events(state: Reader) -> impl Stream<Item = Result<Event, Infallible>> {
                 let snapshot = r.monitor.snapshot().await.ok()?;
                 return Some((Ok(event("snapshot", &snapshot)), r));
             }
+            if r.activity_due {
+                r.activity_due = false;
+                let recent = r.monitor.activity().recent();
+                return Some((Ok(event("activity", &recent)), r));
+            }
             tokio::select! {
                 got = r.hub.recv() => match got {
                     Ok(ev) => return Some((Ok(of_monitor(&ev)), r)),
@@ -73,6 +85,11 @@ fn events(state: Reader) -> impl Stream<Item = Result<Event, Infallible>> {
                         tracing::debug!(missed, "an event stream fell behind: sending a snapshot");
                         r.snapshot_due = true;
                     }
+                    Err(RecvError::Closed) => return None,
+                },
+                got = r.calls.recv() => match got {
+                    Ok(entry) => return Some((Ok(event("call", &entry)), r)),
+                    Err(RecvError::Lagged(_)) => r.activity_due = true,
                     Err(RecvError::Closed) => return None,
                 },
                 got = r.jobs.recv() => match got {
