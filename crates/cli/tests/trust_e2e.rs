@@ -90,6 +90,63 @@ fn a_json_entry_overrides_title_description_and_annotations() {
 }
 
 #[test]
+fn an_override_for_a_tool_the_server_lacks_is_a_warning_event_of_the_server() {
+    use std::io::{Read as _, Write as _};
+    let dir = temp_dir("trust-override-event");
+    let config = dir.join("mcp.json");
+    let entry = json!({"command": fake_worker(),
+                       "tools": {"override": {"no_such_tool": {"title": "T"}}}});
+    std::fs::write(&config, json!({"mcpServers": {"fake": entry}}).to_string()).expect("config");
+    let runtime = dir.join("run");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let args: Vec<String> = [
+        "serve",
+        "--config",
+        &config.display().to_string(),
+        "--ui",
+        "127.0.0.1:0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(
+        &args,
+        &[
+            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
+            (
+                "MCPVISOR_CACHE_DIR",
+                dir.join("cache").display().to_string(),
+            ),
+        ],
+    );
+    let line = p.wait_stderr("mcpvisor: UI at ");
+    let url = line
+        .split_once("UI at http://")
+        .map(|(_, u)| u.trim())
+        .expect("a URL");
+    let (addr, token) = url.split_once("/?token=").expect("a token");
+    p.wait_stderr("tools.override names tools the server does not list: no_such_tool");
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(support::WAIT)).expect("timeout");
+    let get = format!(
+        "GET /api/servers/fake HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    sock.write_all(get.as_bytes()).expect("send");
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).expect("read");
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let detail: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    let warned = detail["events"].as_array().is_some_and(|events| {
+        events.iter().any(|e| {
+            e["kind"] == "warning"
+                && e["message"]
+                    == "tools.override names tools the server does not list: no_such_tool"
+        })
+    });
+    assert!(warned, "{detail}");
+}
+
+#[test]
 fn a_toml_entry_overrides_the_same() {
     let dir = temp_dir("trust-override-toml");
     let config = dir.join("config.toml");
@@ -165,10 +222,29 @@ fn records(path: &Path, count: usize) -> (String, Vec<Value>) {
 
 /// One POST to the gateway's MCP endpoint; the response's head and body.
 fn post(addr: &str, session: Option<&str>, body: &str) -> (String, String) {
-    use std::io::{Read as _, Write as _};
     let session = session
         .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
         .unwrap_or_default();
+    post_with(addr, &session, body)
+}
+
+/// A sessionless 2026-07-28 `tools/call` of `tool` by a client called
+/// `client`, its envelope in `_meta` and in the headers.
+fn post_modern(addr: &str, client: &str, tool: &str, arguments: Value) -> (String, String) {
+    let call = json!({"jsonrpc": "2.0", "id": 20, "method": "tools/call", "params": {
+        "name": tool, "arguments": arguments, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"}}}});
+    let headers = format!(
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n"
+    );
+    post_with(addr, &headers, &call.to_string())
+}
+
+fn post_with(addr: &str, headers: &str, body: &str) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let session = headers;
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
@@ -255,10 +331,13 @@ fn the_audit_log_has_one_line_per_call_from_stdio_and_http_clients_and_no_payloa
         assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
         assert!(body.contains(MARKER), "{body}");
     }
-    let (text, records) = records(&audit, 5);
+    let (head, body) = post_modern(&addr, "modern", "fake__echo", json!({"text": MARKER}));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(MARKER), "{body}");
+    let (text, records) = records(&audit, 6);
     drop(h);
 
-    assert_eq!(records.len(), 5, "one line per call:\n{text}");
+    assert_eq!(records.len(), 6, "one line per call:\n{text}");
     assert!(
         !text.contains(MARKER),
         "no payload bytes in the audit log:\n{text}"
@@ -313,6 +392,12 @@ fn the_audit_log_has_one_line_per_call_from_stdio_and_http_clients_and_no_payloa
                 json!("result"),
                 Value::Null
             ),
+            (
+                "modern".into(),
+                "fake__echo".into(),
+                json!("result"),
+                Value::Null
+            ),
         ]
     );
     for r in &records {
@@ -335,6 +420,7 @@ fn the_audit_log_has_one_line_per_call_from_stdio_and_http_clients_and_no_payloa
         records[3]["session"], records[4]["session"],
         "each HTTP session is told apart"
     );
+    assert_ne!(records[5]["session"], records[4]["session"]);
 }
 
 #[test]
@@ -393,4 +479,96 @@ fn metrics_count_each_tool_s_calls_by_outcome_with_their_latency() {
     ] {
         assert!(metrics.contains(want), "no {want} in:\n{metrics}");
     }
+}
+
+/// A stdio MCP server in Python's standard library: the prompt `greet`
+/// and the resource `mem://doc?key=$DOC_KEY` (a link with its key in the
+/// query, as such links are).
+const PROMPTS_AND_RESOURCES: &str = r#"
+import json, os, sys
+uri = "mem://doc?key=" + os.environ["DOC_KEY"]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, params = msg["method"], msg.get("params") or {}
+    if method == "initialize":
+        result = {"protocolVersion": params["protocolVersion"], "serverInfo": {"name": "pr", "version": "1"},
+                  "capabilities": {"prompts": {}, "resources": {}}}
+    elif method == "prompts/list":
+        result = {"prompts": [{"name": "greet"}, {"name": "broken"}]}
+    elif method == "prompts/get" and params.get("name") == "greet":
+        result = {"messages": [{"role": "user", "content": {"type": "text", "text": "hello " + json.dumps(params.get("arguments"))}}]}
+    elif method == "resources/list":
+        result = {"resources": [{"uri": uri, "name": "doc"}]}
+    elif method == "resources/templates/list":
+        result = {"resourceTemplates": []}
+    elif method == "resources/read" and params.get("uri") == uri:
+        result = {"contents": [{"uri": uri, "text": "the document"}]}
+    elif method == "ping":
+        result = {}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32602, "message": "no such thing"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"#;
+
+#[test]
+fn prompt_gets_and_resource_reads_are_audited_without_the_uri_s_query() {
+    let dir = temp_dir("trust-audit-prompts");
+    let key = "doc-key-7c6b5a4d3e2f1a0b";
+    std::fs::write(dir.join("server.py"), PROMPTS_AND_RESOURCES).expect("script");
+    std::fs::write(dir.join("doc.env"), format!("DOC_KEY={key}\n")).expect("env file");
+    let config = dir.join("mcp.json");
+    let entry =
+        json!({"command": "python3", "args": [dir.join("server.py")], "env_file": "doc.env"});
+    std::fs::write(&config, json!({"mcpServers": {"pr": entry}}).to_string()).expect("config");
+    let audit = dir.join("audit.jsonl");
+    let mut p = serve(&config, &["--audit-log", &audit.display().to_string()]);
+    p.initialize();
+    let uri = format!("mem://doc?key={key}");
+    let greeted = p.request(
+        json!(1),
+        "prompts/get",
+        json!({"name": "pr__greet", "arguments": {"who": MARKER}}),
+    );
+    assert!(greeted.to_string().contains(MARKER), "{greeted}");
+    let broken = p.request(json!(2), "prompts/get", json!({"name": "pr__broken"}));
+    assert_eq!(broken["error"]["code"], -32602, "{broken}");
+    let read = p.request(json!(3), "resources/read", json!({"uri": uri}));
+    assert_eq!(
+        read["result"]["contents"][0]["text"], "the document",
+        "{read}"
+    );
+    let (text, records) = records(&audit, 3);
+    assert!(
+        !text.contains(key),
+        "the URI's query is not in the audit log:\n{text}"
+    );
+    assert!(!text.contains(MARKER), "{text}");
+    let got: Vec<(&str, &str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["method"].as_str().unwrap_or_default(),
+                r["name"].as_str().unwrap_or_default(),
+                r["outcome"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("prompts/get", "pr__greet", "result"),
+            ("prompts/get", "pr__broken", "error"),
+            ("resources/read", "mem://doc", "result"),
+        ]
+    );
+    assert_eq!(records[1]["error_code"], -32602);
+    assert!(
+        records
+            .iter()
+            .all(|r| r["server"] == "pr" && r["client"].is_string()),
+        "{text}"
+    );
 }
