@@ -79,8 +79,11 @@ pub struct OAuthArgs {
     /// OAuth: listen for the authorization's redirect on this port of 127.0.0.1 (default: one derived from the URL).
     #[arg(long, value_name = "PORT")]
     pub redirect_port: Option<u16>,
+    /// OAuth: where tokens are kept: `file` (default, under $XDG_STATE_HOME/mcpvisor/oauth) or `keyring` (the OS keyring: the Linux kernel keyring; an error when it does not work).
+    #[arg(long, value_name = "STORE", value_parser = ["file", "keyring"])]
+    pub token_store: Option<String>,
     /// Do not use OAuth: a 401 is reported as it is.
-    #[arg(long, conflicts_with_all = ["client_id", "client_metadata_url", "scopes", "no_resource_indicator", "redirect_port"])]
+    #[arg(long, conflicts_with_all = ["client_id", "client_metadata_url", "scopes", "no_resource_indicator", "redirect_port", "token_store"])]
     pub no_oauth: bool,
 }
 
@@ -91,6 +94,7 @@ impl OAuthArgs {
             && self.scopes.is_empty()
             && !self.no_resource_indicator
             && self.redirect_port.is_none()
+            && self.token_store.is_none()
             && !self.no_oauth
     }
 
@@ -135,6 +139,9 @@ impl OAuthArgs {
         }
         if let Some(port) = self.redirect_port {
             oauth.insert("redirect_port".into(), port.into());
+        }
+        if let Some(store) = &self.token_store {
+            oauth.insert("store".into(), store.clone().into());
         }
         def.extra.insert("oauth".into(), Value::Object(oauth));
         Ok(())
@@ -221,6 +228,11 @@ fn login(one: &OneServer, store: Store) -> Result<(), String> {
             def.name
         ));
     }
+    let store = if settings.keyring {
+        store.in_keyring()?
+    } else {
+        store
+    };
     let wait = def.auth_timeout.unwrap_or(mcpvisor_oauth::DEFAULT_WAIT);
     let runtime = crate::runtime().ok_or("no runtime")?;
     mcpvisor_oauth::set_open_browser(true);

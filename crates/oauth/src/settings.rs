@@ -32,6 +32,9 @@ pub struct Settings {
     /// A fixed port for the loopback redirect (`redirect_port`), for a
     /// client registered with one redirect URI.
     pub redirect_port: Option<u16>,
+    /// Tokens and clients go to the OS keyring (`store: "keyring"`;
+    /// default `"file"`).
+    pub keyring: bool,
 }
 
 impl Default for Settings {
@@ -44,6 +47,7 @@ impl Default for Settings {
             scopes: None,
             resource: true,
             redirect_port: None,
+            keyring: false,
         }
     }
 }
@@ -71,6 +75,7 @@ struct Raw {
     scopes: Option<ScopeList>,
     resource: Option<bool>,
     redirect_port: Option<u16>,
+    store: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +141,15 @@ impl Settings {
             }),
             resource: raw.resource.unwrap_or(true),
             redirect_port: raw.redirect_port,
+            keyring: match raw.store.as_deref() {
+                None | Some("file") => false,
+                Some("keyring") => true,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "store must be \"file\" or \"keyring\", not {other:?}"
+                    )));
+                }
+            },
         };
         settings.check().map_err(invalid)?;
         Ok(settings)
@@ -189,6 +203,7 @@ mod tests {
             "scopes": "a b",
             "resource": false,
             "redirect_port": 7777,
+            "store": "keyring",
         }));
         let s = Settings::from_entry("x", &extra, None, &|k| (k == "SECRET").then(|| "s3".into()))
             .expect("settings");
@@ -197,6 +212,7 @@ mod tests {
         assert_eq!(s.scopes, Some(vec!["a".to_owned(), "b".to_owned()]));
         assert!(!s.resource);
         assert_eq!(s.redirect_port, Some(7777));
+        assert!(s.keyring);
         assert!(format!("{s:?}").contains("***") && !format!("{s:?}").contains("s3"));
     }
 
@@ -209,6 +225,7 @@ mod tests {
             serde_json::json!({"client_secret_env": "K"}),
             serde_json::json!({"client_metadata_url": "http://a.example/c.json"}),
             serde_json::json!({"client_metadata_url": "https://a.example"}),
+            serde_json::json!({"store": "vault"}),
         ] {
             assert!(
                 Settings::from_entry("x", &entry(bad.clone()), None, &none).is_err(),

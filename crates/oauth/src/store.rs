@@ -4,6 +4,14 @@
 //! temporary file renamed over it), so that a reader never sees half a
 //! file and a crash never loses the previous one. Beside each file, a lock
 //! file serializes refreshes across processes.
+//!
+//! Asked for (`oauth.store: "keyring"`, `--token-store keyring`), the
+//! tokens and clients go to the OS keyring instead: the Linux kernel's
+//! keyutils keyring, which works headless (no D-Bus Secret Service needed)
+//! and keeps them in kernel memory until reboot. The server's file then holds
+//! only its URL and a mark saying where the rest is, so that `auth status`
+//! and the lock file work as before. A keyring that does not work is an
+//! error, never a quiet fallback to the file.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -27,7 +35,20 @@ const FILE_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// Tokens and clients go to the OS keyring, the file holds a mark.
+    keyring: bool,
 }
+
+/// The keyring's service name for mcpvisor's entries (one per server, its
+/// file's name as the user).
+const KEYRING_SERVICE: &str = "mcpvisor-oauth";
+/// Set (to anything) in a process's environment, the keyring is taken not
+/// to work: the test hook of the not-working path.
+const KEYRING_SIMULATE_MISSING: &str = "MCPVISOR_KEYRING_SIMULATE_MISSING";
+/// The reason given when a server's file says the keyring holds its tokens
+/// and it does not (any more).
+pub const KEYRING_LOST: &str =
+    "the OS keyring no longer holds its tokens (the kernel keyring is cleared at reboot)";
 
 /// What is kept for one server.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -39,6 +60,9 @@ pub struct StoredServer {
     pub clients: BTreeMap<String, StoredClient>,
     /// The tokens, when authorized.
     pub tokens: Option<StoredTokens>,
+    /// In a file: the rest is in the OS keyring.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_keyring: bool,
     /// Why the server must be authorized again, when its tokens were
     /// dropped (a refused refresh); cleared when new tokens come.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -118,7 +142,48 @@ pub struct StoreLock {
 impl Store {
     /// The store under `dir`.
     pub fn at(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            keyring: false,
+        }
+    }
+
+    /// The same store with tokens and clients in the OS keyring, once a
+    /// probe entry was written, read back and deleted there; else why not.
+    pub fn in_keyring(self) -> Result<Self, String> {
+        let simulated = std::env::var_os(KEYRING_SIMULATE_MISSING).is_some();
+        self.in_keyring_checked(simulated)
+    }
+
+    fn in_keyring_checked(self, simulate_missing: bool) -> Result<Self, String> {
+        let probe = || -> Result<(), String> {
+            if simulate_missing {
+                return Err(format!("{KEYRING_SIMULATE_MISSING} is set"));
+            }
+            let entry = keyring_entry(&format!("probe-{}", std::process::id()))?;
+            entry.set_password("probe").map_err(|e| e.to_string())?;
+            let read = entry.get_password().map_err(|e| e.to_string());
+            let _ = entry.delete_credential();
+            match read? {
+                back if back == "probe" => Ok(()),
+                _ => Err("it gave back another value than was written".into()),
+            }
+        };
+        probe().map_err(|why| {
+            format!(
+                "the OS keyring was asked for (oauth.store \"keyring\", --token-store keyring) and does not work: {why}; no token is written to a file instead (without it, tokens are kept in {})",
+                self.dir.display()
+            )
+        })?;
+        Ok(Self {
+            keyring: true,
+            ..self
+        })
+    }
+
+    /// Whether tokens go to the OS keyring.
+    pub fn uses_keyring(&self) -> bool {
+        self.keyring
     }
 
     /// The store in the user's state directory: `$XDG_STATE_HOME/mcpvisor/oauth`,
@@ -162,7 +227,7 @@ impl Store {
     /// What is kept for `server`, if anything.
     pub fn load(&self, server: &str) -> Result<Option<StoredServer>, String> {
         let path = self.file(server);
-        let loaded = read_file(&path)?;
+        let loaded = read_file(&path)?.map(from_keyring).transpose()?;
         // A file of another server whose name has the same digest prefix is
         // not ours.
         Ok(loaded.filter(|s| s.server == server))
@@ -172,6 +237,21 @@ impl Store {
     pub fn save(&self, stored: &StoredServer) -> Result<(), String> {
         self.ensure_dir()?;
         let path = self.file(&stored.server);
+        let mark;
+        let stored = if self.keyring {
+            let secret = serde_json::to_string(stored).map_err(|e| e.to_string())?;
+            keyring_entry(&Self::stem(&stored.server))?
+                .set_password(&secret)
+                .map_err(|e| format!("cannot write to the OS keyring: {e}"))?;
+            mark = StoredServer {
+                server: stored.server.clone(),
+                in_keyring: true,
+                ..StoredServer::default()
+            };
+            &mark
+        } else {
+            stored
+        };
         let text = serde_json::to_vec_pretty(stored).map_err(|e| e.to_string())?;
         let mut tmp = tempfile::Builder::new()
             .prefix(".tmp-")
@@ -192,6 +272,12 @@ impl Store {
             return Ok(false);
         }
         let path = self.file(server);
+        if read_file(&path)?.is_some_and(|s| s.in_keyring) {
+            match keyring_entry(&Self::stem(server))?.delete_credential() {
+                Ok(()) | Err(keyring::Error::NoEntry) => {}
+                Err(e) => return Err(format!("cannot delete from the OS keyring: {e}")),
+            }
+        }
         fs::remove_file(&path).map_err(|e| format!("cannot remove {}: {e}", path.display()))?;
         let _ = fs::remove_file(path.with_extension("lock"));
         Ok(true)
@@ -208,7 +294,9 @@ impl Store {
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "json") {
-                if let Ok(Some(server)) = read_file(&path) {
+                if let Ok(Some(server)) =
+                    read_file(&path).and_then(|s| s.map(from_keyring).transpose())
+                {
                     servers.push(server);
                 }
             }
@@ -247,6 +335,45 @@ impl Store {
                 Err((_, errno)) => return Err(format!("cannot lock {}: {errno}", path.display())),
             }
         }
+    }
+}
+
+/// The keyring's entry for a server's file stem.
+fn keyring_entry(user: &str) -> Result<keyring::Entry, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let credential =
+            keyring::keyutils::KeyutilsCredential::new_with_target(None, KEYRING_SERVICE, user)
+                .map_err(|e| e.to_string())?;
+        Ok(keyring::Entry::new_with_credential(Box::new(credential)))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = user;
+        Err("mcpvisor keeps tokens in the OS keyring on Linux only (the kernel keyring)".into())
+    }
+}
+
+/// What a file read says is kept for its server: the file itself, or, for
+/// a mark, what the keyring holds (a server whose keyring entry is gone is
+/// not authorized, and says why).
+fn from_keyring(file: StoredServer) -> Result<StoredServer, String> {
+    if !file.in_keyring {
+        return Ok(file);
+    }
+    match keyring_entry(&Store::stem(&file.server))?.get_password() {
+        Ok(text) => {
+            let mut stored: StoredServer = serde_json::from_str(&text)
+                .map_err(|e| format!("the OS keyring's entry is not a token store entry: {e}"))?;
+            stored.in_keyring = false;
+            Ok(stored)
+        }
+        Err(keyring::Error::NoEntry) => Ok(StoredServer {
+            server: file.server,
+            reason: Some(KEYRING_LOST.to_owned()),
+            ..StoredServer::default()
+        }),
+        Err(e) => Err(format!("cannot read the OS keyring: {e}")),
     }
 }
 
@@ -293,6 +420,7 @@ mod tests {
             clients: BTreeMap::new(),
             tokens: Some(tokens("a1")),
             reason: None,
+            in_keyring: false,
         };
         store.save(&stored).expect("save");
         let mode = fs::metadata(store.file(server))
@@ -360,5 +488,85 @@ mod tests {
             .expect("bounded")
             .expect("join")
             .expect("second lock");
+    }
+
+    /// A server URL of this test run's own, so that runs never share a
+    /// keyring entry.
+    fn unique_server() -> String {
+        format!(
+            "https://keyring-{}-{}.example/mcp",
+            std::process::id(),
+            now_secs()
+        )
+    }
+
+    #[test]
+    fn the_keyring_holds_the_tokens_and_the_file_only_a_mark() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = match Store::at(dir.path().join("oauth")).in_keyring() {
+            Ok(store) => store,
+            Err(why) => {
+                eprintln!("skipped: the kernel keyring does not work here: {why}");
+                return;
+            }
+        };
+        let server = unique_server();
+        let mut stored = StoredServer {
+            server: server.clone(),
+            tokens: Some(StoredTokens {
+                refresh_token: Some(Secret::new("refresh-in-keyring-0123")),
+                ..tokens("access-in-keyring-0123")
+            }),
+            ..StoredServer::default()
+        };
+        store.save(&stored).expect("save");
+        let file = fs::read_to_string(store.file(&server)).expect("the mark file");
+        assert!(
+            !file.contains("in-keyring-0123"),
+            "a token in the file: {file}"
+        );
+        assert!(file.contains("\"in_keyring\": true"), "{file}");
+        // Read back through the keyring, by this store and by a plain one
+        // (`auth status` opens the store without asking for the keyring).
+        assert_eq!(store.load(&server).expect("load"), Some(stored.clone()));
+        let plain = Store::at(dir.path().join("oauth"));
+        assert_eq!(plain.load(&server).expect("load"), Some(stored.clone()));
+        assert_eq!(plain.list().expect("list"), vec![stored.clone()]);
+        // A new token replaces the entry.
+        stored.tokens = Some(tokens("access-in-keyring-4567"));
+        store.save(&stored).expect("save again");
+        assert_eq!(store.load(&server).expect("load"), Some(stored.clone()));
+        // The entry gone (a reboot): not authorized, and saying why.
+        keyring_entry(&Store::stem(&server))
+            .expect("entry")
+            .delete_credential()
+            .expect("delete");
+        let lost = store.load(&server).expect("load").expect("the mark");
+        assert_eq!(lost.tokens, None);
+        assert_eq!(lost.reason.as_deref(), Some(KEYRING_LOST));
+        // Forgetting removes the entry and the file.
+        store.save(&stored).expect("save");
+        assert!(store.forget(&server).expect("forget"));
+        assert!(!store.file(&server).exists());
+        assert!(matches!(
+            keyring_entry(&Store::stem(&server))
+                .expect("entry")
+                .get_password(),
+            Err(keyring::Error::NoEntry)
+        ));
+    }
+
+    #[test]
+    fn a_keyring_that_does_not_work_is_an_error_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Store::at(dir.path().join("oauth"))
+            .in_keyring_checked(true)
+            .expect_err("refused");
+        assert!(
+            err.contains("OS keyring") && err.contains("does not work"),
+            "{err}"
+        );
+        assert!(err.contains("no token is written to a file"), "{err}");
+        assert!(!dir.path().join("oauth").exists(), "nothing was written");
     }
 }

@@ -170,6 +170,15 @@ fn authorizer(
             return Ok(None);
         }
     };
+    // Asked for and not working: the server cannot be used, rather than
+    // its tokens written to a file.
+    let store = if settings.keyring {
+        store
+            .in_keyring()
+            .map_err(|e| RemoteError::OAuth(format!("server {:?}: {e}", def.name)))?
+    } else {
+        store
+    };
     let wait = def.auth_timeout.unwrap_or(mcpvisor_oauth::DEFAULT_WAIT);
     mcpvisor_oauth::Authorizer::for_server(&def.name, url, settings, store, wait)
         .map(Some)

@@ -219,6 +219,7 @@ impl Setup {
                     resource: None,
                 }),
                 reason: None,
+                in_keyring: false,
             })
             .expect("save");
     }
