@@ -60,7 +60,8 @@ pub struct Cache {
 pub struct Key([u8; 32]);
 
 /// What a server offers: its `initialize` result and its lists, as the
-/// server sent them (unfiltered, with its own names).
+/// server sent them (unfiltered, with its own names), the entry's tool
+/// overrides applied.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lists {
@@ -195,8 +196,9 @@ impl Key {
     ///
     /// What goes in: the command, arguments, environment (names and
     /// values), working directory, `env_file` and `env_keys`, a remote
-    /// server's URL and headers (as written), the mtime,
-    /// and this mcpvisor's version. What does not: the entry's name,
+    /// server's URL and headers (as written), the entry's tool overrides
+    /// (applied as lists are taken in, so the lists kept carry them), the
+    /// mtime, and this mcpvisor's version. What does not: the entry's name,
     /// tool filter, timeouts and supervision, which change what the gateway
     /// does with the lists, not what the server offers.
     pub fn new(def: &ServerDef, entry_mtime: Option<SystemTime>) -> Key {
@@ -225,6 +227,18 @@ impl Key {
         for (name, value) in &def.headers {
             hash.bytes(name.as_bytes());
             hash.bytes(value.as_bytes());
+        }
+        hash.u64(def.tools.overrides.len() as u64);
+        for (tool, over) in &def.tools.overrides {
+            hash.bytes(tool.as_bytes());
+            for text in [&over.title, &over.description] {
+                hash.bytes(text.as_deref().unwrap_or("\u{0}").as_bytes());
+            }
+            hash.bytes(
+                Value::Object(over.annotations.clone())
+                    .to_string()
+                    .as_bytes(),
+            );
         }
         match entry_mtime.map(|time| time.duration_since(UNIX_EPOCH)) {
             None => hash.u64(0),

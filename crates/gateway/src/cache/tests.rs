@@ -246,6 +246,18 @@ fn the_key_follows_what_changes_the_lists() {
     assert!(differs(&|d| d.cwd = Some("/srv".into()), mtime(100)));
     assert!(differs(&|d| d.env_file = Some(".env".into()), mtime(100)));
 
+    // Overrides are in the lists kept, so a changed one is a new key.
+    assert!(differs(
+        &|d| {
+            let over = mcpvisor_config::ToolOverride {
+                description: Some("Mine.".into()),
+                ..Default::default()
+            };
+            d.tools.overrides.insert("echo".into(), over);
+        },
+        mtime(100)
+    ));
+
     // What the gateway does with the lists is not part of the key.
     assert!(!differs(&|d| d.name = "renamed".into(), mtime(100)));
     assert!(!differs(
