@@ -21,6 +21,9 @@ struct Fake {
     token_requests: AtomicUsize,
     /// The next token answers are 503.
     unavailable: AtomicBool,
+    /// The next token answers are `invalid_client` (a registration the
+    /// server forgot).
+    forgot_client: AtomicBool,
     issued: AtomicUsize,
     /// The last authorization request's `resource` and `scope`.
     asked: Mutex<Vec<(String, String)>>,
@@ -81,6 +84,13 @@ async fn token(State(fake): State<Shared>, Form(form): Form<BTreeMap<String, Str
     fake.token_requests.fetch_add(1, Ordering::SeqCst);
     if fake.unavailable.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    if fake.forgot_client.load(Ordering::SeqCst) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            axum::Json(serde_json::json!({"error": "invalid_client", "error_description": "unknown client"})),
+        )
+            .into_response();
     }
     // A slow token endpoint, so that two refreshes overlap.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -395,6 +405,25 @@ async fn invalid_grant_means_authorize_again_and_nothing_else() {
     // Asked again: no refresh is tried with nothing to refresh.
     let _ = auth.authorize(&challenge, None, None).await;
     assert_eq!(t.fake.token_requests.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_registration_the_server_forgot_is_dropped_with_the_grant() {
+    let t = setup().await;
+    t.expiring("r0", "r0");
+    t.fake.forgot_client.store(true, Ordering::SeqCst);
+    let auth = t.authorizer(Settings::default());
+    assert_eq!(auth.bearer().await, None, "the grant is forgotten");
+    let stored = t.stored();
+    assert!(
+        stored.clients.is_empty(),
+        "the forgotten client is dropped, to register anew"
+    );
+    let reason = stored.reason.unwrap_or_default();
+    assert_eq!(
+        reason,
+        "its refresh was refused: invalid_client: unknown client"
+    );
 }
 
 /// A browser that notes the reason each prompt gives.
