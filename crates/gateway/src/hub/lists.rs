@@ -482,18 +482,24 @@ impl Hub {
     }
 
     /// Writes a backend's lists to the list cache.
-    pub(crate) fn store_cache(&self, id: BackendId) {
+    pub(crate) fn store_cache(&mut self, id: BackendId) {
         let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };
         let Some(cache) = &self.catalog.cache else {
             return;
         };
-        let Some(key) = &b.plan.cache_key else { return };
+        let Some(key) = b.plan.cache_key else { return };
         let lists = Cached::to_lists(&b.lists, b.init.as_ref());
-        if let Err(e) = cache.put(key, &lists) {
-            tracing::debug!(server = %b.plan.name, error = %e, "list cache not written");
-        }
+        // The shell writes it.
+        self.effects
+            .list
+            .push(super::Effect::StoreCache(Box::new(super::StoreCache {
+                cache: cache.clone(),
+                key,
+                lists,
+                server: b.plan.name.clone(),
+            })));
     }
 }
 

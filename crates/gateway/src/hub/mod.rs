@@ -9,14 +9,14 @@
 //! control), settles at the end of the turn ([`Hub::end_turn`]: parked
 //! requests, closed fronts, the monitor's rows), and leaves what the turn
 //! asks of the world in its [`Effect`]s: sessions to start and stop, timers
-//! to arm and disarm, rows and events to publish, an env file to read for a
-//! monitor's question. No handler awaits, spawns, or touches a file, and
+//! to arm and disarm, rows and events to publish, lists to write to the
+//! cache, an env file to read for a monitor's question. No handler awaits, spawns, or touches a file, and
 //! none calls back into the loop: a front found gone is dropped at the end
 //! of the turn, never from inside the handler that found it.
 //!
 //! The shell (`shell.rs`) owns the `select!`, the stdio client's pipes,
 //! the sessions' tasks and the channel their lines and events arrive on,
-//! the timers' queue, the background stops and the file reads. After each
+//! the timers' queue, the background stops and the files. After each
 //! input it carries out the core's effects in order, then writes what the
 //! core queued for the stdio client.
 //!
@@ -263,6 +263,8 @@ pub(crate) enum Effect {
     Disarm(TimerKey),
     /// Tell the monitor's observers.
     Publish(crate::monitor::MonitorEvent),
+    /// Write a server's lists to the list cache.
+    StoreCache(Box<StoreCache>),
     /// Answer a monitor's question about a server, once the keys of its
     /// env file (when it has one) are read.
     EnvKeys {
@@ -294,6 +296,10 @@ impl std::fmt::Debug for Effect {
                 .finish(),
             Effect::Disarm(key) => f.debug_tuple("Disarm").field(key).finish(),
             Effect::Publish(event) => f.debug_tuple("Publish").field(event).finish(),
+            Effect::StoreCache(store) => f
+                .debug_struct("StoreCache")
+                .field("server", &store.server)
+                .finish_non_exhaustive(),
             Effect::EnvKeys { file, .. } => f
                 .debug_struct("EnvKeys")
                 .field("file", file)
@@ -310,6 +316,16 @@ pub(crate) struct StartSession {
     pub plan: ServerPlan,
     /// The session, whose input the backend already holds.
     pub session: mcpvisor_runner::Unstarted,
+}
+
+/// A server's lists to write to the cache: what [`Effect::StoreCache`]
+/// carries.
+pub(crate) struct StoreCache {
+    pub cache: crate::cache::Cache,
+    pub key: crate::cache::Key,
+    pub lists: crate::cache::Lists,
+    /// The server's name, for the log.
+    pub server: String,
 }
 
 /// The effects a turn accumulated, and the timer keys handed out.

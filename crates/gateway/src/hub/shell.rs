@@ -1,7 +1,8 @@
 //! The hub's async shell: it owns the `select!`, the stdio client's pipes,
 //! the backends' session tasks and the channel they report on, the timers'
-//! queue, the background stops and the file reads, and carries out what
-//! each turn of the core asks for (see the module docs of `hub`).
+//! queue, the background stops, the list cache's writes and the env file
+//! reads, and carries out what each turn of the core asks for (see the
+//! module docs of `hub`).
 
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -25,6 +26,11 @@ const EVENTS: usize = 4096;
 const ENV_FILE_MAX: u64 = 1024 * 1024;
 
 /// What the shell owns beside the core.
+///
+/// Invariants: `sessions` holds a session from the core's
+/// [`Effect::Start`] until its [`Effect::Stop`] of the same epoch (the core
+/// stops every live session before it ends, so none is left behind);
+/// `armed` holds each armed timer until it runs out or is disarmed.
 struct Shell {
     events_tx: mpsc::Sender<(BackendId, Incoming)>,
     events_rx: mpsc::Receiver<(BackendId, Incoming)>,
@@ -170,6 +176,13 @@ impl Shell {
                 Effect::Publish(event) => {
                     if let Some(tap) = &self.monitor {
                         tap.publish(event);
+                    }
+                }
+                // Written in the loop, as small as a server's lists are:
+                // the next start of a lazy server reads what was written.
+                Effect::StoreCache(store) => {
+                    if let Err(e) = store.cache.put(&store.key, &store.lists) {
+                        tracing::debug!(server = %store.server, error = %e, "list cache not written");
                     }
                 }
                 Effect::EnvKeys {
