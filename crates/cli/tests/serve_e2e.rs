@@ -1,9 +1,10 @@
 //! `mcpvisor serve` end to end: several fake workers from one config file,
 //! offered to a client on stdio as one MCP server.
 //!
-//! What only the gateway's own timers decide (health pings, idle stops,
-//! list timeouts, a call cancelled while its server starts) is tested on
-//! paused time with scripted servers, in the gateway's `tests/core`.
+//! What only the gateway's own timers decide (health pings and retries,
+//! idle stops, list timeouts, a call cancelled while its server starts) is
+//! tested on paused time with scripted servers, in the gateway's
+//! `tests/core`.
 
 mod support;
 
@@ -503,30 +504,6 @@ fn a_call_to_a_failing_server_s_tool_gets_its_report_not_unknown_tool() {
     assert_eq!(error_code(&r), mcpvisor_jsonrpc::INVALID_PARAMS, "{r}");
     let r = p.call(json!(3), "a__echo", json!({"ok": 1}));
     assert_eq!(Proc::tool_json(&r), json!({"ok": 1}), "{r}");
-}
-
-#[test]
-fn a_server_that_could_not_start_is_retried_until_it_starts() {
-    // Its first two starts fail the handshake, the third works. Each retry
-    // stops the session before, which ends in the background while the
-    // next one runs: its end must not be taken for the new session's.
-    let dir = temp_dir("serve-retry");
-    let starts = dir.join("starts");
-    let script = format!(
-        "n=$(cat '{s}' 2>/dev/null || echo 0); echo $((n + 1)) > '{s}'; \
-         if [ \"$n\" -lt 2 ]; then exec '{w}' --initialize-error; fi; exec '{w}'",
-        s = starts.display(),
-        w = fake_worker().display()
-    );
-    let config = dir.join("mcp.json");
-    write_config(&config, &[Entry::fake("a", &[]), Entry::sh("b", &script)]);
-    let mut p = serve(&config, &["--health-interval", "200ms"]);
-    initialize_with(&mut p, json!({}));
-    until(&mut p, "b's tools", is_tools_changed);
-    let names = tool_names(&mut p, json!(1));
-    assert!(names.contains(&"b__echo".to_owned()), "{names:?}");
-    let r = p.call(json!(2), "b__echo", json!({"up": true}));
-    assert_eq!(Proc::tool_json(&r), json!({"up": true}), "{r}");
 }
 
 #[test]

@@ -330,6 +330,41 @@ async fn a_crash_looping_server_delays_nothing_and_its_tools_are_absent() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_server_that_could_not_start_is_retried_until_it_starts() {
+    // Its first two starts fail the handshake, the third works. Each retry
+    // stops the session before, which ends in the background while the
+    // next one runs: its end must not be taken for the new session's.
+    let servers = Servers::default();
+    servers.script(
+        "b",
+        Script {
+            initialize_errors: 2,
+            ..Script::default()
+        },
+    );
+    let mut b = plan("b");
+    b.health_interval = Some(Duration::from_millis(200));
+    let mut gw = Gateway::start(&servers, vec![plan("a"), b]);
+    let mut front = gw.client().await;
+    assert_eq!(front.tools().await, ["a__echo"]);
+    // A retry at each health tick: its tools arrive with one list change.
+    let tail = front.drain(Duration::from_secs(1)).await;
+    assert_eq!(tools_changes(&tail), 1, "{tail:?}");
+    assert_eq!(front.tools().await, ["a__echo", "b__echo"]);
+    let started = servers.spawned("b");
+    assert_eq!(started.len(), 3, "{started:?}");
+    let r = front.call("b__echo", json!({"up": true})).await;
+    assert_eq!(answered_by(&r), ("b".to_owned(), started[2]), "{r}");
+    assert_eq!(
+        r["result"]["structuredContent"]["args"],
+        json!({"up": true})
+    );
+    // The failed ones were stopped; the third runs on.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(servers.running("b"), [started[2]]);
+}
+
 // === authorization ===
 
 #[tokio::test(start_paused = true)]

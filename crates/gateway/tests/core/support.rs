@@ -45,6 +45,9 @@ pub struct Script {
     pub exit_at_start: Option<i32>,
     /// Exit with this code when `initialize` arrives, unanswered.
     pub exit_on_initialize: Option<i32>,
+    /// This many of the next workers answer `initialize` with an error
+    /// (each one spawned takes one).
+    pub initialize_errors: u32,
     /// Spawning fails with this message.
     pub spawn_error: Option<String>,
     /// Report this authorization link when spawned (as a stderr prompt
@@ -61,6 +64,7 @@ impl Default for Script {
             answer_pings: true,
             exit_at_start: None,
             exit_on_initialize: None,
+            initialize_errors: 0,
             spawn_error: None,
             auth_prompt: None,
             initialize_delay: None,
@@ -204,6 +208,9 @@ impl Spawner for ScriptedSpawner {
         let (script, worker) = {
             let mut s = self.servers.lock();
             let script = s.scripts.get(&self.name).cloned().unwrap_or_default();
+            if let Some(next) = s.scripts.get_mut(&self.name) {
+                next.initialize_errors = next.initialize_errors.saturating_sub(1);
+            }
             if let Some(e) = &script.spawn_error {
                 return Err(SpawnFailure(e.clone()));
             }
@@ -324,6 +331,10 @@ async fn run_worker(
             "initialize" if w.script.exit_on_initialize.is_some() => {
                 drop(writer);
                 return w.script.exit_on_initialize.unwrap_or(3);
+            }
+            "initialize" if w.script.initialize_errors > 0 => {
+                let err = json!({"jsonrpc":"2.0","id":id,"error":{"code":-32603,"message":"cannot start: no key"}});
+                let _ = out.send(err.to_string());
             }
             "initialize" => {
                 let answer = reply(json!({
