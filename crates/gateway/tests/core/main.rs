@@ -7,8 +7,9 @@ mod support;
 
 use std::time::Duration;
 
+use mcpvisor_gateway::cache::{Cache, Key};
 use mcpvisor_gateway::monitor::{Monitor, MonitorEvent, ServerState};
-use mcpvisor_gateway::{Control, ServerPlan, Settings};
+use mcpvisor_gateway::{Cached, Control, ServerPlan, Settings};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, NOT_STARTED, WORKER_LOST};
 use serde_json::json;
 use support::{
@@ -157,6 +158,61 @@ async fn a_lazy_server_without_a_cache_entry_is_started_once_to_read_its_lists()
     let mut front = gw.client().await;
     assert_eq!(front.tools().await, ["lazy__echo"]);
     assert_eq!(servers.spawned("lazy").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lazy_server_s_lists_read_by_one_gateway_list_it_in_the_next_without_a_start() {
+    let dir = tempfile::tempdir().expect("a cache directory");
+    let servers = Servers::default();
+    servers.script(
+        "lazy",
+        Script {
+            tools: vec!["echo".into(), "more".into()],
+            ..Script::default()
+        },
+    );
+    let lazy = || {
+        let mut p = plan("lazy");
+        p.lazy = true;
+        let key = Key::new(&p.def, None);
+        p.cached = Cache::at(dir.path())
+            .get(&key)
+            .map(|l| Cached::from_lists(&l));
+        p.cache_key = Some(key);
+        p
+    };
+    let settings = || Settings {
+        cache_dir: Some(dir.path().to_owned()),
+        ..Settings::default()
+    };
+    // No cache entry: it is started once to read its lists, which are
+    // cached.
+    let first = lazy();
+    assert!(first.cached.is_none());
+    let key = first.cache_key.clone().expect("a key");
+    let mut gw = Gateway::start_with(&servers, vec![first], settings());
+    let mut front = gw.client().await;
+    assert_eq!(front.tools().await, ["lazy__echo", "lazy__more"]);
+    assert_eq!(servers.spawned("lazy").len(), 1);
+    until("its lists cached", || {
+        Cache::at(dir.path()).get(&key).is_some()
+    })
+    .await;
+    gw.shutdown().await;
+    // The next gateway lists it from the cache and starts nothing.
+    let second = lazy();
+    assert!(second.cached.is_some());
+    let mut gw = Gateway::start_with(&servers, vec![second], settings());
+    let mut front = gw.client().await;
+    assert_eq!(front.tools().await, ["lazy__echo", "lazy__more"]);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(servers.spawned("lazy").len(), 1, "started just to list it");
+    // Its first call starts it.
+    let r = front.call("lazy__more", json!({})).await;
+    assert_eq!(
+        answered_by(&r),
+        ("lazy".to_owned(), servers.spawned("lazy")[1])
+    );
 }
 
 // === parked lists ===

@@ -501,7 +501,6 @@ impl Gateway {
     ) -> Self {
         let settings = Settings {
             spawners: Some(servers.spawners()),
-            cache_dir: None,
             ..settings
         };
         let (control, _) = mpsc::channel(1);
