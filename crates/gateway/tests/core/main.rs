@@ -189,7 +189,7 @@ async fn a_lazy_server_s_lists_read_by_one_gateway_list_it_in_the_next_without_a
     // cached.
     let first = lazy();
     assert!(first.cached.is_none());
-    let key = first.cache_key.clone().expect("a key");
+    let key = first.cache_key.expect("a key");
     let mut gw = Gateway::start_with(&servers, vec![first], settings());
     let mut front = gw.client().await;
     assert_eq!(front.tools().await, ["lazy__echo", "lazy__more"]);
