@@ -572,3 +572,78 @@ fn prompt_gets_and_resource_reads_are_audited_without_the_uri_s_query() {
         "{text}"
     );
 }
+
+#[test]
+fn a_call_the_gateway_fails_for_its_stopped_server_is_audited_with_its_code() {
+    use std::io::{Read as _, Write as _};
+    let dir = temp_dir("trust-audit-stopped");
+    let config = audited_config(&dir);
+    let audit = dir.join("audit.jsonl");
+    let runtime = dir.join("run");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let args: Vec<String> = [
+        "serve",
+        "--config",
+        &config.display().to_string(),
+        "--ui",
+        "127.0.0.1:0",
+        "--audit-log",
+        &audit.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(
+        &args,
+        &[
+            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
+            (
+                "MCPVISOR_CACHE_DIR",
+                dir.join("cache").display().to_string(),
+            ),
+        ],
+    );
+    let line = p.wait_stderr("mcpvisor: UI at ");
+    let url = line
+        .split_once("UI at http://")
+        .map(|(_, u)| u.trim())
+        .expect("a URL");
+    let (addr, token) = url.split_once("/?token=").expect("a token");
+    p.initialize();
+    // A call in the worker (it reports progress once it runs), then a
+    // person stops the server.
+    p.start_call(
+        json!(1),
+        "fake__sleep",
+        json!({"ms": 60_000, "progress_ms": 50}),
+    );
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect");
+    sock.set_read_timeout(Some(support::WAIT)).expect("timeout");
+    let stop = format!(
+        "POST /api/servers/fake/stop HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    sock.write_all(stop.as_bytes()).expect("send");
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).expect("read");
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+    let lost = p.response(&json!(1));
+    let code = lost["error"]["code"].as_i64().expect("an error");
+    // A call to the stopped server is refused as not started.
+    let refused = p.call(json!(2), "fake__echo", json!({}));
+    assert_eq!(
+        refused["error"]["code"],
+        mcpvisor_jsonrpc::NOT_STARTED,
+        "{refused}"
+    );
+    let (text, records) = records(&audit, 2);
+    assert_eq!(records.len(), 2, "{text}");
+    assert_eq!(records[0]["name"], "fake__sleep", "{text}");
+    assert_eq!(records[0]["outcome"], "error", "{text}");
+    assert_eq!(records[0]["error_code"], code, "{text}");
+    assert_eq!(records[1]["name"], "fake__echo", "{text}");
+    assert_eq!(
+        records[1]["error_code"],
+        mcpvisor_jsonrpc::NOT_STARTED,
+        "{text}"
+    );
+}

@@ -898,9 +898,14 @@ impl Hub {
         let refusal = b.refusal();
         if let Some((message, data)) = refusal {
             self.count_error(id, NOT_STARTED);
+            let (audit, at) = match self.calls.pending.get_mut(&gid) {
+                Some(Pending::Front { audit, at, .. }) => (audit.take(), *at),
+                _ => (None, Instant::now()),
+            };
             self.forget_front(gid);
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.audit_answer(audit, at, &refusal);
             self.emit_to(front, refusal, Some(front_id));
             return;
         }
@@ -939,7 +944,12 @@ impl Hub {
     /// Answers a front request that never reached its server.
     pub(crate) fn answer_not_started(&mut self, gid: u64, reason: &str) {
         if let Some(Pending::Front {
-            front, id, backend, ..
+            front,
+            id,
+            backend,
+            at,
+            audit,
+            ..
         }) = self.take_pending(gid)
         {
             self.count_error(backend, NOT_STARTED);
@@ -947,6 +957,7 @@ impl Hub {
             let data = serde_json::json!({"reason": reason, "server": self.backend_name(backend)});
             let text = String::from_utf8_lossy(&id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.audit_answer(audit, at, &refusal);
             self.emit_to(front, refusal, Some(id));
         }
     }
@@ -976,6 +987,8 @@ impl Hub {
                 Some(Pending::Front {
                     front,
                     id: front_id,
+                    at,
+                    audit,
                     ..
                 }) => {
                     self.count_error(id, mcpvisor_jsonrpc::WORKER_LOST);
@@ -987,6 +1000,7 @@ impl Hub {
                     let text = String::from_utf8_lossy(&front_id).into_owned();
                     let lost =
                         build::error(&text, mcpvisor_jsonrpc::WORKER_LOST, &message, Some(&data));
+                    self.audit_answer(audit, at, &lost);
                     self.emit_to(front, lost, Some(front_id));
                 }
                 Some(Pending::Private {
@@ -1183,6 +1197,8 @@ impl Hub {
         let Some(Pending::Front {
             front,
             id: front_id,
+            at,
+            audit,
             ..
         }) = self.take_pending(gid)
         else {
@@ -1193,7 +1209,16 @@ impl Hub {
         if let Some((message, data)) = refusal {
             let text = String::from_utf8_lossy(&front_id).into_owned();
             let refusal = build::error(&text, NOT_STARTED, &message, Some(&data));
+            self.audit_answer(audit, at, &refusal);
             self.emit_to(front, refusal, Some(front_id));
+        }
+    }
+
+    /// Finishes a call's audit record with the answer it got: its server's,
+    /// or the gateway's on its behalf.
+    fn audit_answer(&self, audit: Option<Box<crate::audit::Call>>, at: Instant, answer: &[u8]) {
+        if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
+            log.finish(*call, at.elapsed(), answer);
         }
     }
 
@@ -1227,9 +1252,7 @@ impl Hub {
                 audit,
                 ..
             }) => {
-                if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
-                    log.finish(*call, at.elapsed(), line);
-                }
+                self.audit_answer(audit, at, line);
                 let code = mcpvisor_jsonrpc::envelope::error_code(line);
                 if let Some(obs) = self.counted(id) {
                     obs.stats.latency(at.elapsed());
