@@ -164,11 +164,17 @@ impl<'a> RawObject<'a> {
     }
 }
 
+/// Writes `key` as a JSON string. A key with nothing to escape (nearly
+/// every key) is written as it is, as serde would write it, with no
+/// allocation.
 fn push_key(out: &mut String, key: &str) {
-    match serde_json::to_string(key) {
-        Ok(k) => out.push_str(&k),
-        Err(_) => out.push_str("\"\""),
+    if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(key);
+        out.push('"');
+        return;
     }
+    out.push_str(&quote(key));
 }
 
 struct MembersVisitor;

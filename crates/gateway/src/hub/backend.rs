@@ -1776,16 +1776,40 @@ impl Hub {
 }
 
 /// A routed answer for a 2026-07-28 client: its result gets that era's
-/// required members; an error passes as it is.
+/// required members; an error passes as it is. The members are added at the
+/// end of the result, every other byte of the line kept.
 fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
-    let Some(obj) = std::str::from_utf8(line).ok().and_then(RawObject::parse) else {
+    let Some(text) = std::str::from_utf8(line).ok() else {
+        return line.clone();
+    };
+    let Some(obj) = RawObject::parse(text) else {
         return line.clone();
     };
     let Some(result) = obj.get("result") else {
         return line.clone();
     };
-    let result = super::front::modern_result(result.get(), cacheable);
-    Bytes::from(obj.with("result", &result))
+    let Some((added, members)) = super::front::modern_members(result.get(), cacheable) else {
+        return line.clone();
+    };
+    if added.is_empty() {
+        return line.clone();
+    }
+    // The result's closing brace, in the line.
+    let result = result.get();
+    let start = (result.as_ptr() as usize).wrapping_sub(text.as_ptr() as usize);
+    let close = start.saturating_add(result.len()).saturating_sub(1);
+    if text.get(start..=close) != Some(result) {
+        let result = super::front::modern_result(result, cacheable);
+        return Bytes::from(obj.with("result", &result));
+    }
+    let mut out = Vec::with_capacity(line.len() + added.len() + 1);
+    out.extend_from_slice(&line[..close]);
+    if members > 0 {
+        out.push(b',');
+    }
+    out.extend_from_slice(added.as_bytes());
+    out.extend_from_slice(&line[close..]);
+    Bytes::from(out)
 }
 
 /// Whether an `elicitation/create` asks for URL mode (2025-11-25).

@@ -12,7 +12,7 @@ use super::lists::Kind as ListKind;
 use super::request::Era;
 use super::{FanOut, Hub, Pending, Private};
 use crate::fronts::FrontId;
-use crate::raw::{self, RawObject};
+use crate::raw::RawObject;
 
 /// Protocol revisions the gateway speaks with a front client that
 /// initializes, newest first.
@@ -384,7 +384,7 @@ impl Hub {
             "ref/prompt" => {
                 let name = reference.str("name")?;
                 let (backend, original) = self.catalog.merged.prompts.get(&name)?;
-                let new_ref = reference.with("name", &raw::quote(original));
+                let new_ref = reference.with("name", original);
                 Some((*backend, obj.with("ref", &new_ref)))
             }
             "ref/resource" => {
@@ -639,12 +639,35 @@ impl<'a> Params<'a> {
 }
 
 /// Whether a request is in the 2026-07-28 style (protocol version in `_meta`).
+#[cfg(test)]
 pub(super) fn is_modern(params: Option<&RawObject<'_>>) -> bool {
-    params
+    let meta = params
         .and_then(|p| p.get("_meta"))
-        .and_then(|m| RawObject::parse(m.get()))
-        .and_then(|m| m.str(META_PROTOCOL))
-        .is_some_and(|v| v.as_str() >= "2026-07-28")
+        .and_then(|m| RawObject::parse(m.get()));
+    meta_is_modern(meta.as_ref())
+}
+
+/// Whether a request's `_meta` (read as `meta`) names a 2026-07-28 (or
+/// later) protocol version.
+pub(super) fn meta_is_modern(meta: Option<&RawObject<'_>>) -> bool {
+    meta.and_then(|m| m.str_ref(META_PROTOCOL))
+        .is_some_and(|v| v.as_ref() >= "2026-07-28")
+}
+
+/// A 2026-07-28 request's `_meta` (read as `meta`) as its backend gets it:
+/// without the envelope members, with `progressToken` set to `token` when
+/// given; `None` when nothing is left, so that `_meta` goes.
+pub(super) fn without_envelope_of(meta: &RawObject<'_>, token: Option<&str>) -> Option<String> {
+    let mut edits: Vec<(&str, Option<&str>)> = meta
+        .keys()
+        .filter(|k| k.starts_with(ENVELOPE_PREFIX))
+        .map(|k| (k, None))
+        .collect();
+    if let Some(token) = token {
+        edits.push(("progressToken", Some(token)));
+    }
+    let kept = meta.write(&edits);
+    (kept != "{}").then_some(kept)
 }
 
 /// `params` without the 2026-07-28 envelope members of `_meta`
@@ -656,16 +679,9 @@ pub(super) fn without_envelope(params: &str) -> String {
     let Some(meta) = obj.get("_meta").and_then(|m| RawObject::parse(m.get())) else {
         return params.to_owned();
     };
-    let drop: Vec<(&str, Option<&str>)> = meta
-        .keys()
-        .filter(|k| k.starts_with(ENVELOPE_PREFIX))
-        .map(|k| (k, None))
-        .collect();
-    let kept = meta.write(&drop);
-    if kept == "{}" {
-        obj.write(&[("_meta", None)])
-    } else {
-        obj.with("_meta", &kept)
+    match without_envelope_of(&meta, None) {
+        Some(kept) => obj.with("_meta", &kept),
+        None => obj.write(&[("_meta", None)]),
     }
 }
 
@@ -680,7 +696,34 @@ pub(crate) fn modern_result(result: &str, cacheable: bool) -> String {
     let Some(obj) = RawObject::parse(result) else {
         return result.to_owned();
     };
-    let mut edits: Vec<(&str, Option<&str>)> = Vec::new();
+    let edits = modern_edits(&obj, cacheable);
+    if edits.is_empty() {
+        return result.to_owned();
+    }
+    obj.write(&edits)
+}
+
+/// The members [`modern_result`] adds to `result`, written as they are
+/// appended (`"resultType":"complete"`, …; empty when it has them all), and
+/// how many members `result` has. `None` when it is not an object.
+pub(crate) fn modern_members(result: &str, cacheable: bool) -> Option<(String, usize)> {
+    let obj = RawObject::parse(result)?;
+    let mut added = String::new();
+    for (key, value) in modern_edits(&obj, cacheable) {
+        if !added.is_empty() {
+            added.push(',');
+        }
+        added.push('"');
+        added.push_str(key);
+        added.push_str("\":");
+        added.push_str(value.unwrap_or_default());
+    }
+    Some((added, obj.keys().count()))
+}
+
+/// The members a 2026-07-28 result lacks (see [`modern_result`]).
+fn modern_edits(obj: &RawObject<'_>, cacheable: bool) -> Vec<(&'static str, Option<&'static str>)> {
+    let mut edits = Vec::new();
     if obj.get("resultType").is_none() {
         edits.push(("resultType", Some("\"complete\"")));
     }
@@ -692,10 +735,7 @@ pub(crate) fn modern_result(result: &str, cacheable: bool) -> String {
             edits.push(("cacheScope", Some("\"private\"")));
         }
     }
-    if edits.is_empty() {
-        return result.to_owned();
-    }
-    obj.write(&edits)
+    edits
 }
 
 /// `params` with `_meta.progressToken` set to the gateway's id.

@@ -206,10 +206,11 @@ pub(crate) struct Catalog {
 pub(crate) struct Merged {
     /// Each list's items as the front sees them (JSON text).
     pub items: [Vec<String>; 4],
-    /// Exposed tool name → backend and original name.
-    pub tools: HashMap<String, (BackendId, String)>,
-    /// Exposed prompt name → backend and original name.
-    pub prompts: HashMap<String, (BackendId, String)>,
+    /// Exposed tool name → backend and original name, as JSON (quoted
+    /// once here, not on every call).
+    pub tools: HashMap<String, (BackendId, std::sync::Arc<str>)>,
+    /// Exposed prompt name → backend and original name, as JSON.
+    pub prompts: HashMap<String, (BackendId, std::sync::Arc<str>)>,
     /// Resource URI → the first backend in config order that lists it.
     pub uris: HashMap<String, BackendId>,
     /// Resource templates in config order.
@@ -387,7 +388,7 @@ impl Hub {
                             .map(|o| o.with("name", &raw::quote(&exposed)))
                             .unwrap_or_else(|| item.raw.get().to_owned())
                     };
-                    routes.insert(exposed, (*id, item.name.clone()));
+                    routes.insert(exposed, (*id, raw::quote(&item.name).into()));
                     out.push(text);
                 }
                 if kind == Kind::Tools {

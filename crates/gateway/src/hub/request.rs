@@ -15,8 +15,8 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::backend::BackendId;
-use super::front::{CALL_TOOL, LogLevel, SEARCH_TOOL, is_modern, with_progress_token};
-use super::front::{Params, RESOURCE_NOT_FOUND, without_envelope};
+use super::front::{CALL_TOOL, LogLevel, SEARCH_TOOL, meta_is_modern, with_progress_token};
+use super::front::{Params, RESOURCE_NOT_FOUND, without_envelope, without_envelope_of};
 use super::lists::Kind as ListKind;
 use super::{Held, Hub, Parked, Pending, Timer, Wrap};
 use crate::fronts::FrontId;
@@ -35,9 +35,9 @@ pub(crate) enum Era {
 }
 
 impl Era {
-    /// The era of a request, from its params.
-    pub(crate) fn of(params: Option<&RawObject<'_>>) -> Self {
-        if is_modern(params) {
+    /// The era of a request, from its params' `_meta`.
+    pub(crate) fn of(meta: Option<&RawObject<'_>>) -> Self {
+        if meta_is_modern(meta) {
             Era::Stateless
         } else {
             Era::Handshake
@@ -144,6 +144,10 @@ pub(crate) struct FrontRequest<'a> {
     pub text: Option<&'a str>,
     /// Its params' members, when they are an object.
     pub params: Option<RawObject<'a>>,
+    /// The members of its params' `_meta`, when that is an object: read
+    /// once, for its era and, from a 2026-07-28 request, for the envelope
+    /// the gateway takes off.
+    pub meta: Option<RawObject<'a>>,
 }
 
 impl<'a> FrontRequest<'a> {
@@ -171,15 +175,20 @@ impl<'a> FrontRequest<'a> {
                 (text, text.and_then(RawObject::parse))
             }
         };
+        let meta = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| RawObject::parse(m.get()));
         Some(Self {
             id: Bytes::copy_from_slice(raw_id.as_bytes()),
             raw_id,
-            era: Era::of(params.as_ref()),
+            era: Era::of(meta.as_ref()),
             ask: Ask::of(env.method()),
             line,
             env,
             text,
             params,
+            meta,
         })
     }
 
@@ -321,7 +330,7 @@ impl Hub {
             Named::Tool => &self.catalog.merged.tools,
             Named::Prompt => &self.catalog.merged.prompts,
         };
-        let Some((backend, original)) = table.get(name.as_ref()).map(|(b, o)| (*b, raw::quote(o)))
+        let Some((backend, original)) = table.get(name.as_ref()).map(|(b, o)| (*b, o.clone()))
         else {
             if let Some((message, data)) = self.refused_by_prefix(&name) {
                 let refusal = build::error(req.raw_id, NOT_STARTED, &message, Some(&data));
@@ -444,10 +453,7 @@ impl Hub {
             return self.reply_error(front, req, INVALID_PARAMS, &msg);
         };
         let arguments = args.get("arguments").map(|a| a.get()).unwrap_or("{}");
-        let params = obj.write(&[
-            ("name", Some(&raw::quote(&original))),
-            ("arguments", Some(arguments)),
-        ]);
+        let params = obj.write(&[("name", Some(&original)), ("arguments", Some(arguments))]);
         self.forward(front, backend, req, Params::Text(params));
     }
 
@@ -470,9 +476,9 @@ impl Hub {
             .progress_token
             .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
         let mut spans = None;
-        let line = match params {
+        let line = match (params, &req.params, &req.meta) {
             // Only a name changed: the params are written once, into the line.
-            Params::Parts(parts) if token.is_none() && req.era == Era::Handshake => {
+            (Params::Parts(parts), _, _) if token.is_none() && req.era == Era::Handshake => {
                 // The params came as they were read, so they hold no
                 // routing member when the front's line had none.
                 if req.env.request_id.is_none() {
@@ -480,7 +486,19 @@ impl Hub {
                 }
                 raw::request_parts(gid, method, Some(&parts))
             }
-            params => {
+            // A renamed 2026-07-28 request: written once from the members
+            // read, with the new name, the envelope off its `_meta` and the
+            // progress token (if any) set to the gateway's id.
+            (Params::Parts(parts), Some(obj), Some(meta)) if req.era == Era::Stateless => {
+                let gid_text = gid.to_string();
+                let meta = without_envelope_of(meta, token.as_ref().map(|_| gid_text.as_str()));
+                let params = obj.write(&[("name", Some(parts[1])), ("_meta", meta.as_deref())]);
+                if token.is_none() && req.env.request_id.is_none() {
+                    spans = raw::request_spans(gid, method);
+                }
+                raw::request(gid, method, Some(&params))
+            }
+            (params, _, _) => {
                 let params = params.into_text();
                 let params = match &token {
                     Some(_) => with_progress_token(&params, gid),
