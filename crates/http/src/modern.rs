@@ -18,6 +18,7 @@
 
 use std::borrow::Cow;
 
+use axum::http::header::HeaderName;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
@@ -38,8 +39,8 @@ pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 /// The requested protocol version is not spoken here.
 pub(crate) const UNSUPPORTED_VERSION: i64 = -32022;
 
-const METHOD: &str = "mcp-method";
-const NAME: &str = "mcp-name";
+static METHOD: HeaderName = HeaderName::from_static("mcp-method");
+static NAME: HeaderName = HeaderName::from_static("mcp-name");
 
 /// Methods of the handshake era that 2026-07-28 removed.
 const REMOVED: [&str; 6] = [
@@ -51,13 +52,58 @@ const REMOVED: [&str; 6] = [
     "tasks/list",
 ];
 
-/// The `_meta` members of the request envelope.
+/// The `_meta` key of the protocol version.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key of the client's capabilities.
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The `_meta` members of the request envelope, when serde reads them.
 #[derive(Deserialize)]
-struct Meta<'a> {
+struct MetaFields<'a> {
     #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow)]
     version: Option<&'a RawValue>,
     #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow)]
     capabilities: Option<&'a RawValue>,
+}
+
+/// The `_meta` members of the request envelope, each as written (`null`
+/// as absent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Meta<'a> {
+    version: Option<&'a str>,
+    capabilities: Option<&'a str>,
+}
+
+impl<'a> Meta<'a> {
+    /// Reads `meta`; `None` when it is not an object, or repeats a member
+    /// read. Read by the structural scan that reads messages, serde only
+    /// for what the scan leaves to it; both read it alike.
+    fn read(meta: &'a str) -> Option<Self> {
+        let Some(object) = mcpvisor_jsonrpc::envelope::object(meta) else {
+            let fields = serde_json::from_str::<MetaFields<'_>>(meta).ok()?;
+            return Some(Self {
+                version: fields.version.map(RawValue::get),
+                capabilities: fields.capabilities.map(RawValue::get),
+            });
+        };
+        let (mut version, mut capabilities) = (None, None);
+        for (key, value) in &object.members {
+            let slot = match key.as_ref() {
+                META_VERSION => &mut version,
+                META_CAPABILITIES => &mut capabilities,
+                _ => continue,
+            };
+            if slot.replace(*value).is_some() {
+                return None;
+            }
+        }
+        let present =
+            |v: Option<mcpvisor_jsonrpc::Raw<'a>>| v.filter(|v| !v.is_null()).map(|v| v.get());
+        Some(Self {
+            version: present(version),
+            capabilities: present(capabilities),
+        })
+    }
 }
 
 /// A sessionless request's `params`, as far as the checks read them: the
@@ -132,14 +178,14 @@ impl<'a> Params<'a> {
 /// request is checked by [`check`]; any other goes the way of the
 /// handshake era.
 pub(crate) fn is_modern(headers: &HeaderMap, params: &Params<'_>) -> bool {
-    let header = header_str(headers, PROTOCOL_VERSION);
+    let header = header_str(headers, &PROTOCOL_VERSION);
     if header.is_some_and(|v| !VERSIONS.contains(&v) || MODERN.contains(&v)) {
         return true;
     }
     match params {
         Params::Object {
             meta: Some(meta), ..
-        } => serde_json::from_str::<Meta<'_>>(meta).is_ok_and(|m| m.version.is_some()),
+        } => Meta::read(meta).is_some_and(|m| m.version.is_some()),
         _ => false,
     }
 }
@@ -173,13 +219,13 @@ pub(crate) fn check(
             "params._meta is missing: a 2026-07-28 request carries its protocol version and client capabilities there",
         );
     };
-    let Ok(meta) = serde_json::from_str::<Meta<'_>>(meta) else {
+    let Some(meta) = Meta::read(meta) else {
         return invalid("params._meta must be an object");
     };
-    let Some(version) = meta.version.map(RawValue::get).and_then(as_str) else {
+    let Some(version) = meta.version.and_then(as_str) else {
         return invalid("params._meta needs io.modelcontextprotocol/protocolVersion, a string");
     };
-    if !meta.capabilities.is_some_and(|c| c.get().starts_with('{')) {
+    if !meta.capabilities.is_some_and(|c| c.starts_with('{')) {
         return invalid("params._meta needs io.modelcontextprotocol/clientCapabilities, an object");
     }
     let mismatch = |message: String| {
@@ -191,7 +237,7 @@ pub(crate) fn check(
             None,
         ))
     };
-    match header_str(headers, PROTOCOL_VERSION) {
+    match header_str(headers, &PROTOCOL_VERSION) {
         None => return mismatch("the MCP-Protocol-Version header is missing".to_owned()),
         Some(h) if h != version => {
             return mismatch(format!(
@@ -213,7 +259,7 @@ pub(crate) fn check(
             Some(&data),
         ));
     }
-    match header_str(headers, METHOD) {
+    match header_str(headers, &METHOD) {
         None => return mismatch("the Mcp-Method header is missing".to_owned()),
         Some(h) if h != method => {
             return mismatch(format!(
@@ -231,7 +277,7 @@ pub(crate) fn check(
         let Some(value) = value.and_then(as_str) else {
             return invalid(&format!("{method} needs {field}, a string"));
         };
-        let Some(header) = headers.get(NAME) else {
+        let Some(header) = headers.get(&NAME) else {
             return mismatch("the Mcp-Name header is missing".to_owned());
         };
         match header.to_str().ok().and_then(decode) {
@@ -266,9 +312,14 @@ pub(crate) fn status_of(line: &[u8]) -> StatusCode {
     }
 }
 
-/// A JSON string's value, or `None` for any other JSON value.
+/// A JSON string's value, or `None` for any other JSON value. `raw` is
+/// JSON already checked: quoted and without a backslash, it is its own
+/// contents.
 fn as_str(raw: &str) -> Option<Cow<'_, str>> {
-    serde_json::from_str::<Cow<'_, str>>(raw).ok()
+    match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(inner) if !inner.contains('\\') => Some(Cow::Borrowed(inner)),
+        _ => serde_json::from_str::<Cow<'_, str>>(raw).ok(),
+    }
 }
 
 /// A header value as its sender meant it: the Base64 sentinel form
@@ -358,6 +409,32 @@ mod tests {
             let (scanned, serde) = both(line);
             assert_eq!(scanned, expected, "{line}");
             assert_eq!(serde, expected, "{line}");
+        }
+    }
+
+    #[test]
+    fn meta_read_by_the_scan_is_what_serde_reads() {
+        fn serde(meta: &str) -> Option<Meta<'_>> {
+            serde_json::from_str::<MetaFields<'_>>(meta)
+                .ok()
+                .map(|f| Meta {
+                    version: f.version.map(RawValue::get),
+                    capabilities: f.capabilities.map(RawValue::get),
+                })
+        }
+        for meta in [
+            r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#,
+            r#"{ "io.modelcontextprotocol/protocolVersion" : "2026-07-28" , "x" : [1, {"a": null}] }"#,
+            r#"{"io.modelcontextprotocol/protocolVersion":null,"io.modelcontextprotocol/clientCapabilities":null}"#,
+            r#"{"io.modelcontextprotocol/protocolVersion":1,"io.modelcontextprotocol/clientCapabilities":[]}"#,
+            r#"{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}"#,
+            r#"{"io.modelcontextprotocol\/protocolVersion":"2026-07-28"}"#,
+            r#"{}"#,
+            r#"[]"#,
+            r#""x""#,
+            r#"{"a":"#,
+        ] {
+            assert_eq!(Meta::read(meta), serde(meta), "{meta}");
         }
     }
 

@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
+use axum::http::header::{AsHeaderName, HeaderName};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use mcpvisor_gateway::fronts::{FrontCommand, FrontId};
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId, Outbound};
 use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Kind, build};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -27,9 +28,11 @@ use crate::config::Valid;
 use crate::session::{Attached, Command, Event, Handle, Refusal, Session};
 use crate::{legacy, modern, sse};
 
-const SESSION_ID: &str = "mcp-session-id";
-pub(crate) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const LAST_EVENT_ID: &str = "last-event-id";
+// Header names as `HeaderName`s: a look-up by a `&str` checks and
+// lower-cases the name first, on every request.
+static SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+pub(crate) static PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
 /// Protocol revisions this front speaks over HTTP, oldest first.
 pub(crate) const VERSIONS: [&str; 5] = [
@@ -57,6 +60,9 @@ pub(crate) struct Shared {
     pub cfg: Valid,
     pub hub: mpsc::Sender<FrontCommand>,
     sessions: Mutex<HashMap<Arc<str>, Handle>>,
+    /// Stateless requests in flight, each a front of its own; they count
+    /// against `max_sessions` with the sessions.
+    stateless: AtomicUsize,
     next_front: AtomicU64,
     /// Shutdown was asked: no new sessions, streams or requests.
     pub draining: CancellationToken,
@@ -72,6 +78,7 @@ impl Shared {
             cfg,
             hub,
             sessions: Mutex::new(HashMap::new()),
+            stateless: AtomicUsize::new(0),
             next_front: AtomicU64::new(FRONT_ID_BASE),
             draining: CancellationToken::new(),
             stop: CancellationToken::new(),
@@ -113,7 +120,8 @@ impl Shared {
         let front = FrontId(self.next_front.fetch_add(1, Ordering::Relaxed));
         let (handle, out, events) = {
             let mut sessions = self.registry();
-            if sessions.len() >= self.cfg.cfg.max_sessions {
+            let stateless = self.stateless.load(Ordering::Acquire);
+            if sessions.len() + stateless >= self.cfg.cfg.max_sessions {
                 return Err(error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     None,
@@ -132,8 +140,44 @@ impl Shared {
         Ok((key, handle, events))
     }
 
-    /// Hands the hub a command within the configured bound.
+    /// Opens the front of one stateless request: no session, no task; the
+    /// hub's messages for it come to the returned queue, read by the
+    /// request's own handler. Counted against `max_sessions`.
+    async fn open_stateless(
+        self: &Arc<Self>,
+    ) -> Result<(OneShot, mpsc::Receiver<Outbound>), Response> {
+        let held = self.stateless.fetch_add(1, Ordering::AcqRel);
+        let front = OneShot {
+            shared: self.clone(),
+            front: FrontId(self.next_front.fetch_add(1, Ordering::Relaxed)),
+            end: None,
+        };
+        if self.registry().len() + held >= self.cfg.cfg.max_sessions {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                None,
+                "too many sessions; retry later",
+            ));
+        }
+        let (out, rx) = mpsc::channel(self.cfg.cfg.front_queue);
+        let open = FrontCommand::Open {
+            front: front.front,
+            out,
+        };
+        if !self.to_hub(open).await {
+            return Err(hub_unavailable());
+        }
+        Ok((front, rx))
+    }
+
+    /// Hands the hub a command within the configured bound. A hub with room
+    /// takes it at once, with no timer armed.
     pub(crate) async fn to_hub(&self, cmd: FrontCommand) -> bool {
+        let cmd = match self.hub.try_send(cmd) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(cmd)) => cmd,
+        };
         let bound = self.cfg.cfg.hub_send_timeout;
         matches!(
             tokio::time::timeout(bound, self.hub.send(cmd)).await,
@@ -263,13 +307,13 @@ pub(crate) fn accepts(headers: &HeaderMap) -> (bool, bool) {
     (json, sse)
 }
 
-pub(crate) fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn header_str<K: AsHeaderName>(headers: &HeaderMap, name: K) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// A present `MCP-Protocol-Version` this front does not speak: 400.
 fn check_version(headers: &HeaderMap, id: Option<&str>) -> Result<(), Response> {
-    match headers.get(PROTOCOL_VERSION) {
+    match headers.get(&PROTOCOL_VERSION) {
         None => Ok(()),
         Some(v) if v.to_str().is_ok_and(|v| VERSIONS.contains(&v)) => Ok(()),
         Some(_) => Err(error(
@@ -282,7 +326,7 @@ fn check_version(headers: &HeaderMap, id: Option<&str>) -> Result<(), Response> 
 
 /// The session a request names: 400 without one, 404 for an unknown one.
 fn session(shared: &Shared, headers: &HeaderMap, id: Option<&str>) -> Result<Handle, Response> {
-    let Some(key) = header_str(headers, SESSION_ID) else {
+    let Some(key) = header_str(headers, &SESSION_ID) else {
         return Err(error(
             StatusCode::BAD_REQUEST,
             id,
@@ -308,7 +352,7 @@ pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Bytes, Response> {
-    let is_json = header_str(headers, header::CONTENT_TYPE.as_str()).is_some_and(|ct| {
+    let is_json = header_str(headers, header::CONTENT_TYPE).is_some_and(|ct| {
         ct.split(';')
             .next()
             .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
@@ -328,8 +372,7 @@ pub(crate) async fn read_body(
             &format!("a message may be at most {max} bytes"),
         )
     };
-    let declared =
-        header_str(headers, header::CONTENT_LENGTH.as_str()).and_then(|l| l.parse::<u64>().ok());
+    let declared = header_str(headers, header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok());
     if declared.is_some_and(|l| l > max as u64) {
         return Err(too_large());
     }
@@ -397,7 +440,7 @@ async fn post_inner(
         ));
     }
     let line = read_body(shared, headers, body).await?;
-    let has_session = headers.contains_key(SESSION_ID);
+    let has_session = headers.contains_key(&SESSION_ID);
     // A request in a session is of the handshake era, and its params are
     // the hub's business: its envelope is all the front reads. Only a
     // sessionless request's params are read here (to tell its era, and to
@@ -466,7 +509,7 @@ async fn post_inner(
             return Ok(resp);
         }
         if let Ok(v) = HeaderValue::from_str(&key) {
-            resp.headers_mut().insert(SESSION_ID, v);
+            resp.headers_mut().insert(&SESSION_ID, v);
         }
         return Ok(resp);
     }
@@ -517,19 +560,12 @@ async fn post_inner(
     if shared.draining.is_cancelled() {
         return Err(draining(Some(&id)));
     }
-    // A throwaway front for this one request; it closes once answered.
-    let (key, handle, _) = shared.open(false).await?;
-    let _throwaway = Throwaway {
-        shared: shared.clone(),
-        key,
-        handle: handle.clone(),
-    };
     let accepts = Accepts {
         json: json_ok,
         sse: sse_ok,
         polls: false,
     };
-    Ok(match exchange(shared, &handle, id, line, accepts).await {
+    Ok(match exchange_stateless(shared, id, line, accepts).await {
         // The revision's errors have their own statuses; on a stream the
         // status was sent before the answer was known.
         Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
@@ -537,22 +573,166 @@ async fn post_inner(
     })
 }
 
-/// A stateless request's front: it closes once the request is answered,
-/// even if the client went away first.
-struct Throwaway {
+/// The front of one stateless request (see [`Shared::open_stateless`]).
+/// Dropping it ends the front: closed once its request was answered (or
+/// the server stops), abandoned (its request cancelled) when the client
+/// went away first.
+struct OneShot {
     shared: Arc<Shared>,
-    key: Arc<str>,
-    handle: Handle,
+    front: FrontId,
+    /// How it ends, once known; abandoned when dropped before.
+    end: Option<FrontCommand>,
 }
 
-impl Drop for Throwaway {
+impl Drop for OneShot {
     fn drop(&mut self) {
-        self.shared.forget(&self.key);
-        if let Err(mpsc::error::TrySendError::Full(cmd)) =
-            self.handle.commands.try_send(Command::Finish)
-        {
-            let commands = self.handle.commands.clone();
-            tokio::spawn(async move { commands.send(cmd).await });
+        self.shared.stateless.fetch_sub(1, Ordering::AcqRel);
+        let front = self.front;
+        let end = self.end.take().unwrap_or(FrontCommand::Abandon { front });
+        if let Err(mpsc::error::TrySendError::Full(end)) = self.shared.hub.try_send(end) {
+            let hub = self.shared.hub.clone();
+            let bound = self.shared.cfg.cfg.hub_send_timeout;
+            tokio::spawn(async move {
+                if tokio::time::timeout(bound, hub.send(end)).await.is_err() {
+                    tracing::warn!(
+                        front = front.0,
+                        "the hub took no end for a stateless request's front"
+                    );
+                }
+            });
+        }
+    }
+}
+
+/// Sends one stateless request through a front of its own and answers with
+/// its response: JSON when the response comes first, else (when the client
+/// takes a stream) a stream of the request's messages that ends with it.
+/// Messages before the response are dropped for a client that takes only
+/// JSON, as a session drops them for a request with no stream.
+async fn exchange_stateless(
+    shared: &Arc<Shared>,
+    id: String,
+    line: Bytes,
+    accepts: Accepts,
+) -> Answer {
+    let (mut front, mut rx) = match shared.open_stateless().await {
+        Ok(opened) => opened,
+        Err(resp) => return Answer::Failed(resp),
+    };
+    let guard = InFlightGuard::new(shared);
+    let msg = FrontCommand::Message {
+        front: front.front,
+        line,
+    };
+    if !shared.to_hub(msg).await {
+        return Answer::Failed(hub_unavailable());
+    }
+    let mut seq = 0;
+    let first = loop {
+        let next = tokio::select! {
+            next = rx.recv() => next,
+            () = shared.stop.cancelled() => None,
+        };
+        let Some(msg) = next else {
+            front.end = Some(FrontCommand::Close { front: front.front });
+            return Answer::Failed(gone(&id));
+        };
+        let Some(ev) = stateless_event(msg, &mut seq) else {
+            continue;
+        };
+        if ev.response || accepts.sse {
+            break ev;
+        }
+    };
+    if first.response {
+        front.end = Some(FrontCommand::Close { front: front.front });
+        if accepts.json {
+            return Answer::Json(first);
+        }
+    }
+    // Its event id, needed only on a stream.
+    let mut first = first;
+    first.id = event_id(seq);
+    let cfg = &shared.cfg.cfg;
+    let (tx, events) = mpsc::channel(cfg.stream_queue);
+    if !first.response {
+        let stop = shared.stop.clone();
+        tokio::spawn(stream_stateless(front, rx, tx, seq, stop));
+    }
+    Answer::Stream(sse::response(
+        None,
+        Some(first),
+        events,
+        cfg.keep_alive,
+        None,
+        Some(guard),
+    ))
+}
+
+/// A message of a stateless request's front as its stream's event, its id
+/// left to [`event_id`] (`None` for one related to no request: a session
+/// puts those on its standalone stream, which a stateless client has not).
+fn stateless_event(msg: Outbound, seq: &mut u64) -> Option<Event> {
+    msg.related.as_ref()?;
+    let response = Envelope::peek(&msg.line).is_ok_and(|e| e.kind == Kind::Response);
+    *seq += 1;
+    Some(Event {
+        id: String::new(),
+        line: msg.line,
+        response,
+    })
+}
+
+/// The id of a stateless request's `seq`th event, as the one request
+/// stream of a session numbers its events.
+fn event_id(seq: u64) -> String {
+    format!("1-{seq}")
+}
+
+/// Hands a stateless request's messages to its stream until the response.
+/// A reader that goes away first abandons the request; one that falls
+/// behind has its stream cut, and the request goes on to its end.
+async fn stream_stateless(
+    mut front: OneShot,
+    mut rx: mpsc::Receiver<Outbound>,
+    tx: mpsc::Sender<Event>,
+    mut seq: u64,
+    stop: CancellationToken,
+) {
+    let mut tx = Some(tx);
+    loop {
+        let next = tokio::select! {
+            next = rx.recv() => next,
+            () = async {
+                match &tx {
+                    Some(tx) => tx.closed().await,
+                    None => std::future::pending().await,
+                }
+            }, if tx.is_some() => return,
+            () = stop.cancelled() => None,
+        };
+        let Some(msg) = next else {
+            front.end = Some(FrontCommand::Close { front: front.front });
+            return;
+        };
+        let Some(mut ev) = stateless_event(msg, &mut seq) else {
+            continue;
+        };
+        ev.id = event_id(seq);
+        let response = ev.response;
+        if let Some(queue) = &tx {
+            match queue.try_send(ev) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::debug!("an SSE reader fell behind; its stateless stream is cut");
+                    tx = None;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+        if response {
+            front.end = Some(FrontCommand::Close { front: front.front });
+            return;
         }
     }
 }
@@ -589,7 +769,7 @@ impl IntoResponse for Answer {
 /// Whether the client negotiated a revision with SSE polling (2025-11-25):
 /// it can read a priming event and resumes a stream the server closes.
 fn polls(headers: &HeaderMap) -> bool {
-    header_str(headers, PROTOCOL_VERSION)
+    header_str(headers, &PROTOCOL_VERSION)
         .is_some_and(|v| (POLLING_SINCE..STATELESS_SINCE).contains(&v))
 }
 
@@ -706,8 +886,8 @@ async fn listen_inner(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Respo
             "GET opens an event stream: Accept must allow text/event-stream",
         ));
     }
-    if !headers.contains_key(SESSION_ID)
-        && header_str(headers, PROTOCOL_VERSION).is_some_and(|v| v >= STATELESS_SINCE)
+    if !headers.contains_key(&SESSION_ID)
+        && header_str(headers, &PROTOCOL_VERSION).is_some_and(|v| v >= STATELESS_SINCE)
     {
         return Err(error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -722,7 +902,7 @@ async fn listen_inner(shared: &Arc<Shared>, headers: &HeaderMap) -> Result<Respo
     }
     let (reply, attached) = oneshot::channel();
     let cmd = Command::Listen {
-        last_event_id: header_str(headers, LAST_EVENT_ID).map(str::to_owned),
+        last_event_id: header_str(headers, &LAST_EVENT_ID).map(str::to_owned),
         reply,
     };
     if handle.commands.send(cmd).await.is_err() {
@@ -755,7 +935,7 @@ async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
         Ok(handle) => handle,
         Err(resp) => return resp,
     };
-    if let Some(key) = header_str(&headers, SESSION_ID) {
+    if let Some(key) = header_str(&headers, &SESSION_ID) {
         // Forgotten now, so the id is unknown from this answer on; the
         // session's task closes its front.
         shared.forget(key);

@@ -56,8 +56,6 @@ pub(crate) enum Command {
     Touch,
     /// DELETE: the client ends the session.
     End,
-    /// A throwaway front: end once no request is in flight.
-    Finish,
 }
 
 /// A connection's place on a stream: the stream's number (the first part
@@ -174,7 +172,6 @@ pub(crate) struct Session {
     next_seq: u64,
     last_active: Instant,
     draining: bool,
-    finishing: bool,
     /// A session of the 2024-11-05 HTTP+SSE transport: everything goes on
     /// its one stream, and the session ends with that stream's connection.
     legacy: bool,
@@ -194,11 +191,9 @@ pub(crate) struct Handle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum End {
     Deleted,
-    /// A stateless request's client closed its connection before the
-    /// answer: in 2026-07-28 that is how a request is cancelled.
+    /// A legacy session's one stream was cut off or closed.
     Abandoned,
     Expired,
-    Finished,
     HubGone,
     Shutdown,
 }
@@ -235,7 +230,6 @@ impl Session {
             next_seq: 1,
             last_active: Instant::now(),
             draining: false,
-            finishing: false,
             legacy,
         };
         shared.tasks.spawn(session.run(out_rx, cmd_rx));
@@ -250,18 +244,10 @@ impl Session {
     async fn run(mut self, mut out: mpsc::Receiver<Outbound>, mut cmds: mpsc::Receiver<Command>) {
         let shared = self.shared.clone();
         let idle = shared.cfg.cfg.session_idle_timeout;
-        let mut cmds_open = true;
         let end = loop {
             let deadline = self.last_active + idle;
-            // A finishing session's one request, or a legacy session's one
-            // stream: whether its reader is gone.
-            let watched = if self.finishing {
-                self.requests
-                    .values()
-                    .next()
-                    .and_then(|n| self.streams.get(n))
-                    .and_then(|s| s.tx.clone())
-            } else if self.legacy {
+            // A legacy session's one stream: whether its reader is gone.
+            let watched = if self.legacy {
                 let tx = self
                     .streams
                     .get(&self.standalone)
@@ -286,13 +272,8 @@ impl Session {
                     Some(msg) => self.route(msg),
                     None => break End::HubGone,
                 },
-                cmd = cmds.recv(), if cmds_open => match cmd {
-                    Some(Command::End) => break End::Deleted,
-                    // A finishing session (a stateless request's) loses its
-                    // last handle before its answer has streamed: it goes on
-                    // until the answer is out.
-                    None if self.finishing => cmds_open = false,
-                    None => break End::Deleted,
+                cmd = cmds.recv() => match cmd {
+                    Some(Command::End) | None => break End::Deleted,
                     Some(cmd) => self.command(cmd),
                 },
                 () = tokio::time::sleep_until(deadline) => {
@@ -304,9 +285,6 @@ impl Session {
                 }
                 () = shared.draining.cancelled(), if !self.draining => self.drain(),
                 () = shared.stop.cancelled() => break End::Shutdown,
-            }
-            if self.finishing && self.requests.is_empty() {
-                break End::Finished;
             }
         };
         tracing::debug!(front = self.front.0, ?end, "HTTP session ends");
@@ -351,7 +329,6 @@ impl Session {
             } => {
                 let _ = reply.send(self.listen(last_event_id.as_deref()));
             }
-            Command::Finish => self.finishing = true,
             Command::Touch | Command::End => {}
         }
     }
