@@ -54,6 +54,7 @@ mod error;
 mod registration;
 mod secret;
 mod settings;
+pub mod state;
 pub mod store;
 
 pub use authorizer::{

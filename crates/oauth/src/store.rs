@@ -14,13 +14,10 @@
 //! error, never a quiet fallback to the file.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -134,10 +131,7 @@ pub fn now_secs() -> u64 {
 }
 
 /// Held while a process refreshes or authorizes a server; released on drop.
-#[derive(Debug)]
-pub struct StoreLock {
-    _lock: Flock<File>,
-}
+pub type StoreLock = crate::state::FileLock;
 
 impl Store {
     /// The store under `dir`.
@@ -186,20 +180,11 @@ impl Store {
         self.keyring
     }
 
-    /// The store in the user's state directory: `$XDG_STATE_HOME/mcpvisor/oauth`,
-    /// else `$HOME/.local/state/mcpvisor/oauth`.
+    /// The store in the user's state directory:
+    /// `$XDG_STATE_HOME/mcpvisor/oauth`, else
+    /// `$HOME/.local/state/mcpvisor/oauth` (see [`crate::state::dir`]).
     pub fn default_location() -> Result<Self, String> {
-        let state = std::env::var_os("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .map(|home| home.join(".local/state"))
-            })
-            .ok_or("neither XDG_STATE_HOME nor HOME is set to an absolute path")?;
-        Ok(Self::at(state.join("mcpvisor").join("oauth")))
+        Ok(Self::at(crate::state::dir()?.join("oauth")))
     }
 
     /// The store's directory.
@@ -218,10 +203,7 @@ impl Store {
     }
 
     fn ensure_dir(&self) -> Result<(), String> {
-        fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("cannot create {}: {e}", self.dir.display()))?;
-        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot restrict {}: {e}", self.dir.display()))
+        crate::state::ensure_dir(&self.dir)
     }
 
     /// What is kept for `server`, if anything.
@@ -253,17 +235,7 @@ impl Store {
             stored
         };
         let text = serde_json::to_vec_pretty(stored).map_err(|e| e.to_string())?;
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".tmp-")
-            .permissions(fs::Permissions::from_mode(0o600))
-            .tempfile_in(&self.dir)
-            .map_err(|e| format!("cannot write in {}: {e}", self.dir.display()))?;
-        tmp.write_all(&text)
-            .and_then(|()| tmp.as_file().sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        tmp.persist(&path)
-            .map_err(|e| format!("cannot replace {}: {}", path.display(), e.error))?;
-        Ok(())
+        crate::state::write_atomic(&path, &text)
     }
 
     /// Forgets a server's tokens and clients; whether there was anything.
@@ -311,30 +283,7 @@ impl Store {
     pub async fn lock(&self, server: &str) -> Result<StoreLock, String> {
         self.ensure_dir()?;
         let path = self.file(server).with_extension("lock");
-        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        loop {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Ok(StoreLock { _lock: lock }),
-                Err((back, nix::errno::Errno::EWOULDBLOCK)) => {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(format!(
-                            "another mcpvisor process has held {} for {LOCK_WAIT:?}",
-                            path.display()
-                        ));
-                    }
-                    file = back;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err((_, errno)) => return Err(format!("cannot lock {}: {errno}", path.display())),
-            }
-        }
+        crate::state::lock(&path, LOCK_WAIT).await
     }
 }
 
@@ -395,6 +344,8 @@ fn read_file(path: &Path) -> Result<Option<StoredServer>, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
     use super::*;
 
     fn tokens(access: &str) -> StoredTokens {
