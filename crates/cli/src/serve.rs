@@ -453,6 +453,8 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         monitor: None,
         spawners: None,
         audit: None,
+        pins: None,
+        pin_default: mcpvisor_config::PinPolicy::Tofu,
     };
     Ok((settings, plans))
 }

@@ -10,7 +10,7 @@
 //!
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
-//! `init_timeout`, `auth_timeout`, `disabled`, `tools`
+//! `init_timeout`, `auth_timeout`, `disabled`, `pin` ([`PinPolicy`]), `tools`
 //! (`{"allow": [...], "deny": [...], "override": {NAME: {...}}}`, see
 //! [`ToolFilter`] and [`ToolOverride`]), `sandbox` ([`crate::sandbox`]) and the supervision overrides of
 //! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
@@ -104,6 +104,54 @@ pub struct ServerDef {
     /// The config file the entry was read from (`None` for a definition
     /// built from the command line).
     pub source: Option<PathBuf>,
+    /// How `serve` pins what the server offers (`pin`); `None` leaves it
+    /// to `serve --pin`.
+    pub pin: Option<PinPolicy>,
+}
+
+/// How the gateway treats a server's tool, prompt and resource template
+/// definitions (`"pin"` in an entry, `serve --pin` for all of them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PinPolicy {
+    /// What the server offers the first time is approved; a definition
+    /// that changes later, or appears later, is held back until a person
+    /// approves it.
+    #[default]
+    Tofu,
+    /// Even what it offers the first time is held back until approved.
+    Strict,
+    /// Nothing is pinned or held back.
+    Off,
+}
+
+impl PinPolicy {
+    /// The names, as written in a config entry and on the command line.
+    pub const NAMES: [&'static str; 3] = ["tofu", "strict", "off"];
+
+    /// The policy a name stands for.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "tofu" => Some(Self::Tofu),
+            "strict" => Some(Self::Strict),
+            "off" => Some(Self::Off),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tofu => "tofu",
+            Self::Strict => "strict",
+            Self::Off => "off",
+        }
+    }
+}
+
+impl fmt::Display for PinPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// How a remote server is spoken to.
@@ -526,6 +574,7 @@ impl fmt::Debug for ServerDef {
             .field("headers", &Redacted(self.headers.keys()))
             .field("extra", &Redacted(self.extra.keys()))
             .field("source", &self.source)
+            .field("pin", &self.pin)
             .finish()
     }
 }

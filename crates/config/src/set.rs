@@ -292,6 +292,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         headers,
         extra: _,
         source: _,
+        pin,
     } = a;
     *name == b.name
         && *command == b.command
@@ -309,6 +310,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *url == b.url
         && *transport == b.transport
         && *headers == b.headers
+        && *pin == b.pin
 }
 
 /// The loaded file that `def` would serve, if it starts this gateway:

@@ -37,6 +37,10 @@
 //!   its file written by a thread of its own behind a bounded queue.
 //! * `overrides`: an entry's own titles, descriptions and annotations for
 //!   its server's tools, applied as a backend's `tools/list` is taken in.
+//! * [`pins`]: the approved definitions of each server's tools, prompts
+//!   and resource templates, and the store that keeps them; the hub holds
+//!   back a definition that differs from the approved one until a person
+//!   approves it.
 
 pub mod audit;
 pub mod cache;
@@ -45,6 +49,7 @@ mod hub;
 pub mod monitor;
 pub mod naming;
 mod overrides;
+pub mod pins;
 mod raw;
 pub mod search;
 

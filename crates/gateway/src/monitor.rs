@@ -114,6 +114,9 @@ pub struct ServerStatus {
     /// with every known secret replaced by `[redacted:NAME]`; empty
     /// otherwise.
     pub stderr: Vec<String>,
+    /// Its definitions held back until a person approves them
+    /// ([`ServerDetail::quarantine`]).
+    pub quarantined: usize,
 }
 
 /// Most stderr lines a row ([`ServerStatus::stderr`]) shows.
@@ -179,6 +182,47 @@ pub struct ServerDetail {
     /// Its `env_keys`, each set or not in the env file (values never leave
     /// the file).
     pub env_keys: Vec<EnvKey>,
+    /// Its definitions the gateway holds back (left out of the lists its
+    /// clients see) until a person approves them ([`Monitor::approve`]), in
+    /// the order the server lists them: tools, prompts, resource templates.
+    pub quarantine: Vec<Quarantined>,
+}
+
+/// A definition held back: offered by the server, not (or no longer) the
+/// one a person approved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quarantined {
+    pub kind: DefinitionKind,
+    /// Its name as the server gives it (a resource template's URI
+    /// template), not the prefixed one.
+    pub name: String,
+    pub change: Change,
+    /// What changed, as `mcpvisor tools diff` prints it: the approved and
+    /// the offered definition as pretty-printed JSON, each line of the one
+    /// marked `-`, of the other `+`, the lines they share with two spaces
+    /// (a new definition: every line `+`).
+    pub diff: String,
+}
+
+/// What a pinned definition is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DefinitionKind {
+    Tool,
+    Prompt,
+    ResourceTemplate,
+}
+
+/// Why a definition is held back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// It differs from the approved definition of that name.
+    Changed,
+    /// No definition of that name was approved: it appeared after the
+    /// server's definitions were approved, or the server's policy is
+    /// `strict` and nothing of it is approved yet.
+    New,
 }
 
 /// One key of a server's env file.
@@ -224,6 +268,10 @@ pub enum EventKind {
     /// Something in its entry does not fit what the server offers (a tool
     /// override for a tool it does not list).
     Warning,
+    /// A definition it offers is held back until a person approves it.
+    Quarantined,
+    /// A person approved definitions it had held back.
+    Approved,
 }
 
 /// What the hub publishes to its observers.
@@ -280,6 +328,13 @@ pub enum Query {
     /// such as a secret written to its env file); `false` for an unknown
     /// name.
     Record(String, EventKind, String, oneshot::Sender<bool>),
+    /// Approves the server's held-back definitions that have these names
+    /// (every one of them when empty): see [`Monitor::approve`].
+    Approve(
+        String,
+        Vec<String>,
+        oneshot::Sender<Result<Vec<String>, ActionError>>,
+    ),
 }
 
 /// Why an action was not taken.
@@ -375,6 +430,21 @@ impl Monitor {
     pub async fn act(&self, name: &str, action: Action) -> Result<(), ActionError> {
         let name = name.to_owned();
         self.ask(|tx| Query::Act(name, action, tx)).await?
+    }
+
+    /// Approves what the server offers under these names (every held-back
+    /// definition of it when `names` is empty), as `mcpvisor tools
+    /// approve` does: the hub writes the approvals to the pin store and
+    /// lets the definitions through, its clients told once per list that
+    /// changed. Answers the names approved; a name that is not held back
+    /// is refused ([`ActionError::Refused`]) and nothing is approved.
+    pub async fn approve(
+        &self,
+        server: &str,
+        names: Vec<String>,
+    ) -> Result<Vec<String>, ActionError> {
+        let server = server.to_owned();
+        self.ask(|tx| Query::Approve(server, names, tx)).await?
     }
 
     /// The hub's events from now on.

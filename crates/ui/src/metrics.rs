@@ -294,6 +294,7 @@ mod tests {
             in_flight: 1,
             instances: Vec::new(),
             stderr: Vec::new(),
+            quarantined: 0,
             latency: Latency {
                 p50_ms: Some(1.0),
                 p99_ms: Some(9.0),

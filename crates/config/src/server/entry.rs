@@ -11,7 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::{
-    Format, RemoteTransport, ServerDef, ToolFilter, ToolOverride, UnsupportedServer, supervision,
+    Format, PinPolicy, RemoteTransport, ServerDef, ToolFilter, ToolOverride, UnsupportedServer,
+    supervision,
 };
 use crate::duration::{parse_duration, seconds};
 use crate::sandbox::Sandbox;
@@ -39,6 +40,7 @@ const KNOWN: &[&str] = &[
     "init_timeout",
     "auth_timeout",
     "disabled",
+    "pin",
     "tools",
     "sandbox",
     "url",
@@ -148,6 +150,16 @@ pub(super) fn parse(
     let disabled =
         fields.bool("disabled")?.unwrap_or(false) || fields.bool("enabled")? == Some(false);
 
+    let pin = match fields.string("pin")? {
+        None => None,
+        Some(name) => Some(PinPolicy::parse(name).ok_or_else(|| {
+            format!(
+                "\"pin\" is {name:?}; expected one of {}",
+                PinPolicy::NAMES.join(", ")
+            )
+        })?),
+    };
+
     Ok(Entry::Stdio(ServerDef {
         name: name.to_owned(),
         command,
@@ -173,6 +185,7 @@ pub(super) fn parse(
             .map(|(key, value)| (key.clone(), value.clone()))
             .collect(),
         source: None,
+        pin,
     }))
 }
 

@@ -895,3 +895,36 @@ fn sandbox_errors_name_the_entry_and_field() {
         "/c.json: server \"a\": a remote server (\"url\") has no \"sandbox\": it runs elsewhere"
     );
 }
+
+#[test]
+fn pin_policy_in_json_and_toml() -> Result<(), ConfigError> {
+    let json = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"a": {"command": "x", "pin": "strict"}, "b": {"command": "y", "pin": "off"}, "c": {"command": "z"}}}"#,
+    )?;
+    let toml = parse_at(
+        "c.toml",
+        "[mcp_servers.a]\ncommand = \"x\"\npin = \"strict\"\n[mcp_servers.b]\ncommand = \"y\"\npin = \"off\"\n[mcp_servers.c]\ncommand = \"z\"\n",
+    )?;
+    for file in [&json, &toml] {
+        assert_eq!(file.get("a")?.pin, Some(PinPolicy::Strict));
+        assert_eq!(file.get("b")?.pin, Some(PinPolicy::Off));
+        assert_eq!(file.get("c")?.pin, None, "left to serve --pin");
+        assert!(!file.get("a")?.extra.contains_key("pin"));
+    }
+    assert_eq!(
+        error(
+            "config.json",
+            r#"{"mcpServers": {"a": {"command": "x", "pin": "always"}}}"#
+        ),
+        "config.json: server \"a\": \"pin\" is \"always\"; expected one of tofu, strict, off"
+    );
+    assert_eq!(
+        error(
+            "config.json",
+            r#"{"mcpServers": {"a": {"command": "x", "pin": true}}}"#
+        ),
+        "config.json: server \"a\": \"pin\" must be a string"
+    );
+    Ok(())
+}

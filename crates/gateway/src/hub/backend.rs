@@ -402,6 +402,9 @@ pub(crate) struct Backend {
     pub epoch: u64,
     /// What the monitor shows of it.
     pub obs: Observed,
+    /// Its definitions held back from the merged lists (see `pinning`),
+    /// as of the last merge of each list.
+    pub held: Vec<super::pinning::HeldDef>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -451,6 +454,7 @@ impl Backend {
             last_used: Instant::now(),
             epoch: 0,
             obs: Observed::default(),
+            held: Vec::new(),
         }
     }
 

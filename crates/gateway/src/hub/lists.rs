@@ -199,6 +199,8 @@ pub(crate) struct Catalog {
     pub merged: Merged,
     /// Where lazy servers' lists are kept; `None` with the cache off.
     pub cache: Option<crate::cache::Cache>,
+    /// What is approved of each server's definitions.
+    pub pins: super::pinning::Pinning,
 }
 
 /// The merged lists and their routing tables.
@@ -217,6 +219,11 @@ pub(crate) struct Merged {
     pub templates: Vec<(String, BackendId)>,
     /// Tool descriptions, for tool search: (exposed name, item index).
     pub search: Option<crate::search::Index>,
+    /// Held-back tools (left out of `items`) by the exposed name they
+    /// would have: backend, own name, why.
+    pub held_tools: HashMap<String, (BackendId, String, crate::monitor::Change)>,
+    /// Held-back prompts, as `held_tools`.
+    pub held_prompts: HashMap<String, (BackendId, String, crate::monitor::Change)>,
 }
 
 impl Hub {
@@ -325,8 +332,12 @@ impl Hub {
     }
 
     /// Recomputes one merged list; tells the front once if it changed.
+    /// Definitions not approved (see `pinning`) are held back: named, but
+    /// not listed.
     pub(crate) fn remerge(&mut self, kind: Kind) {
+        self.pin_first_sight(kind);
         let mut entries: Vec<(BackendId, &Item)> = Vec::new();
+        let mut held: Vec<(BackendId, super::pinning::HeldDef)> = Vec::new();
         for id in &self.backends.order {
             let Some(b) = self.backends.by_id.get(id) else {
                 continue;
@@ -335,24 +346,41 @@ impl Hub {
                 continue;
             }
             if let Some(list) = &b.lists[kind.index()] {
-                entries.extend(list.iter().map(|item| (*id, item)));
+                for item in list {
+                    match self.classify(*id, kind, item) {
+                        None => entries.push((*id, item)),
+                        Some(h) => held.push((*id, h)),
+                    }
+                }
             }
         }
+        // Held tools and prompts keep their place in the name table: a
+        // call to one is refused under the name it will have.
+        let held_items: Vec<(BackendId, &Item)> = held
+            .iter()
+            .filter_map(|(id, h)| {
+                let list = self.backends.by_id.get(id)?.lists[kind.index()].as_ref()?;
+                Some((*id, list.iter().find(|i| i.name == h.name)?))
+            })
+            .collect();
+        let mut held_routes: HashMap<String, (BackendId, String, crate::monitor::Change)> =
+            HashMap::default();
         let items: Vec<String> = match kind {
             Kind::Tools | Kind::Prompts => {
                 let mut builder = NameTable::builder(self.settings.separator.clone());
                 let mut index_of: HashMap<BackendId, usize> = HashMap::default();
-                let mut i = 0;
-                while i < entries.len() {
-                    let id = entries[i].0;
-                    let names: Vec<String> = entries[i..]
+                for id in &self.backends.order {
+                    let names: Vec<String> = entries
                         .iter()
-                        .take_while(|(b, _)| *b == id)
+                        .chain(held_items.iter())
+                        .filter(|(b, _)| b == id)
                         .map(|(_, item)| item.name.clone())
                         .collect();
-                    i += names.len();
-                    let server = builder.server(self.backends.by_id[&id].plan.name.clone(), names);
-                    index_of.insert(id, server);
+                    if names.is_empty() {
+                        continue;
+                    }
+                    let server = builder.server(self.backends.by_id[id].plan.name.clone(), names);
+                    index_of.insert(*id, server);
                 }
                 let (table, collisions) = builder.build();
                 for c in collisions {
@@ -391,6 +419,15 @@ impl Hub {
                     routes.insert(exposed, (*id, raw::quote(&item.name).into()));
                     out.push(text);
                 }
+                for (id, h) in &held {
+                    if let Some(exposed) = index_of
+                        .get(id)
+                        .and_then(|i| table.exposed(*i, &h.name))
+                        .filter(|e| !routes.contains_key(*e))
+                    {
+                        held_routes.insert(exposed.to_owned(), (*id, h.name.clone(), h.change));
+                    }
+                }
                 if kind == Kind::Tools {
                     self.catalog.merged.search = Some(crate::search::Index::new(
                         &out.iter()
@@ -404,8 +441,10 @@ impl Hub {
                             .collect::<Vec<_>>(),
                     ));
                     self.catalog.merged.tools = routes;
+                    self.catalog.merged.held_tools = std::mem::take(&mut held_routes);
                 } else {
                     self.catalog.merged.prompts = routes;
+                    self.catalog.merged.held_prompts = std::mem::take(&mut held_routes);
                 }
                 out
             }
@@ -436,6 +475,7 @@ impl Hub {
                     .collect()
             }
         };
+        self.hold(kind, held);
         let slot = &mut self.catalog.merged.items[kind.index()];
         if *slot == items {
             return;

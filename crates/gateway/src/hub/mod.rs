@@ -45,6 +45,7 @@ mod front_table;
 mod lists;
 mod observe;
 mod per_client;
+mod pinning;
 mod request;
 mod shell;
 mod stdio;
@@ -97,6 +98,11 @@ pub struct Settings {
     /// Where each `tools/call`, `prompts/get` and `resources/read` is
     /// recorded (`None`: nowhere).
     pub audit: Option<crate::audit::Audit>,
+    /// Where approved definitions are kept (`None`: nothing is pinned,
+    /// whatever the entries say).
+    pub pins: Option<crate::pins::PinStore>,
+    /// The pin policy of entries that do not name one (`serve --pin`).
+    pub pin_default: mcpvisor_config::PinPolicy,
 }
 
 impl Default for Settings {
@@ -112,6 +118,8 @@ impl Default for Settings {
             monitor: None,
             spawners: None,
             audit: None,
+            pins: None,
+            pin_default: mcpvisor_config::PinPolicy::Tofu,
         }
     }
 }
@@ -133,6 +141,9 @@ pub enum Control {
     },
     /// A [`crate::monitor::Monitor`]'s question.
     Query(crate::monitor::Query),
+    /// The pin store's file changed (another process approved something):
+    /// the hub reads it again and lets through what is now approved.
+    PinsChanged,
 }
 
 /// Why a server is reloaded, for its log and its events.
@@ -222,6 +233,8 @@ pub(crate) enum Input {
     /// A closing front's drain may be over: nothing more than the end of
     /// the turn.
     Drain,
+    /// The shell read or wrote the pin store.
+    Pins(pinning::PinsRead),
 }
 
 /// What the stdio client's pipes gave.
@@ -273,6 +286,8 @@ pub(crate) enum Effect {
         wanted: Vec<String>,
         reply: tokio::sync::oneshot::Sender<Option<crate::monitor::ServerDetail>>,
     },
+    /// Read or edit the pin store, after the jobs asked for before.
+    Pins(pinning::PinJob),
 }
 
 impl std::fmt::Debug for Effect {
@@ -304,6 +319,7 @@ impl std::fmt::Debug for Effect {
                 .debug_struct("EnvKeys")
                 .field("file", file)
                 .finish_non_exhaustive(),
+            Effect::Pins(job) => f.debug_tuple("Pins").field(job).finish(),
         }
     }
 }
@@ -446,6 +462,7 @@ impl Hub {
             catalog: Catalog {
                 merged: Merged::default(),
                 cache,
+                pins: pinning::Pinning::default(),
             },
             effects: Effects::default(),
         }
@@ -480,8 +497,10 @@ impl Hub {
                     self.reload_backend(&server, &cause);
                 }
                 Control::Query(query) => self.on_query(query),
+                Control::PinsChanged => self.on_pins_changed(),
             },
             Input::Drain => {}
+            Input::Pins(read) => self.on_pins(read),
         }
     }
 

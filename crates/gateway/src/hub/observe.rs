@@ -260,10 +260,15 @@ impl Hub {
                 let answer = self.act(&name, action);
                 let _ = tx.send(answer);
             }
+            Query::Approve(name, names, tx) => {
+                let answer = self.approve(&name, names);
+                let _ = tx.send(answer);
+            }
         }
     }
 
-    fn find(&self, name: &str) -> Option<BackendId> {
+    /// The configured backend named `name`.
+    pub(crate) fn find(&self, name: &str) -> Option<BackendId> {
         self.backends.order.iter().copied().find(|id| {
             self.backends
                 .by_id
@@ -373,6 +378,7 @@ impl Hub {
             env_file: b.plan.def.env_file.clone(),
             // Read by the caller, off the owning task.
             env_keys: Vec::new(),
+            quarantine: self.quarantine_of(id),
         }
     }
 
@@ -809,6 +815,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         latency: b.obs.stats.latency_row(),
         instances: Vec::new(),
         stderr,
+        quarantined: b.held.len(),
     }
 }
 

@@ -332,6 +332,15 @@ impl Hub {
         };
         let Some((backend, original)) = table.get(name.as_ref()).map(|(b, o)| (*b, o.clone()))
         else {
+            let kind = match named {
+                Named::Tool => crate::monitor::DefinitionKind::Tool,
+                Named::Prompt => crate::monitor::DefinitionKind::Prompt,
+            };
+            if let Some((message, data)) = self.held_refusal(kind, &name) {
+                let refusal =
+                    build::error(req.raw_id, super::pinning::HELD_BACK, &message, Some(&data));
+                return self.emit_to(front, refusal, Some(req.id.clone()));
+            }
             if let Some((message, data)) = self.refused_by_prefix(&name) {
                 let refusal = build::error(req.raw_id, NOT_STARTED, &message, Some(&data));
                 return self.emit_to(front, refusal, Some(req.id.clone()));
@@ -449,6 +458,12 @@ impl Hub {
         };
         let name = args.str("name").unwrap_or_default();
         let Some((backend, original)) = self.catalog.merged.tools.get(&name).cloned() else {
+            let held = self.held_refusal(crate::monitor::DefinitionKind::Tool, &name);
+            if let Some((message, data)) = held {
+                let refusal =
+                    build::error(req.raw_id, super::pinning::HELD_BACK, &message, Some(&data));
+                return self.emit_to(front, refusal, Some(req.id.clone()));
+            }
             let msg = format!("Unknown tool: {name}; use mcpvisor__search_tools to find one");
             return self.reply_error(front, req, INVALID_PARAMS, &msg);
         };

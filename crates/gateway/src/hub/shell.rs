@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::backend::{BackendId, BackendSpawner};
+use super::pinning::{PinJob, PinsRead};
 use super::{
     Control, Effect, FromSession, Hub, Incoming, Input, Outcome, ServerPlan, Settings,
     StartSession, Timer, TimerKey, stdio,
@@ -47,7 +48,18 @@ struct Shell {
     spawners: Option<super::Spawners>,
     /// The room the core's effects are taken into, used again each turn.
     effects: Vec<Effect>,
+    /// The pin store's jobs, done one at a time by a task of their own
+    /// (`None`: nothing is pinned).
+    pin_jobs: Option<mpsc::Sender<PinJob>>,
+    pins_tx: mpsc::Sender<PinsRead>,
+    pins_rx: mpsc::Receiver<PinsRead>,
+    /// Results of jobs the pin task could not take (its queue was full),
+    /// handed to the core before anything else.
+    pins_refused: std::collections::VecDeque<PinsRead>,
 }
+
+/// Room in the pin task's queue of jobs.
+const PIN_JOBS: usize = 256;
 
 /// Runs the core until it ends or a shutdown is asked for, then stops
 /// every server. With `stdio`, the stdio client's pipes are read and
@@ -61,6 +73,8 @@ pub(super) async fn serve(
     stdio: Option<stdio::Stdio>,
 ) -> Outcome {
     let (events_tx, events_rx) = mpsc::channel(EVENTS);
+    let (pins_tx, pins_rx) = mpsc::channel(PIN_JOBS);
+    let pin_store = settings.pins.clone();
     let mut shell = Shell {
         events_tx,
         events_rx,
@@ -71,8 +85,20 @@ pub(super) async fn serve(
         monitor: settings.monitor.clone(),
         spawners: settings.spawners.clone(),
         effects: Vec::new(),
+        pin_jobs: None,
+        pins_tx,
+        pins_rx,
+        pins_refused: Default::default(),
     };
     let mut hub = Hub::new(settings, primary);
+    if let Some(store) = pin_store {
+        // Read before the first merge: the lists cached for lazy servers
+        // are merged at once, and must be held back as the store says.
+        hub.load_pins(store.load());
+        let (jobs_tx, jobs_rx) = mpsc::channel(PIN_JOBS);
+        tokio::spawn(pin_task(store, jobs_rx, shell.pins_tx.clone()));
+        shell.pin_jobs = Some(jobs_tx);
+    }
     // The stdio client's pipes are the loop's own, not the core's: they
     // are neither `Sync` nor needed anywhere else.
     let mut stdio = stdio;
@@ -89,32 +115,38 @@ pub(super) async fn serve(
         let drain = hub.next_drain_deadline();
         let stdio_readable = stdio.as_ref().is_some_and(stdio::Stdio::readable);
         let stdio_blocked = stdio.as_ref().is_some_and(|s| s.out.is_blocked());
-        let input = tokio::select! {
-            event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
-                match (stdio.as_mut(), event) {
-                    (Some(s), stdio::Event::Read(frame)) => Some(Input::Stdio(s.input(frame))),
-                    (Some(s), stdio::Event::Written(written)) => s.written(written).map(Input::Stdio),
-                    (None, _) => None,
+        let refused = shell.pins_refused.pop_front();
+        let input = if let Some(read) = refused {
+            Some(Input::Pins(read))
+        } else {
+            tokio::select! {
+                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
+                    match (stdio.as_mut(), event) {
+                        (Some(s), stdio::Event::Read(frame)) => Some(Input::Stdio(s.input(frame))),
+                        (Some(s), stdio::Event::Written(written)) => s.written(written).map(Input::Stdio),
+                        (None, _) => None,
+                    }
                 }
-            }
-            command = fronts.recv(), if fronts_open => match command {
-                Some(command) => Some(Input::Front(command)),
-                None => {
-                    fronts_open = false;
-                    None
+                command = fronts.recv(), if fronts_open => match command {
+                    Some(command) => Some(Input::Front(command)),
+                    None => {
+                        fronts_open = false;
+                        None
+                    }
+                },
+                Some((backend, incoming)) = shell.events_rx.recv() => Some(Input::Backend(backend, incoming)),
+                Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
+                    let (key, timer) = expired.into_inner();
+                    shell.armed.remove(&key);
+                    Some(Input::Timer(timer))
                 }
-            },
-            Some((backend, incoming)) = shell.events_rx.recv() => Some(Input::Backend(backend, incoming)),
-            Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
-                let (key, timer) = expired.into_inner();
-                shell.armed.remove(&key);
-                Some(Input::Timer(timer))
+                Some(control) = control.recv() => match control {
+                    Control::Shutdown => break Outcome::Shutdown,
+                    control => Some(Input::Control(control)),
+                },
+                () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
+                Some(read) = shell.pins_rx.recv() => Some(Input::Pins(read)),
             }
-            Some(control) = control.recv() => match control {
-                Control::Shutdown => break Outcome::Shutdown,
-                control => Some(Input::Control(control)),
-            },
-            () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
         };
         if let Some(input) = input {
             hub.handle(input);
@@ -185,6 +217,7 @@ impl Shell {
                         tracing::debug!(server = %store.server, error = %e, "list cache not written");
                     }
                 }
+                Effect::Pins(job) => self.pin_job(job),
                 Effect::EnvKeys {
                     mut detail,
                     file,
@@ -203,6 +236,28 @@ impl Shell {
             }
         }
         self.effects = effects;
+    }
+
+    /// Hands a pin store job to the pin task; one it has no room for
+    /// fails (an edit is not written, and the core is told).
+    fn pin_job(&mut self, job: PinJob) {
+        let Some(jobs) = &self.pin_jobs else {
+            // Nothing is pinned (the core makes no edit then).
+            return;
+        };
+        match jobs.try_send(job) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
+                if let PinJob::Edit(seq, edit) = job {
+                    let why = "the pin store is behind: the edit is dropped".to_owned();
+                    self.pins_refused.push_back(PinsRead {
+                        through: 0,
+                        file: Err(why.clone()),
+                        failed: Some((seq, edit, why)),
+                    });
+                }
+            }
+        }
     }
 
     /// Starts a backend's session: its spawner from its plan, its lines
@@ -297,6 +352,43 @@ impl Drop for ToHub {
                     runtime.spawn(async move { events.send(closed).await });
                 }
             }
+        }
+    }
+}
+
+/// Does the pin store's jobs in order, each answered with the store as it
+/// is after it. Ends when the shell drops its queue.
+async fn pin_task(
+    store: crate::pins::PinStore,
+    mut jobs: mpsc::Receiver<PinJob>,
+    done: mpsc::Sender<PinsRead>,
+) {
+    let mut through = 0;
+    while let Some(job) = jobs.recv().await {
+        let read = match job {
+            PinJob::Read => PinsRead {
+                through,
+                file: store.load(),
+                failed: None,
+            },
+            PinJob::Edit(seq, edit) => {
+                through = seq;
+                match store.update(|file| file.apply(&edit)).await {
+                    Ok((file, ())) => PinsRead {
+                        through,
+                        file: Ok(file),
+                        failed: None,
+                    },
+                    Err(why) => PinsRead {
+                        through,
+                        file: store.load(),
+                        failed: Some((seq, edit, why)),
+                    },
+                }
+            }
+        };
+        if done.send(read).await.is_err() {
+            return;
         }
     }
 }

@@ -1,0 +1,443 @@
+//! Pinning in the core: which of a server's definitions its clients see.
+//!
+//! The core goes by a view of the pin store ([`Pinning::view`]): the file
+//! as the shell last read or wrote it, with the core's own edits that the
+//! shell has not confirmed yet applied on top, so that a read racing an
+//! approval never takes it back. Each merge of a list
+//! ([`Hub::remerge`]) first approves what a `tofu` server offers of a kind
+//! never approved ([`Hub::pin_first_sight`]), then sorts each item into
+//! served (its definition is the approved one) or held back
+//! ([`Hub::classify`]). Held items keep their place in the name table, so
+//! that a call to one gets `-32012` under the name it will have once
+//! approved; what a server's backends hold is written to the store as its
+//! `pending` part whenever it changes. The core never touches the file:
+//! its edits and reads are [`Effect::Pins`] jobs, done by the shell one
+//! at a time, and come back as [`Input::Pins`].
+
+use rustc_hash::FxHashMap as HashMap;
+use serde_json::Value;
+
+use super::backend::BackendId;
+use super::lists::{Item, Kind};
+use super::{Effect, Hub};
+use crate::monitor::{ActionError, Change, DefinitionKind, EventKind, Quarantined};
+use crate::pins::{Defs, Edit, PinFile};
+use mcpvisor_config::PinPolicy;
+
+/// JSON-RPC error code of a call to a held-back tool or prompt.
+pub const HELD_BACK: i64 = -32012;
+
+/// What the shell does with the pin store for the core, in order.
+#[derive(Debug)]
+pub(crate) enum PinJob {
+    /// Read the store again (it changed on disk).
+    Read,
+    /// Apply this edit under the store's lock; `seq` numbers the core's
+    /// edits.
+    Edit(u64, Edit),
+}
+
+/// What a [`PinJob`] gave: the store after every edit up to `through`.
+#[derive(Debug)]
+pub(crate) struct PinsRead {
+    /// The last of the core's edits the shell has carried out (or given
+    /// up on) before this.
+    pub through: u64,
+    /// The store as it is now, or why it could not be read.
+    pub file: Result<PinFile, String>,
+    /// The edit that could not be written (its number), and why.
+    pub failed: Option<(u64, Edit, String)>,
+}
+
+/// The core's view of the pin store.
+///
+/// Invariant: `view` is `base` with every edit of `unconfirmed` applied,
+/// in order; an edit leaves `unconfirmed` once a [`PinsRead`] through its
+/// number arrives.
+#[derive(Debug)]
+pub(crate) struct Pinning {
+    base: PinFile,
+    /// Whether the store could be read: when not, nothing is approved on
+    /// first sight (what a server offers waits, as under `strict`), since
+    /// the approvals it may hold are unknown.
+    readable: bool,
+    unconfirmed: Vec<(u64, Edit)>,
+    next_seq: u64,
+    pub view: PinFile,
+    /// What was last written as held back, by server.
+    written_pending: HashMap<String, Defs>,
+}
+
+impl Default for Pinning {
+    fn default() -> Self {
+        Self {
+            base: PinFile::default(),
+            readable: true,
+            unconfirmed: Vec::new(),
+            next_seq: 0,
+            view: PinFile::default(),
+            written_pending: HashMap::default(),
+        }
+    }
+}
+
+/// A definition a backend offers and the core holds back.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HeldDef {
+    pub kind: DefinitionKind,
+    pub name: String,
+    pub change: Change,
+    /// As offered (see [`crate::pins::definition`]).
+    pub offered: Value,
+}
+
+/// The kind of definition a list holds, for the lists that are pinned.
+pub(crate) fn pinned_kind(kind: Kind) -> Option<DefinitionKind> {
+    match kind {
+        Kind::Tools => Some(DefinitionKind::Tool),
+        Kind::Prompts => Some(DefinitionKind::Prompt),
+        Kind::Templates => Some(DefinitionKind::ResourceTemplate),
+        Kind::Resources => None,
+    }
+}
+
+impl Hub {
+    /// The store as the shell read it before the first servers were
+    /// added.
+    pub(crate) fn load_pins(&mut self, file: Result<PinFile, String>) {
+        let p = &mut self.catalog.pins;
+        match file {
+            Ok(file) => {
+                p.readable = true;
+                p.base = file.clone();
+                p.view = file;
+            }
+            Err(e) => {
+                tracing::error!(
+                    "the pin store cannot be read: {e}; every definition is held back until it can"
+                );
+                p.readable = false;
+            }
+        }
+    }
+
+    /// How `id`'s definitions are pinned.
+    pub(crate) fn policy(&self, id: BackendId) -> PinPolicy {
+        if self.settings.pins.is_none() || self.settings.transparent {
+            return PinPolicy::Off;
+        }
+        self.backends
+            .by_id
+            .get(&id)
+            .and_then(|b| b.plan.def.pin)
+            .unwrap_or(self.settings.pin_default)
+    }
+
+    /// Applies an edit to the view and asks the shell to write it.
+    fn edit_pins(&mut self, edit: Edit) {
+        let p = &mut self.catalog.pins;
+        p.next_seq += 1;
+        p.view.apply(&edit);
+        p.unconfirmed.push((p.next_seq, edit.clone()));
+        self.effects
+            .list
+            .push(Effect::Pins(PinJob::Edit(p.next_seq, edit)));
+    }
+
+    /// The store changed on disk: read it again.
+    pub(crate) fn on_pins_changed(&mut self) {
+        if self.settings.pins.is_some() {
+            self.effects.list.push(Effect::Pins(PinJob::Read));
+        }
+    }
+
+    /// The shell read or wrote the store.
+    pub(crate) fn on_pins(&mut self, read: PinsRead) {
+        let mut dropped = None;
+        if let Some((seq, edit, why)) = read.failed {
+            let message = format!("the pin store was not written: {why}");
+            tracing::warn!(server = %edit.server(), "{message}");
+            if let Some(id) = self.find(edit.server()) {
+                self.record(id, EventKind::Warning, message);
+            }
+            dropped = Some(seq);
+        }
+        let p = &mut self.catalog.pins;
+        p.unconfirmed
+            .retain(|(seq, _)| *seq > read.through && Some(*seq) != dropped);
+        match read.file {
+            Ok(file) => {
+                p.readable = true;
+                p.base = file;
+            }
+            Err(e) => {
+                tracing::warn!("the pin store cannot be read: {e}; going by what was read last")
+            }
+        }
+        let mut view = p.base.clone();
+        for (_, edit) in &p.unconfirmed {
+            view.apply(edit);
+        }
+        p.view = view;
+        self.remerge_all();
+    }
+
+    /// Approves what `tofu` servers offer of `kind` when nothing of that
+    /// kind was approved for them yet.
+    pub(crate) fn pin_first_sight(&mut self, kind: Kind) {
+        let Some(dk) = pinned_kind(kind) else {
+            return;
+        };
+        if !self.catalog.pins.readable {
+            return;
+        }
+        let ids: Vec<BackendId> = self.backends.order.clone();
+        for id in ids {
+            if self.policy(id) != PinPolicy::Tofu {
+                continue;
+            }
+            let Some(b) = self.backends.by_id.get(&id) else {
+                continue;
+            };
+            if !b.serves_lists() || self.catalog.pins.view.approved_any(&b.plan.name, dk) {
+                continue;
+            }
+            let Some(list) = &b.lists[kind.index()] else {
+                continue;
+            };
+            let defs = list
+                .iter()
+                .filter_map(|item| Some((dk, item.name.clone(), item_definition(dk, item)?)))
+                .collect::<Vec<_>>();
+            let server = b.plan.name.clone();
+            if !defs.is_empty() {
+                tracing::info!(server = %server, "{} {}s approved on first sight (pin: tofu)", defs.len(), dk.noun());
+            }
+            self.edit_pins(Edit::Approve {
+                server,
+                defs,
+                seen: vec![dk],
+            });
+        }
+    }
+
+    /// Whether `item` of backend `id` is held back, and why.
+    pub(crate) fn classify(&self, id: BackendId, kind: Kind, item: &Item) -> Option<HeldDef> {
+        let dk = pinned_kind(kind)?;
+        if self.policy(id) == PinPolicy::Off {
+            return None;
+        }
+        let server = &self.backends.by_id.get(&id)?.plan.name;
+        let offered = item_definition(dk, item)?;
+        let approved = self.catalog.pins.view.approved(server, dk, &item.name);
+        let change = match approved {
+            Some(approved) if *approved == offered => return None,
+            Some(_) => Change::Changed,
+            None => Change::New,
+        };
+        Some(HeldDef {
+            kind: dk,
+            name: item.name.clone(),
+            change,
+            offered,
+        })
+    }
+
+    /// Takes a merge's held items of `kind`: each backend's record of
+    /// them, its events, and the store's `pending` part.
+    pub(crate) fn hold(&mut self, kind: Kind, held: Vec<(BackendId, HeldDef)>) {
+        let Some(dk) = pinned_kind(kind) else {
+            return;
+        };
+        let mut by_backend: HashMap<BackendId, Vec<HeldDef>> = HashMap::default();
+        for (id, h) in held {
+            by_backend.entry(id).or_default().push(h);
+        }
+        let ids: Vec<BackendId> = self.backends.order.clone();
+        let mut touched = Vec::new();
+        for id in ids {
+            let Some(b) = self.backends.by_id.get_mut(&id) else {
+                continue;
+            };
+            if !b.serves_lists() && !by_backend.contains_key(&id) {
+                // Not merged: what it held stays (a stopped server's
+                // pending definitions are still to approve).
+                continue;
+            }
+            let now = by_backend.remove(&id).unwrap_or_default();
+            let before: Vec<HeldDef> = b.held.iter().filter(|h| h.kind == dk).cloned().collect();
+            if before == now {
+                continue;
+            }
+            let fresh: Vec<HeldDef> = now
+                .iter()
+                .filter(|h| !before.iter().any(|o| o == *h))
+                .cloned()
+                .collect();
+            b.held.retain(|h| h.kind != dk);
+            b.held.extend(now);
+            b.obs.revision += 1;
+            let server = b.plan.name.clone();
+            touched.push(server.clone());
+            for h in fresh {
+                let why = match h.change {
+                    Change::Changed => "changed since it was approved",
+                    Change::New => "is not approved yet",
+                };
+                let message = format!(
+                    "{} `{}` {why}: held back until a person approves it (mcpvisor tools diff {server})",
+                    h.kind.noun(),
+                    h.name
+                );
+                tracing::warn!(server = %server, "{message}");
+                self.record(id, EventKind::Quarantined, message);
+            }
+        }
+        for server in touched {
+            self.write_pending(&server);
+        }
+    }
+
+    /// Writes what the backends of `server` hold back, when it changed.
+    fn write_pending(&mut self, server: &str) {
+        let mut pending = Defs::default();
+        for b in self.backends.by_id.values() {
+            if b.plan.name == server {
+                for h in &b.held {
+                    pending.insert(h.kind, h.name.clone(), h.offered.clone());
+                }
+            }
+        }
+        let written = self.catalog.pins.written_pending.get(server);
+        if written == Some(&pending) || written.is_none() && pending.is_empty() {
+            return;
+        }
+        self.catalog
+            .pins
+            .written_pending
+            .insert(server.to_owned(), pending.clone());
+        self.edit_pins(Edit::Pending {
+            server: server.to_owned(),
+            pending,
+        });
+    }
+
+    /// What a server's page shows of its held definitions.
+    pub(crate) fn quarantine_of(&self, id: BackendId) -> Vec<Quarantined> {
+        let Some(b) = self.backends.by_id.get(&id) else {
+            return Vec::new();
+        };
+        let mut held: Vec<&HeldDef> = b.held.iter().collect();
+        held.sort_by_key(|h| h.kind);
+        held.into_iter()
+            .map(|h| Quarantined {
+                kind: h.kind,
+                name: h.name.clone(),
+                change: h.change,
+                diff: crate::pins::diff(
+                    self.catalog
+                        .pins
+                        .view
+                        .approved(&b.plan.name, h.kind, &h.name),
+                    &h.offered,
+                ),
+            })
+            .collect()
+    }
+
+    /// A person approves `names` of `server` (all it holds when empty):
+    /// the view and the store take them, and the lists are merged again
+    /// (each changed list told once).
+    pub(crate) fn approve(
+        &mut self,
+        server: &str,
+        names: Vec<String>,
+    ) -> Result<Vec<String>, ActionError> {
+        let Some(id) = self.find(server) else {
+            return Err(ActionError::NoSuchServer(server.to_owned()));
+        };
+        let held = &self.backends.by_id[&id].held;
+        if let Some(missing) = names.iter().find(|n| !held.iter().any(|h| h.name == **n)) {
+            let what = if held.is_empty() {
+                "nothing is held back".to_owned()
+            } else {
+                let names: Vec<&str> = held.iter().map(|h| h.name.as_str()).collect();
+                format!("held back: {}", names.join(", "))
+            };
+            return Err(ActionError::Refused(format!(
+                "the server `{server}` holds nothing named `{missing}` back ({what})"
+            )));
+        }
+        let chosen: Vec<HeldDef> = held
+            .iter()
+            .filter(|h| names.is_empty() || names.contains(&h.name))
+            .cloned()
+            .collect();
+        let mut approved: Vec<String> = Vec::new();
+        for h in &chosen {
+            if !approved.contains(&h.name) {
+                approved.push(h.name.clone());
+            }
+        }
+        if chosen.is_empty() {
+            return Ok(approved);
+        }
+        let listed: Vec<String> = chosen
+            .iter()
+            .map(|h| format!("{} `{}`", h.kind.noun(), h.name))
+            .collect();
+        self.edit_pins(Edit::Approve {
+            server: server.to_owned(),
+            defs: chosen
+                .into_iter()
+                .map(|h| (h.kind, h.name, h.offered))
+                .collect(),
+            seen: Vec::new(),
+        });
+        let message = format!("approved by a person: {}", listed.join(", "));
+        tracing::info!(server = %server, "{message}");
+        self.record(id, EventKind::Approved, message);
+        self.remerge_all();
+        Ok(approved)
+    }
+
+    /// The refusal of a call to a held-back tool or prompt, by its exposed
+    /// name: its message and `error.data`.
+    pub(crate) fn held_refusal(
+        &self,
+        kind: DefinitionKind,
+        exposed: &str,
+    ) -> Option<(String, Value)> {
+        let table = match kind {
+            DefinitionKind::Tool => &self.catalog.merged.held_tools,
+            DefinitionKind::Prompt => &self.catalog.merged.held_prompts,
+            DefinitionKind::ResourceTemplate => return None,
+        };
+        let (id, name, change) = table.get(exposed)?;
+        let server = &self.backends.by_id.get(id)?.plan.name;
+        let noun = kind.noun();
+        let message = match change {
+            Change::Changed => format!(
+                "{noun} `{name}` of server `{server}` changed since it was approved and is held back; see `mcpvisor tools diff {server}`, then `mcpvisor tools approve {server} {name}`"
+            ),
+            Change::New if self.catalog.pins.view.approved_any(server, kind) => format!(
+                "{noun} `{name}` of server `{server}` appeared after the server's definitions were approved and is held back; see `mcpvisor tools diff {server}`, then `mcpvisor tools approve {server} {name}`"
+            ),
+            Change::New => format!(
+                "{noun} `{name}` of server `{server}` is not approved yet (pin: strict) and is held back; see `mcpvisor tools diff {server}`, then `mcpvisor tools approve {server} {name}`"
+            ),
+        };
+        let data = serde_json::json!({
+            "server": server,
+            "name": name,
+            "kind": noun,
+            "reason": "quarantined",
+        });
+        Some((message, data))
+    }
+}
+
+/// The definition of a backend's item.
+fn item_definition(kind: DefinitionKind, item: &Item) -> Option<Value> {
+    crate::pins::definition(kind, item.raw.get())
+}
