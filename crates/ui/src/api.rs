@@ -148,6 +148,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/api/servers", get(servers).post(add_server))
         .route("/api/servers/{name}", get(server))
         .route("/api/servers/{name}/stderr", get(stderr))
+        .route("/api/servers/{name}/approve", post(approve))
         .route("/api/servers/{name}/{action}", post(act))
         .route("/api/servers/{name}/secrets/{key}", put(set_secret))
         .route("/api/oauth/paste", post(oauth_paste))
@@ -500,6 +501,68 @@ async fn set_enabled(shared: &Shared, name: &str, enabled: bool) -> ApiResult {
     Ok(accepted())
 }
 
+/// What `POST /api/servers/NAME/approve` takes: the held-back definitions
+/// to approve by name; none (or no body at all) approves every one the
+/// server has held back. Unknown fields are refused: `{"name": "x"}`
+/// must not read as "approve everything".
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApproveBody {
+    #[serde(default)]
+    names: Vec<String>,
+}
+
+/// Approves a server's quarantined definitions as they are offered now:
+/// the hub writes them to the pin store and lists them to clients again.
+async fn approve(
+    State(shared): State<Arc<Shared>>,
+    UrlPath(name): UrlPath<String>,
+    headers: HeaderMap,
+    raw: axum::body::Bytes,
+) -> ApiResult {
+    let ApproveBody { names } = approve_body(&headers, &raw)?;
+    let approved = shared.cfg.monitor.approve(&name, names).await?;
+    // Names of definitions, never the definitions themselves.
+    tracing::info!(server = %name, approved = ?approved, "definitions approved from the UI");
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({ "approved": approved }),
+    ))
+}
+
+/// The body of an approval: empty, or JSON (`application/json`) of the
+/// form `{"names": [...]}`.
+fn approve_body(headers: &HeaderMap, raw: &[u8]) -> ApiResult<ApproveBody> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Ok(ApproveBody::default());
+    }
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the body must be JSON: send Content-Type: application/json",
+        ));
+    }
+    let refuse = |why: String| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(r#"the body is not {{"names": ["NAME", ...]}}: {why}"#),
+        )
+    };
+    // An object only: serde would also read a struct from an array, and
+    // `[]` must not read as "approve everything".
+    match serde_json::from_slice(raw).map_err(|e| refuse(e.to_string()))? {
+        object @ Value::Object(_) => {
+            serde_json::from_value(object).map_err(|e| refuse(e.to_string()))
+        }
+        _ => Err(refuse("not a JSON object".to_owned())),
+    }
+}
+
 #[derive(Debug, Deserialize)]
 struct SecretBody {
     value: String,
@@ -740,3 +803,6 @@ impl Shared {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,8 +11,10 @@
 //!   its script, style and icon.
 //! * `/api/*` is the JSON API (`api.rs`): the servers and their pages, the
 //!   actions (restart, reload, stop, start through the hub; enable and
-//!   disable by editing the config file), secrets written to env files,
-//!   and the add-server wizard (`inspect.rs`).
+//!   disable by editing the config file), approvals of the definitions
+//!   the hub holds back since they changed (through the hub, which writes
+//!   the pin store), secrets written to env files, and the add-server
+//!   wizard (`inspect.rs`).
 //! * `/api/events` is one server-sent event stream per page (`events.rs`):
 //!   a snapshot, then every change; a reader that fell behind is sent a
 //!   fresh snapshot instead of what it missed.
