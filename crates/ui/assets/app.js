@@ -27,6 +27,7 @@
   const REFRESH_KINDS = new Set([
     'ready', 'exited', 'failed', 'recovered', 'authorized', 'list_changed',
     'stopped', 'started', 'added', 'enabled', 'disabled', 'secret_set',
+    'quarantined', 'approved',
   ]);
 
   // The audit trail's last records (oldest first), as the server keeps
@@ -84,6 +85,7 @@
     square: [['rect', { x: '4', y: '4', width: '8', height: '8', rx: '1' }]],
     slash: [['circle', { cx: '8', cy: '8', r: '5.6' }], ['path', { d: 'M4 12l8-8' }]],
     link: [['path', { d: 'M9 3h4v4M13 3L7.5 8.5M11 9.5V13H3V5h3.5' }]],
+    hold: [['path', { d: 'M8 1.8l5.2 2v4c0 3-2.2 5.2-5.2 6.4C5 13 2.8 10.8 2.8 7.8v-4z' }], ['path', { d: 'M6.6 6v4M9.4 6v4' }]],
   };
 
   function icon(name, cls) {
@@ -521,8 +523,10 @@
       const n = all.length;
       const ready = all.filter((s) => s.state === 'ready').length;
       const trouble = all.filter((s) => ['failed', 'waiting_auth', 'restarting'].includes(s.state)).length;
+      const held = all.reduce((sum, s) => sum + (s.quarantined || 0), 0);
       summary.textContent = `${n} server${n === 1 ? '' : 's'} · ${ready} ready` +
         (trouble ? ` · ${trouble} need${trouble === 1 ? 's' : ''} attention` : '') +
+        (held ? ` · ${held} definition${held === 1 ? '' : 's'} held back` : '') +
         ` · ${store.sessions} client session${store.sessions === 1 ? '' : 's'}`;
       empty.hidden = !(loaded && n === 0);
       table.hidden = loaded && n === 0;
@@ -547,6 +551,7 @@
 
     function updateRow(tr, s) {
       tr.dataset.state = s.state;
+      setHeld(tr, s.quarantined || 0);
       const st = cell(tr, 'state');
       if (st.dataset.value !== s.state) {
         clear(st).appendChild(badge(s.state));
@@ -578,6 +583,25 @@
       cell(tr, 'p50').textContent = fmtLatency(s.latency && s.latency.p50_ms);
       cell(tr, 'p99').textContent = fmtLatency(s.latency && s.latency.p99_ms);
       tickRow(tr, s);
+    }
+
+    // Definitions the server offers that changed since they were approved
+    // (or appeared after): held back from clients until a person approves
+    // them on the server's page (the name links there).
+    function setHeld(tr, n) {
+      const th = cell(tr, 'name');
+      let el = th.querySelector('.held');
+      if (!n) {
+        if (el) el.remove();
+        delete tr.dataset.held;
+        return;
+      }
+      tr.dataset.held = String(n);
+      if (el && el.dataset.held === String(n)) return;
+      if (el) el.remove();
+      el = h('span', { class: 'held', 'data-held': String(n), title: 'Changed or new definitions, held back from clients until you approve them on the server\'s page' },
+        icon('hold'), h('span', { text: `${n} held back` }));
+      th.appendChild(el);
     }
 
     // A per-client server runs no process of its own: its clients' pids.
@@ -635,6 +659,9 @@
     const btnEnable = h('button', { type: 'button', text: 'Disable', onclick: () => act(btnEnable.dataset.action) });
 
     const stats = h('dl', { class: 'stats' });
+    const heldSec = section('Held back', 'held');
+    heldSec.el.hidden = true;
+    heldSec.el.classList.add('held-card');
     const toolsSec = section('Tools', 'tools');
     const promptsSec = section('Prompts', 'prompts');
     const resourcesSec = section('Resources', 'resources');
@@ -655,6 +682,7 @@
         headDetail, authSlot,
         h('div', { class: 'actions', role: 'group', 'aria-label': 'Actions' }, btnRestart, btnReload, btnStopStart, btnEnable),
         actionMsg),
+      heldSec.el,
       h('section', { class: 'card', 'aria-label': 'Figures' }, stats),
       h('div', { class: 'grid' },
         h('div', { class: 'col' }, toolsSec.el, promptsSec.el, resourcesSec.el),
@@ -777,6 +805,88 @@
           r.mimeType ? h('span', { class: 'tag', text: r.mimeType }) : null),
         r.name && r.name !== r.uri ? h('p', { class: 'item-sub', text: r.name }) : null,
         r.description ? h('p', { class: 'item-desc', text: r.description }) : null))));
+    }
+
+    // ---- held-back definitions
+    // Announced through the page's live region: this one moves as the list
+    // is re-drawn.
+    const heldMsg = h('p', { class: 'action-msg', 'data-held-msg': '' });
+    let heldKey = null;
+
+    function heldLabel(q) {
+      return { tool: 'tool', prompt: 'prompt', resourceTemplate: 'resource template' }[q.kind] || String(q.kind || 'definition');
+    }
+
+    // The definitions the gateway holds back, each with the diff of the
+    // approved definition against the one offered now. Re-drawn only when
+    // they change, so a refresh does not move what the person is reading.
+    function renderHeld(list) {
+      const key = JSON.stringify(list.map((q) => [q.kind, q.name, q.change, q.diff]));
+      if (key === heldKey) return;
+      heldKey = key;
+      heldSec.count.textContent = ` (${list.length})`;
+      const msg = heldMsg.textContent ? heldMsg : null;
+      clear(heldSec.body);
+      heldSec.el.hidden = list.length === 0 && !msg;
+      if (!list.length) {
+        if (msg) append(heldSec.body, h('p', { class: 'muted', text: 'Nothing is held back.' }), heldMsg);
+        return;
+      }
+      const all = h('button', { type: 'button', class: 'primary', 'data-approve-all': '', text: 'Approve all' });
+      // By name, what this page shows: never one that came after it was drawn.
+      all.onclick = () => approve([...new Set(list.map((q) => q.name))], all);
+      append(heldSec.body,
+        h('p', { class: 'held-help' },
+          'These definitions changed since they were approved, or appeared after. Clients do not see them, and a call to one is refused (error ',
+          h('code', { text: '-32012' }), '), until you approve them as offered now.'),
+        h('div', { class: 'held-actions' }, all),
+        heldMsg,
+        h('ul', { class: 'items' }, list.map(heldItem)));
+    }
+
+    function heldItem(q) {
+      const what = heldLabel(q);
+      const btn = h('button', { type: 'button', 'data-approve': q.name, 'aria-label': `Approve ${what} ${q.name}`, text: 'Approve' });
+      btn.onclick = () => approve([q.name], btn);
+      return h('li', { class: 'item held-item', 'data-held-item': q.name, 'data-kind': q.kind, 'data-change': q.change },
+        h('div', { class: 'item-name' },
+          h('code', { text: q.name || '' }),
+          h('span', { class: 'tag', text: what }),
+          h('span', { class: 'tag change-' + (q.change === 'new' ? 'new' : 'changed'), text: q.change === 'new' ? 'new' : 'changed' }),
+          h('span', { class: 'held-approve' }, btn)),
+        diffBox(q.diff || ''));
+    }
+
+    async function approve(names, btn) {
+      const buttons = [...heldSec.body.querySelectorAll('button')];
+      for (const b of buttons) b.disabled = true;
+      heldMsg.className = 'action-msg';
+      heldMsg.textContent = 'Approving…';
+      try {
+        const r = await api('POST', `/api/servers/${enc(name)}/approve`, { names });
+        const done = (r && r.approved) || [];
+        heldMsg.textContent = done.length
+          ? `Approved ${done.join(', ')}: clients see ${done.length === 1 ? 'it' : 'them'} now.`
+          : 'Nothing was left to approve.';
+      } catch (e) {
+        // Approved or changed meanwhile (by the CLI, another page)? The
+        // list is read again below either way.
+        heldMsg.className = 'action-msg error';
+        heldMsg.textContent = `Approve refused: ${e.message}`;
+      }
+      announce(heldMsg.textContent);
+      heldKey = null; // re-drawn with the message even if the list is unchanged
+      await load(false);
+      for (const b of buttons) b.disabled = false;
+      // The focus stays in the section: on the button, or once it is gone
+      // on the next one, else on the heading.
+      const next = btn && btn.isConnected ? btn : heldSec.body.querySelector('button:not([disabled])');
+      if (next) next.focus();
+      else {
+        const heading = heldSec.el.querySelector('h2');
+        heading.tabIndex = -1;
+        heading.focus();
+      }
     }
 
     let crashShown = null;
@@ -1097,6 +1207,7 @@
         detail = d;
         const live = store.servers.get(name);
         renderHead(live || d);
+        renderHeld(Array.isArray(d.quarantine) ? d.quarantine : []);
         renderTools(d.tools || []);
         renderPrompts(d.prompts || []);
         renderResources(d.resources || []);
@@ -1148,7 +1259,8 @@
         if (s.name !== name) return;
         renderHead(s);
         followRestart(s);
-        if (!old || old.state !== s.state || old.generation !== s.generation) scheduleRefresh();
+        if (!old || old.state !== s.state || old.generation !== s.generation ||
+            (old.quarantined || 0) !== (s.quarantined || 0)) scheduleRefresh();
       },
       onEvent(server, ev) {
         if (server !== name || !ev) return;
@@ -1174,11 +1286,26 @@
 
   function eventKind(kind) {
     const tones = {
-      ready: 'good', recovered: 'good', authorized: 'good', started: 'good', enabled: 'good', added: 'good',
+      ready: 'good', recovered: 'good', authorized: 'good', started: 'good', enabled: 'good', added: 'good', approved: 'good',
       exited: 'bad', failed: 'bad',
-      restarting: 'warn', auth_pending: 'warn', reloading: 'warn', warning: 'warn',
+      restarting: 'warn', auth_pending: 'warn', reloading: 'warn', warning: 'warn', quarantined: 'warn',
     };
     return { label: String(kind || '').replace(/_/g, ' '), tone: tones[kind] || 'neutral' };
+  }
+
+  // A definition's diff, as `tools diff` prints it: a line starting with
+  // "-" is the approved definition's, "+" the offered one's, " " both's.
+  // Every line is text (a description may hold markup), in <del>/<ins> so
+  // that it reads as removed or added without its colour too.
+  function diffBox(text) {
+    const lines = String(text).split('\n');
+    if (lines.length && lines[lines.length - 1] === '') lines.pop();
+    const pre = h('pre', { class: 'diff', tabindex: '0', 'aria-label': 'approved (−) against offered (+)' });
+    for (const line of lines) {
+      const tag = line.startsWith('+') ? 'ins' : line.startsWith('-') ? 'del' : 'span';
+      pre.appendChild(h(tag, { class: 'diff-line', text: line }));
+    }
+    return pre;
   }
 
   function cssEscape(s) {
