@@ -139,6 +139,20 @@ fn render(snapshot: &Snapshot, errors: &[Vec<(i64, u64)>]) -> String {
     }
     family(
         &mut out,
+        "mcpvisor_server_quarantined",
+        "gauge",
+        "The server's definitions held back from clients until a person approves them.",
+    );
+    for s in servers {
+        let _ = writeln!(
+            out,
+            "mcpvisor_server_quarantined{{server=\"{}\"}} {}",
+            label(&s.name),
+            s.quarantined
+        );
+    }
+    family(
+        &mut out,
         "mcpvisor_front_sessions",
         "gauge",
         "Client sessions open on the gateway's fronts.",
@@ -294,7 +308,7 @@ mod tests {
             in_flight: 1,
             instances: Vec::new(),
             stderr: Vec::new(),
-            quarantined: 0,
+            quarantined: 3,
             latency: Latency {
                 p50_ms: Some(1.0),
                 p99_ms: Some(9.0),
@@ -332,6 +346,7 @@ mod tests {
             "mcpvisor_server_state{server=\"a\\\"b\",state=\"ready\"} 1",
             "mcpvisor_server_state{server=\"a\\\"b\",state=\"failed\"} 0",
             "mcpvisor_server_in_flight{server=\"a\\\"b\"} 1",
+            "mcpvisor_server_quarantined{server=\"a\\\"b\"} 3",
             "mcpvisor_front_sessions 2",
             "# TYPE mcpvisor_server_latency_seconds histogram",
         ] {
