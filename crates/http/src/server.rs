@@ -49,6 +49,8 @@ const POLLING_SINCE: &str = "2025-11-25";
 
 /// Transport-level refusals (the TypeScript SDK's code for them).
 const TRANSPORT_ERROR: i64 = -32000;
+/// The 2026-07-28 request whose answer is a stream that stays open.
+const LISTEN: &str = "subscriptions/listen";
 
 /// HTTP fronts are numbered from here, clear of the ids other transports
 /// give their fronts.
@@ -560,17 +562,29 @@ async fn post_inner(
     if shared.draining.is_cancelled() {
         return Err(draining(Some(&id)));
     }
+    // A listen's answer is a stream that stays open: a client that takes
+    // only JSON would wait for nothing.
+    let listen = env.method() == LISTEN;
+    if listen && !sse_ok {
+        return Err(error(
+            StatusCode::NOT_ACCEPTABLE,
+            Some(&id),
+            "subscriptions/listen is answered with an event stream: Accept must allow text/event-stream",
+        ));
+    }
     let accepts = Accepts {
         json: json_ok,
         sse: sse_ok,
         polls: false,
     };
-    Ok(match exchange_stateless(shared, id, line, accepts).await {
-        // The revision's errors have their own statuses; on a stream the
-        // status was sent before the answer was known.
-        Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
-        answer => answer.into_response(),
-    })
+    Ok(
+        match exchange_stateless(shared, id, line, accepts, listen).await {
+            // The revision's errors have their own statuses; on a stream the
+            // status was sent before the answer was known.
+            Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
+            answer => answer.into_response(),
+        },
+    )
 }
 
 /// The front of one stateless request (see [`Shared::open_stateless`]).
@@ -614,6 +628,7 @@ async fn exchange_stateless(
     id: String,
     line: Bytes,
     accepts: Accepts,
+    listen: bool,
 ) -> Answer {
     let (mut front, mut rx) = match shared.open_stateless().await {
         Ok(opened) => opened,
@@ -657,7 +672,11 @@ async fn exchange_stateless(
     let (tx, events) = mpsc::channel(cfg.stream_queue);
     if !first.response {
         let stop = shared.stop.clone();
-        tokio::spawn(stream_stateless(front, rx, tx, seq, stop));
+        let listen = listen.then(|| Listening {
+            id,
+            draining: shared.draining.clone(),
+        });
+        tokio::spawn(stream_stateless(front, rx, tx, seq, stop, listen));
     }
     Answer::Stream(sse::response(
         None,
@@ -689,20 +708,53 @@ fn event_id(seq: u64) -> String {
     format!("1-{seq}")
 }
 
+/// A `subscriptions/listen` on its stream: its id as written, and the
+/// front's drain, which ends it.
+struct Listening {
+    id: String,
+    draining: CancellationToken,
+}
+
 /// Hands a stateless request's messages to its stream until the response.
 /// A reader that goes away first abandons the request; one that falls
-/// behind has its stream cut, and the request goes on to its end.
+/// behind has its stream cut, and the request goes on to its end, except
+/// a `listen`, whose stream is all it is: it ends with its stream. A
+/// listen is answered (a graceful end) and ends when the front drains, so
+/// it holds up no shutdown.
 async fn stream_stateless(
     mut front: OneShot,
     mut rx: mpsc::Receiver<Outbound>,
     tx: mpsc::Sender<Event>,
     mut seq: u64,
     stop: CancellationToken,
+    listen: Option<Listening>,
 ) {
     let mut tx = Some(tx);
+    let draining = listen.as_ref().map(|l| l.draining.clone());
     loop {
         let next = tokio::select! {
             next = rx.recv() => next,
+            () = async {
+                match &draining {
+                    Some(d) => d.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            }, if listen.is_some() => {
+                if let (Some(queue), Some(l)) = (&tx, &listen) {
+                    let result = format!(
+                        r#"{{"resultType":"complete","_meta":{{"io.modelcontextprotocol/subscriptionId":{}}}}}"#,
+                        l.id
+                    );
+                    seq += 1;
+                    let _ = queue.try_send(Event {
+                        id: event_id(seq),
+                        line: mcpvisor_jsonrpc::build::result(&l.id, &result),
+                        response: true,
+                    });
+                }
+                front.end = Some(FrontCommand::Close { front: front.front });
+                return;
+            }
             () = async {
                 match &tx {
                     Some(tx) => tx.closed().await,
@@ -723,6 +775,10 @@ async fn stream_stateless(
         if let Some(queue) = &tx {
             match queue.try_send(ev) {
                 Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) if listen.is_some() => {
+                    tracing::debug!("an SSE reader fell behind; its subscription is ended");
+                    return;
+                }
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     tracing::debug!("an SSE reader fell behind; its stateless stream is cut");
                     tx = None;

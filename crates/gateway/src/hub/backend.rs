@@ -1373,6 +1373,7 @@ impl Hub {
                 let took = live.started.elapsed().as_millis();
                 tracing::info!(server = %name, "ready in {took} ms");
                 self.sync_log_level(id);
+                self.resubscribe(id);
                 self.flush_queue(id);
                 self.read_lists(id);
                 self.arm_health(id);
@@ -1624,21 +1625,25 @@ impl Hub {
                 self.broadcast_log(id, out, level);
             }
             "notifications/resources/updated" => {
-                let uri = mcpvisor_jsonrpc::envelope::raw_params(line)
+                let Some(params) = mcpvisor_jsonrpc::envelope::raw_params(line)
                     .and_then(|p| RawObject::parse(p.get()))
-                    .and_then(|o| o.str("uri"));
-                let Some(uri) = uri else { return };
-                let owner = self.backends.by_id.get(&id).and_then(Backend::owner);
-                let to: Vec<FrontId> = match owner {
-                    Some(owner) => vec![owner],
-                    None => self
-                        .fronts
-                        .open
-                        .iter()
-                        .filter(|(_, f)| f.subscriptions.contains(&uri))
-                        .map(|(id, _)| *id)
-                        .collect(),
+                else {
+                    return;
                 };
+                let Some(uri) = params.str("uri") else { return };
+                let owner = self.backends.by_id.get(&id).and_then(Backend::owner);
+                self.tell_listens_updated(owner, &uri, &params);
+                // A 2026-07-28 front hears of it through its listens only.
+                let to: Vec<FrontId> = self
+                    .fronts
+                    .open
+                    .iter()
+                    .filter(|(front, f)| match owner {
+                        Some(owner) => **front == owner && f.info.era == Era::Handshake,
+                        None => f.subscriptions.contains(&uri),
+                    })
+                    .map(|(id, _)| *id)
+                    .collect();
                 for front in to {
                     self.emit_to(front, line.clone(), None);
                 }
@@ -1761,6 +1766,12 @@ impl Hub {
             return;
         }
         let quiet = b.last_used.elapsed();
+        // A server that holds a client's subscription is listened to, not
+        // idle: stopped, it would tell nobody of its resources' updates.
+        if !self.subscribed_at(id).is_empty() {
+            self.effects.arm(Timer::Idle(id), Instant::now() + idle);
+            return;
+        }
         if b.in_flight == 0 && quiet >= idle {
             tracing::info!(server = %b.plan.name, "idle for {quiet:?}: stopping it until it is used again");
             self.stop_backend(id, "it was idle", Off::Idle(Start::Fresh));

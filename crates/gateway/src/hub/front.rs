@@ -418,6 +418,9 @@ impl Hub {
             "notifications/cancelled" => {
                 let Some(rid) = env.request_id else { return };
                 let key = Bytes::copy_from_slice(rid.get().as_bytes());
+                if self.end_listen(front, &key) {
+                    return;
+                }
                 let Some(gid) = self.calls.by_front_id.get(&(front, key.clone())).copied() else {
                     // A parked request: drop it without an answer.
                     self.calls

@@ -18,7 +18,8 @@ use crate::fronts::{FrontId, Outbound};
 /// - a front in `leaving` is still in `open`, and gets nothing more; it is
 ///   dropped at the end of the turn, once;
 /// - `subscribed` counts, for each URI of a shared server, the open fronts
-///   whose [`Front::subscriptions`] hold it, and holds no URI at 0;
+///   whose [`Front::subscriptions`] hold it and the open listens
+///   ([`Front::listens`]) that hold it there, and holds no URI at 0;
 /// - `stdio_queue.len() + stdio_backlog` stays within
 ///   [`FRONT_QUEUE`](super::FRONT_QUEUE): a stdio client that leaves it
 ///   full is dropped;
@@ -26,8 +27,9 @@ use crate::fronts::{FrontId, Outbound};
 #[derive(Debug, Default)]
 pub(crate) struct Fronts {
     pub open: HashMap<FrontId, Front>,
-    /// Subscribed resource URIs, with how many fronts hold each: a backend
-    /// sees one subscribe per URI and one unsubscribe when the last leaves.
+    /// Subscribed resource URIs, with how many fronts and listens hold
+    /// each: a backend sees one subscribe per URI and one unsubscribe when
+    /// the last leaves.
     pub subscribed: HashMap<String, usize>,
     /// The one front whose end ends the hub (stdio), if any.
     pub primary: Option<FrontId>,
@@ -50,6 +52,9 @@ pub(crate) struct Front {
     pub info: FrontInfo,
     pub out: FrontOut,
     pub subscriptions: FxHashSet<String>,
+    /// Its open `subscriptions/listen` requests (2026-07-28), at most
+    /// [`LISTENS_PER_FRONT`](super::listen::LISTENS_PER_FRONT).
+    pub listens: Vec<super::listen::Listen>,
     /// Its input ended: requests in flight may still finish, until this.
     pub closing: Option<Instant>,
     /// Its requests in `pending` (counted as they come and go, so that the

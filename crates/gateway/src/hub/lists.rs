@@ -65,7 +65,7 @@ impl Kind {
         }
     }
 
-    fn changed(self) -> &'static str {
+    pub(crate) fn changed(self) -> &'static str {
         match self {
             Kind::Tools => "notifications/tools/list_changed",
             Kind::Prompts => "notifications/prompts/list_changed",
@@ -485,6 +485,7 @@ impl Hub {
         if !search_hides {
             tracing::info!("{} changed", kind.method());
             self.broadcast(mcpvisor_jsonrpc::build::notification(kind.changed(), None));
+            self.tell_listens_changed(kind);
         }
     }
 

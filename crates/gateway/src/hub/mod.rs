@@ -42,6 +42,7 @@ mod backend;
 mod calls;
 mod front;
 mod front_table;
+mod listen;
 mod lists;
 mod observe;
 mod per_client;
@@ -580,6 +581,7 @@ impl Hub {
                 info: FrontInfo::default(),
                 out,
                 subscriptions: Default::default(),
+                listens: Vec::new(),
                 closing: None,
                 awaiting: 0,
                 log_level: None,
@@ -663,6 +665,9 @@ impl Hub {
         }
         for uri in f.subscriptions {
             self.release_subscription(&uri);
+        }
+        for listen in f.listens {
+            self.release_listen(listen);
         }
         self.drop_instances_of(front);
         if f.log_level.is_some() {

@@ -62,6 +62,9 @@ pub(crate) enum Ask<'a> {
     /// `completion/complete`: routed by its reference.
     Complete,
     SetLevel,
+    /// `subscriptions/listen` (2026-07-28): held open, fed with the
+    /// changes it asks for (see `listen.rs`).
+    Listen,
     /// `tasks/…`, which the gateway does not route.
     Task(&'a str),
     Unknown(&'a str),
@@ -80,6 +83,7 @@ impl<'a> Ask<'a> {
             "resources/unsubscribe" => Ask::Resource(ResourceOp::Unsubscribe),
             "completion/complete" => Ask::Complete,
             "logging/setLevel" => Ask::SetLevel,
+            "subscriptions/listen" => Ask::Listen,
             m if m.starts_with("tasks/") => Ask::Task(m),
             m => match ListKind::of_method(m) {
                 Some(kind) => Ask::List(kind),
@@ -216,6 +220,7 @@ impl Hub {
             .by_front_id
             .contains_key(&(front, req.id.clone()));
         if in_flight
+            || self.listening_as(front, &req.id)
             || self
                 .calls
                 .parked
@@ -248,6 +253,7 @@ impl Hub {
             .calls
             .by_front_id
             .contains_key(&(front, req.id.clone()))
+            || self.listening_as(front, &req.id)
         {
             let msg = "Request not started: a request with this id is already in flight. It is safe to retry with another id.";
             return self.reply_error(front, &req, NOT_STARTED, msg);
@@ -291,6 +297,7 @@ impl Hub {
             Ask::Resource(op) => self.route_resource(front, req, op, attempt),
             Ask::Complete => self.route_completion(front, req),
             Ask::SetLevel => self.set_level(front, req),
+            Ask::Listen => self.listen(front, req, attempt),
             Ask::Task(m) => {
                 let msg = format!(
                     "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
@@ -573,7 +580,7 @@ impl Hub {
 
     /// Holds a request until the servers that are starting have settled, at
     /// most `--list-timeout`.
-    fn park(&mut self, front: FrontId, id: Bytes, held: Held) {
+    pub(super) fn park(&mut self, front: FrontId, id: Bytes, held: Held) {
         let deadline = Instant::now() + self.settings.list_timeout;
         self.calls.parked.push_back(Parked {
             front,
@@ -616,7 +623,13 @@ impl Hub {
         self.emit_to(front, answer, Some(req.id.clone()));
     }
 
-    fn reply_error(&mut self, front: FrontId, req: &FrontRequest<'_>, code: i64, message: &str) {
+    pub(super) fn reply_error(
+        &mut self,
+        front: FrontId,
+        req: &FrontRequest<'_>,
+        code: i64,
+        message: &str,
+    ) {
         let error = build::error(req.raw_id, code, message, None);
         self.emit_to(front, error, Some(req.id.clone()));
     }

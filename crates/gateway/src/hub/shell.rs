@@ -164,6 +164,8 @@ pub(super) async fn serve(
             }
         }
     };
+    // Open listens end gracefully: answered, before the servers stop.
+    hub.close_listens();
     hub.stop_all();
     shell.carry_out(&mut hub);
     // Each stop is bounded by its session's own stop timeouts.

@@ -3,6 +3,7 @@
 //! pings, idle stops, parked lists, the session's restarts) cost nothing,
 //! and every run of a test is the same run.
 
+mod listen;
 mod support;
 
 use std::time::Duration;

@@ -55,6 +55,10 @@ pub struct Script {
     pub auth_prompt: Option<String>,
     /// Answer `initialize` only after this long.
     pub initialize_delay: Option<Duration>,
+    /// The resources `resources/list` reports (read at each list); with
+    /// any, the server declares `resources` with `subscribe` and
+    /// `listChanged`, and takes `resources/subscribe` and `unsubscribe`.
+    pub resources: Vec<String>,
 }
 
 impl Default for Script {
@@ -68,6 +72,7 @@ impl Default for Script {
             spawn_error: None,
             auth_prompt: None,
             initialize_delay: None,
+            resources: Vec::new(),
         }
     }
 }
@@ -337,9 +342,13 @@ async fn run_worker(
                 let _ = out.send(err.to_string());
             }
             "initialize" => {
+                let mut capabilities = json!({"tools": {"listChanged": true}});
+                if !w.script.resources.is_empty() {
+                    capabilities["resources"] = json!({"subscribe": true, "listChanged": true});
+                }
                 let answer = reply(json!({
                     "protocolVersion": "2025-06-18",
-                    "capabilities": {"tools": {"listChanged": true}},
+                    "capabilities": capabilities,
                     "serverInfo": {"name": w.name, "version": "0"},
                 }));
                 match w.script.initialize_delay {
@@ -374,6 +383,25 @@ async fn run_worker(
                     .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
                     .collect();
                 let _ = out.send(reply(json!({ "tools": tools })));
+            }
+            "resources/list" => {
+                let resources = w
+                    .servers
+                    .lock()
+                    .scripts
+                    .get(&w.name)
+                    .map_or_else(|| w.script.resources.clone(), |s| s.resources.clone());
+                let resources: Vec<Value> = resources
+                    .iter()
+                    .map(|uri| json!({"uri": uri, "name": uri}))
+                    .collect();
+                let _ = out.send(reply(json!({ "resources": resources })));
+            }
+            "resources/templates/list" => {
+                let _ = out.send(reply(json!({ "resourceTemplates": [] })));
+            }
+            "resources/subscribe" | "resources/unsubscribe" => {
+                let _ = out.send(reply(json!({})));
             }
             "tools/call" => {
                 let name = msg["params"]["name"].as_str().unwrap_or("");
@@ -585,6 +613,41 @@ impl Front {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .await;
         id
+    }
+
+    /// Sends a 2026-07-28 request (its envelope in `_meta`, added to
+    /// `params`); its id.
+    pub async fn begin_modern(&mut self, method: &str, mut params: Value) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "core", "version": "0"},
+        });
+        self.begin(method, params).await
+    }
+
+    /// A 2026-07-28 request and its answer.
+    pub async fn request_modern(&mut self, method: &str, params: Value) -> Value {
+        let id = self.begin_modern(method, params).await;
+        self.answer(&id).await
+    }
+
+    /// The next message that is not the answer to a request (kept ones
+    /// first), within [`WAIT`].
+    pub async fn notification(&mut self) -> Value {
+        if let Some(at) = self.unread.iter().position(|m| m.get("method").is_some()) {
+            return self.unread.remove(at);
+        }
+        loop {
+            let m = self
+                .recv_within(WAIT)
+                .await
+                .unwrap_or_else(|| panic!("no notification within {WAIT:?}"));
+            if m.get("method").is_some() {
+                return m;
+            }
+            self.unread.push(m);
+        }
     }
 
     /// Sends a request and waits for its answer; what else arrives is kept
