@@ -1252,6 +1252,7 @@ impl Hub {
                 front,
                 id: front_id,
                 wrap,
+                tasks,
                 at,
                 audit,
                 ..
@@ -1268,17 +1269,16 @@ impl Hub {
                     self.note_refusal(id, line);
                 }
                 let Some(raw_id) = env.id else { return };
-                match wrap {
-                    Wrap::AsIs => {
-                        let out = rewrite::splice(line, raw_id, &front_id);
-                        self.emit_to(front, out, Some(front_id));
-                    }
-                    Wrap::Modern { cacheable } => {
-                        let out = rewrite::splice(line, raw_id, &front_id);
-                        let out = modern_answer(&out, cacheable);
-                        self.emit_to(front, out, Some(front_id));
-                    }
-                }
+                let out = rewrite::splice(line, raw_id, &front_id);
+                let out = match wrap {
+                    Wrap::AsIs => out,
+                    Wrap::Modern { cacheable } => modern_answer(&out, cacheable),
+                };
+                let out = match tasks {
+                    true => self.expose_tasks_in(id, &out).unwrap_or(out),
+                    false => out,
+                };
+                self.emit_to(front, out, Some(front_id));
             }
             Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line),
             None => {}
@@ -1648,6 +1648,7 @@ impl Hub {
                     self.emit_to(front, line.clone(), None);
                 }
             }
+            "notifications/tasks/status" | "notifications/tasks" => self.on_task_status(id, line),
             "notifications/cancelled" => {
                 // The backend withdrew one of its requests to the front.
                 let Some(rid) = env.request_id else { return };

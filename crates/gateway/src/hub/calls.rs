@@ -131,6 +131,9 @@ pub(crate) enum Pending {
         token: Option<Bytes>,
         /// How its answer is passed back.
         wrap: Wrap,
+        /// Its answer may hand out or describe a task, whose ids are
+        /// namespaced on the way back (`tasks.rs`).
+        tasks: bool,
         /// When it was sent on, for its latency.
         at: Instant,
         /// Its audit record, begun (an audited method with the audit on).

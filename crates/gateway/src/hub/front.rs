@@ -179,9 +179,13 @@ impl Hub {
         if let Some(own) = self.transparent_result(version) {
             return own;
         }
+        let mut capabilities = Self::capabilities();
+        if let Some(tasks) = self.task_capabilities() {
+            capabilities["tasks"] = tasks;
+        }
         let mut result = json!({
             "protocolVersion": version,
-            "capabilities": Self::capabilities(),
+            "capabilities": capabilities,
             "serverInfo": {"name": "mcpvisor", "title": "mcpvisor gateway", "version": env!("CARGO_PKG_VERSION")},
         });
         // Where 2026-07-28 has a server name itself on its results.

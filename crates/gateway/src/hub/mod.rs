@@ -50,6 +50,7 @@ mod pinning;
 mod request;
 mod shell;
 mod stdio;
+mod tasks;
 
 use std::collections::VecDeque;
 use std::time::Duration;

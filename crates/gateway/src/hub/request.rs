@@ -65,7 +65,7 @@ pub(crate) enum Ask<'a> {
     /// `subscriptions/listen` (2026-07-28): held open, fed with the
     /// changes it asks for (see `listen.rs`).
     Listen,
-    /// `tasks/…`, which the gateway does not route.
+    /// `tasks/…`: routed by the task id (see `tasks.rs`).
     Task(&'a str),
     Unknown(&'a str),
 }
@@ -298,12 +298,7 @@ impl Hub {
             Ask::Complete => self.route_completion(front, req),
             Ask::SetLevel => self.set_level(front, req),
             Ask::Listen => self.listen(front, req, attempt),
-            Ask::Task(m) => {
-                let msg = format!(
-                    "Method not found: {m}. mcpvisor's gateway does not route task-augmented requests; call the tool without a task."
-                );
-                self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
-            }
+            Ask::Task(m) => self.route_task(front, req, m),
             Ask::Unknown(m) => {
                 let msg = format!("Method not found: {m}");
                 self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
@@ -563,6 +558,11 @@ impl Hub {
                 );
             }
         }
+        // Answers that may hand out or describe a task: their task ids are
+        // namespaced on the way back.
+        let tasks = matches!(req.ask, Ask::Task(_))
+            || req.params.as_ref().is_some_and(|p| p.get("task").is_some())
+            || (req.era == Era::Stateless && req.ask == Ask::Named(Named::Tool));
         self.calls.pending.insert(
             gid,
             Pending::Front {
@@ -571,6 +571,7 @@ impl Hub {
                 id: req.id.clone(),
                 token,
                 wrap,
+                tasks,
                 at: Instant::now(),
                 audit,
             },

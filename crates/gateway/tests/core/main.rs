@@ -5,6 +5,7 @@
 
 mod listen;
 mod support;
+mod tasks;
 
 use std::time::Duration;
 

@@ -59,6 +59,10 @@ pub struct Script {
     /// any, the server declares `resources` with `subscribe` and
     /// `listChanged`, and takes `resources/subscribe` and `unsubscribe`.
     pub resources: Vec<String>,
+    /// Declare tasks (2025-11-25): a task-augmented `tools/call` creates
+    /// the task `task-1`, which `tasks/get`, `tasks/result`,
+    /// `tasks/cancel` and `tasks/update` know (any other id: -32602).
+    pub tasks: bool,
 }
 
 impl Default for Script {
@@ -73,6 +77,7 @@ impl Default for Script {
             auth_prompt: None,
             initialize_delay: None,
             resources: Vec::new(),
+            tasks: false,
         }
     }
 }
@@ -346,6 +351,10 @@ async fn run_worker(
                 if !w.script.resources.is_empty() {
                     capabilities["resources"] = json!({"subscribe": true, "listChanged": true});
                 }
+                if w.script.tasks {
+                    capabilities["tasks"] =
+                        json!({"cancel": {}, "requests": {"tools": {"call": {}}}});
+                }
                 let answer = reply(json!({
                     "protocolVersion": "2025-06-18",
                     "capabilities": capabilities,
@@ -402,6 +411,33 @@ async fn run_worker(
             }
             "resources/subscribe" | "resources/unsubscribe" => {
                 let _ = out.send(reply(json!({})));
+            }
+            "tools/call" if w.script.tasks && msg["params"].get("task").is_some() => {
+                let task = json!({"taskId": "task-1", "status": "working", "ttl": 60000,
+                    "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z"});
+                let _ = out.send(reply(json!({ "task": task })));
+            }
+            "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/update" if w.script.tasks => {
+                if msg["params"]["taskId"] != "task-1" {
+                    let err = json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"Failed to retrieve task: Task not found"}});
+                    let _ = out.send(err.to_string());
+                    continue;
+                }
+                let state = |status: &str| {
+                    json!({"taskId": "task-1", "status": status, "statusMessage": w.name, "ttl": 60000,
+                        "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z"})
+                };
+                let result = match method.as_str() {
+                    "tasks/get" => state("completed"),
+                    "tasks/cancel" => state("cancelled"),
+                    "tasks/update" => json!({}),
+                    _ => json!({
+                        "content": [{"type": "text", "text": "done"}],
+                        "structuredContent": {"server": w.name, "worker": w.worker, "args": {}},
+                        "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "task-1"}},
+                    }),
+                };
+                let _ = out.send(reply(result));
             }
             "tools/call" => {
                 let name = msg["params"]["name"].as_str().unwrap_or("");

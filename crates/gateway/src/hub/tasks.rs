@@ -1,0 +1,190 @@
+//! Tasks, routed by task id: 2025-11-25's `tasks/get`, `tasks/result`
+//! and `tasks/cancel`, and the 2026-07-28 extension's `tasks/get`,
+//! `tasks/update` and `tasks/cancel`.
+//!
+//! Each server makes up its own task ids, so two servers may well give
+//! the same one. The gateway hands a client the id namespaced with the
+//! server's name and the name separator (`SERVER__ID`, as tool names are),
+//! and takes the prefix off again to route a `tasks/*` request: the
+//! longest configured server name that the id starts with, followed by the
+//! separator, names the server; the rest is the server's own id, passed on
+//! as it was given. Ids are rewritten where a task is handed out or
+//! described: a `CreateTaskResult` (`result.task.taskId` in 2025-11-25,
+//! `result.taskId` beside `resultType: "task"` in the extension), a task's
+//! state (`result.taskId`), and the `io.modelcontextprotocol/related-task`
+//! of a task's result. A server's task status notifications go to the
+//! client of a per-client server only: with a shared server the gateway
+//! cannot tell whose task it is, and the revision lets a client rely on
+//! polling alone. Served as itself (transparent), the one server's ids
+//! pass untouched.
+
+use bytes::Bytes;
+use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, build};
+use serde_json::json;
+
+use super::Hub;
+use super::backend::{Backend, BackendId, Role};
+use super::front::Params;
+use super::request::FrontRequest;
+use crate::fronts::FrontId;
+use crate::raw::{self, RawObject};
+
+/// The `_meta` key tying a message to a task.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+impl Hub {
+    /// A `tasks/…` request: to the server whose task it names, under the
+    /// server's own id.
+    pub(super) fn route_task(&mut self, front: FrontId, req: &FrontRequest<'_>, method: &str) {
+        if method == "tasks/list" {
+            let msg = "Method not found: tasks/list is not served through mcpvisor's gateway, which holds no list of tasks across its servers; use the ids each call gave (tasks/get)";
+            return self.reply_error(front, req, METHOD_NOT_FOUND, msg);
+        }
+        if !matches!(
+            method,
+            "tasks/get" | "tasks/result" | "tasks/cancel" | "tasks/update"
+        ) {
+            let msg = format!("Method not found: {method}");
+            return self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
+        }
+        let Some(obj) = &req.params else {
+            let msg = format!("{method} needs params.taskId, a string");
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        let Some(exposed) = obj.str_ref("taskId") else {
+            let msg = format!("{method} needs params.taskId, a string");
+            return self.reply_error(front, req, INVALID_PARAMS, &msg);
+        };
+        let Some((backend, own)) = self.task_target(&exposed) else {
+            let msg = format!(
+                "Failed to retrieve task: Task not found: no server of this gateway gave the task id {exposed:?} (ids are SERVER{}ID)",
+                self.settings.separator.as_str()
+            );
+            let data = json!({ "taskId": exposed });
+            let error = build::error(req.raw_id, INVALID_PARAMS, &msg, Some(&data));
+            return self.emit_to(front, error, Some(req.id.clone()));
+        };
+        let params = obj.with("taskId", &raw::quote(own));
+        self.forward(front, backend, req, Params::Text(params));
+    }
+
+    /// What a client that initialized is told of tasks: task-augmented
+    /// `tools/call` (and `tasks/cancel`) when a server takes them; `None`
+    /// when none does.
+    pub(super) fn task_capabilities(&self) -> Option<serde_json::Value> {
+        let declared = |pointer: &str| {
+            self.backends.order.iter().any(|id| {
+                self.backends.by_id[id]
+                    .init
+                    .as_ref()
+                    .and_then(|i| i.pointer(pointer))
+                    .is_some_and(|v| !v.is_null())
+            })
+        };
+        if !declared("/capabilities/tasks/requests/tools/call") {
+            return None;
+        }
+        let mut tasks = json!({"requests": {"tools": {"call": {}}}});
+        if declared("/capabilities/tasks/cancel") {
+            tasks["cancel"] = json!({});
+        }
+        Some(tasks)
+    }
+
+    /// The server a namespaced task id names, and the server's own id.
+    fn task_target<'x>(&self, exposed: &'x str) -> Option<(BackendId, &'x str)> {
+        if self.settings.transparent {
+            let only = self.backends.order.first()?;
+            return Some((*only, exposed));
+        }
+        let sep = self.settings.separator.as_str();
+        self.backends
+            .order
+            .iter()
+            .filter_map(|id| {
+                let b = &self.backends.by_id[id];
+                let own = exposed.strip_prefix(b.name())?.strip_prefix(sep)?;
+                Some((b.name().len(), *id, own))
+            })
+            .max_by_key(|(len, _, _)| *len)
+            .map(|(_, id, own)| (id, own))
+    }
+
+    /// A server's task id as clients see it.
+    fn expose_task_id(&self, backend: BackendId, own: &str) -> String {
+        if self.settings.transparent {
+            return own.to_owned();
+        }
+        let name = self.backends.by_id.get(&backend).map_or("", Backend::name);
+        format!("{name}{}{own}", self.settings.separator.as_str())
+    }
+
+    /// An answer from `backend` with the task ids in its result exposed;
+    /// `None` when it has none (or is an error).
+    pub(crate) fn expose_tasks_in(&self, backend: BackendId, line: &[u8]) -> Option<Bytes> {
+        // Most answers (every plain tool result) name no task: one fast
+        // scan says so, and the answer is not read member by member.
+        if self.settings.transparent || memchr::memmem::find(line, b"\"taskId\"").is_none() {
+            return None;
+        }
+        let text = std::str::from_utf8(line).ok()?;
+        let top = RawObject::parse(text)?;
+        let result = RawObject::parse(top.get("result")?.get())?;
+        let quoted = |own: &str| raw::quote(&self.expose_task_id(backend, own));
+        let mut edits: Vec<(&str, String)> = Vec::new();
+        // A task's state, or the extension's CreateTaskResult.
+        if let Some(own) = result.str("taskId") {
+            edits.push(("taskId", quoted(&own)));
+        }
+        // 2025-11-25's CreateTaskResult.
+        if let Some(task) = result.get("task").and_then(|t| RawObject::parse(t.get())) {
+            if let Some(own) = task.str("taskId") {
+                edits.push(("task", task.with("taskId", &quoted(&own))));
+            }
+        }
+        // A task's result, tied to its task.
+        if let Some(meta) = result.get("_meta").and_then(|m| RawObject::parse(m.get())) {
+            let related = meta
+                .get(RELATED_TASK)
+                .and_then(|r| RawObject::parse(r.get()));
+            if let Some(related) = related {
+                if let Some(own) = related.str("taskId") {
+                    let related = related.with("taskId", &quoted(&own));
+                    edits.push(("_meta", meta.with(RELATED_TASK, &related)));
+                }
+            }
+        }
+        if edits.is_empty() {
+            return None;
+        }
+        let edits: Vec<(&str, Option<&str>)> =
+            edits.iter().map(|(k, v)| (*k, Some(v.as_str()))).collect();
+        let result = result.write(&edits);
+        Some(Bytes::from(top.with("result", &result)))
+    }
+
+    /// A server's `notifications/tasks/status` (or the extension's
+    /// `notifications/tasks`): to the client of a per-client server, its
+    /// task id exposed; dropped for a shared one (see the module docs).
+    pub(crate) fn on_task_status(&mut self, backend: BackendId, line: &Bytes) {
+        let Some(b) = self.backends.by_id.get(&backend) else {
+            return;
+        };
+        let Role::Instance { owner, .. } = b.role else {
+            return;
+        };
+        let Some(params) =
+            mcpvisor_jsonrpc::envelope::raw_params(line).and_then(|p| RawObject::parse(p.get()))
+        else {
+            return;
+        };
+        let Some(own) = params.str("taskId") else {
+            return;
+        };
+        let method = mcpvisor_jsonrpc::Envelope::peek(line)
+            .map(|e| e.method().to_owned())
+            .unwrap_or_default();
+        let params = params.with("taskId", &raw::quote(&self.expose_task_id(backend, &own)));
+        self.emit_to(owner, build::notification(&method, Some(&params)), None);
+    }
+}
