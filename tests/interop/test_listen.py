@@ -1,0 +1,68 @@
+"""Scenario: the Python SDK's 2026-07-28 client opens `subscriptions/listen`
+(`Client.listen`) on `mcpvisor serve`, over stdio and over `--http`, and
+receives the typed events of a handshake-era server behind the gateway: a
+resource it named updated, the tool list changed. The server is mcpvisor's
+fake worker, which lists a resource, takes subscriptions and sends what its
+`notify` and `list_changed` tools are told to.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from interop_util import connect, mcpvisor_bin, serve_params
+from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from test_http import client as http_client
+from test_http import http_front, serve_args
+
+STATELESS = "2026-07-28"
+
+
+def write_config(tmp_path: Path) -> tuple[Path, Path]:
+    """A config with the fake worker as `docs`; the file its extra tools are
+    read from."""
+    worker = mcpvisor_bin().parent / "mcpvisor-fake-worker"
+    if not worker.exists():
+        pytest.skip(f"{worker} is missing: build it with `cargo build -p mcpvisor-fixtures`")
+    tools = tmp_path / "tools.txt"
+    tools.write_text("first\n")
+    config = tmp_path / "mcp.json"
+    args = ["--resource", "mem://doc", "--resource", "mem://other", "--tools-file", str(tools)]
+    config.write_text(json.dumps({"mcpServers": {"docs": {"command": str(worker), "args": args}}}))
+    return config, tools
+
+
+async def _listen_and_hear(client, tools: Path) -> None:
+    assert client.session.protocol_version == STATELESS
+    await client.list_tools()
+    async with client.listen(tools_list_changed=True, resource_subscriptions=["mem://doc", "mem://none"]) as sub:
+        assert sub.honored.tools_list_changed
+        # A URI no server lists is not honoured.
+        assert sub.honored.resource_subscriptions == ["mem://doc"]
+        updated = {"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}
+        await client.call_tool("docs__notify", updated)
+        with anyio.fail_after(20):
+            event = await anext(sub)
+        assert event == ResourceUpdated(uri="mem://doc")
+        tools.write_text("first\nsecond\n")
+        await client.call_tool("docs__list_changed", {})
+        with anyio.fail_after(20):
+            event = await anext(sub)
+        assert event == ToolsListChanged()
+    assert "docs__second" in {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_listen_over_stdio(tmp_path: Path, errlog) -> None:
+    config, tools = write_config(tmp_path)
+    async with connect(serve_params(config), errlog, mode=STATELESS) as client:
+        await _listen_and_hear(client, tools)
+
+
+async def test_listen_over_http(tmp_path: Path, errlog) -> None:
+    config, tools = write_config(tmp_path)
+    async with http_front(serve_args(config), errlog, cwd=tmp_path) as front:
+        async with http_client(front.url, STATELESS) as client:
+            await _listen_and_hear(client, tools)
