@@ -306,3 +306,44 @@ async fn a_lazy_server_is_started_for_a_listen_and_subscribed_once_ready() {
     assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], id, "{heard}");
     gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_per_client_server_is_subscribed_at_each_listener_s_own_instance() {
+    let servers = Servers::default();
+    with_resources(&servers, "own", &["mem://a"]);
+    let mut own = plan("own");
+    own.per_client = true;
+    let mut gw = Gateway::start(&servers, vec![own]);
+    let mut one = settled(&mut gw).await;
+    let mut two = settled(&mut gw).await;
+    until("the template stopped", || servers.running("own").is_empty()).await;
+    let (id_one, granted) = listen(&mut one, json!({"resourceSubscriptions": ["mem://a"]})).await;
+    assert_eq!(granted, json!({"resourceSubscriptions": ["mem://a"]}));
+    let (id_two, _) = listen(&mut two, json!({"resourceSubscriptions": ["mem://a"]})).await;
+    // Each listener's own process, each subscribed once.
+    until("two instances subscribed", || {
+        servers.running("own").len() == 2 && servers.count("own", "resources/subscribe") == 2
+    })
+    .await;
+    let instances = servers.running("own");
+    for worker in &instances {
+        let subscribed = servers
+            .seen("own")
+            .iter()
+            .filter(|s| s.worker == *worker && s.message["method"] == "resources/subscribe")
+            .count();
+        assert_eq!(subscribed, 1, "worker {worker}");
+    }
+    // Both update it: each listener hears its own instance only.
+    assert_eq!(servers.push("own", &updated("mem://a")), 2);
+    let heard = one.notification().await;
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], id_one, "{heard}");
+    let heard = two.notification().await;
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], id_two, "{heard}");
+    assert_eq!(one.drain(Duration::from_secs(1)).await, Vec::<Value>::new());
+    assert_eq!(two.drain(Duration::from_secs(1)).await, Vec::<Value>::new());
+    // A listener that goes takes its process with it.
+    one.close().await;
+    until("one instance left", || servers.running("own").len() == 1).await;
+    gw.shutdown().await;
+}
