@@ -228,8 +228,15 @@ impl Hub {
         for (uri, backend, held) in listen.uris {
             match held {
                 Hold::Counted => self.release_subscription(&uri),
-                // The instance is the front's alone; it stops with it.
+                // The instance is the front's alone: it is told when no
+                // other listen of the front holds the URI there, and not
+                // at all when the front has gone (it stops with it).
                 Hold::Own => {
+                    let owner = self.backends.by_id.get(&backend).and_then(Backend::owner);
+                    let front_open = owner.is_some_and(|o| self.fronts.open.contains_key(&o));
+                    if !front_open || self.subscribed_at(backend).contains(&uri) {
+                        continue;
+                    }
                     let params = json!({ "uri": uri }).to_string();
                     self.send_private(
                         backend,

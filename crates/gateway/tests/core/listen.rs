@@ -342,8 +342,25 @@ async fn a_per_client_server_is_subscribed_at_each_listener_s_own_instance() {
     assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], id_two, "{heard}");
     assert_eq!(one.drain(Duration::from_secs(1)).await, Vec::<Value>::new());
     assert_eq!(two.drain(Duration::from_secs(1)).await, Vec::<Value>::new());
+    // Two listens of one client at its instance: the server is told when
+    // the last of them ends.
+    let (again, _) = listen(&mut two, json!({"resourceSubscriptions": ["mem://a"]})).await;
+    let cancel = |id: &Value| json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}});
+    two.send(cancel(&again)).await;
+    // A call its instance reads after anything sent to it before.
+    let r = two
+        .request_modern("tools/call", json!({"name": "own__echo", "arguments": {}}))
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(servers.count("own", "resources/unsubscribe"), 0);
+    two.send(cancel(&id_two)).await;
+    until("unsubscribed at its instance", || {
+        servers.count("own", "resources/unsubscribe") == 1
+    })
+    .await;
     // A listener that goes takes its process with it.
     one.close().await;
     until("one instance left", || servers.running("own").len() == 1).await;
+    assert_eq!(servers.count("own", "resources/unsubscribe"), 1);
     gw.shutdown().await;
 }
