@@ -1528,6 +1528,7 @@ impl Hub {
             },
         );
         let out = rewrite::splice(line, raw_id, format!("\"mcpvisor-{fid}\"").as_bytes());
+        let out = self.expose_related_in_request(id, &out).unwrap_or(out);
         self.emit_to(front, out, related);
     }
 

@@ -12,7 +12,8 @@
 //! described: a `CreateTaskResult` (`result.task.taskId` in 2025-11-25,
 //! `result.taskId` beside `resultType: "task"` in the extension), a task's
 //! state (`result.taskId`), and the `io.modelcontextprotocol/related-task`
-//! of a task's result. A server's task status notifications go to the
+//! of a task's result and of a server's request to the client on a task's
+//! behalf (an elicitation while it waits for input). A server's task status notifications go to the
 //! client of a per-client server only: with a shared server the gateway
 //! cannot tell whose task it is, and the revision lets a client rely on
 //! polling alone. Served as itself (transparent), the one server's ids
@@ -143,15 +144,9 @@ impl Hub {
             }
         }
         // A task's result, tied to its task.
-        if let Some(meta) = result.get("_meta").and_then(|m| RawObject::parse(m.get())) {
-            let related = meta
-                .get(RELATED_TASK)
-                .and_then(|r| RawObject::parse(r.get()));
-            if let Some(related) = related {
-                if let Some(own) = related.str("taskId") {
-                    let related = related.with("taskId", &quoted(&own));
-                    edits.push(("_meta", meta.with(RELATED_TASK, &related)));
-                }
+        if let Some(meta) = result.get("_meta") {
+            if let Some(meta) = self.expose_related_task(backend, meta.get()) {
+                edits.push(("_meta", meta));
             }
         }
         if edits.is_empty() {
@@ -161,6 +156,38 @@ impl Hub {
             edits.iter().map(|(k, v)| (*k, Some(v.as_str()))).collect();
         let result = result.write(&edits);
         Some(Bytes::from(top.with("result", &result)))
+    }
+
+    /// `meta` (a `_meta` object's text) with the task id of its
+    /// `io.modelcontextprotocol/related-task` exposed; `None` when it has
+    /// none.
+    fn expose_related_task(&self, backend: BackendId, meta: &str) -> Option<String> {
+        let meta = RawObject::parse(meta)?;
+        let related = RawObject::parse(meta.get(RELATED_TASK)?.get())?;
+        let own = related.str("taskId")?;
+        let exposed = raw::quote(&self.expose_task_id(backend, &own));
+        Some(meta.with(RELATED_TASK, &related.with("taskId", &exposed)))
+    }
+
+    /// A server's request to a client (an elicitation while a task waits
+    /// for input) with the task id of its `_meta`'s related task exposed;
+    /// `None` when it names none.
+    pub(crate) fn expose_related_in_request(
+        &self,
+        backend: BackendId,
+        line: &[u8],
+    ) -> Option<Bytes> {
+        if self.settings.transparent
+            || memchr::memmem::find(line, RELATED_TASK.as_bytes()).is_none()
+        {
+            return None;
+        }
+        let top = RawObject::parse(std::str::from_utf8(line).ok()?)?;
+        let params = RawObject::parse(top.get("params")?.get())?;
+        let meta = self.expose_related_task(backend, params.get("_meta")?.get())?;
+        Some(Bytes::from(
+            top.with("params", &params.with("_meta", &meta)),
+        ))
     }
 
     /// A server's `notifications/tasks/status` (or the extension's

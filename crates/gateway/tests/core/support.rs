@@ -427,6 +427,13 @@ async fn run_worker(
                     json!({"taskId": "task-1", "status": status, "statusMessage": w.name, "ttl": 60000,
                         "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z"})
                 };
+                if method == "tasks/result" {
+                    // The task asks the client something on the way.
+                    let ask = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+                        "params": {"message": "sure?", "requestedSchema": {"type": "object", "properties": {}},
+                            "_meta": {"io.modelcontextprotocol/related-task": {"taskId": "task-1"}}}});
+                    let _ = out.send(ask.to_string());
+                }
                 let result = match method.as_str() {
                     "tasks/get" => state("completed"),
                     "tasks/cancel" => state("cancelled"),

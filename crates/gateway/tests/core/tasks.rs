@@ -36,7 +36,16 @@ async fn two_servers_tasks_with_the_same_id_are_each_reached_by_its_namespaced_i
     with_tasks(&servers, "b");
     let mut gw = Gateway::start(&servers, vec![plan("a"), plan("b")]);
     let mut front = gw.open().await;
-    let init = front.initialize().await;
+    let init = front
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                "clientInfo": {"name": "core", "version": "0"}}),
+        )
+        .await;
+    front
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
     assert_eq!(
         init["result"]["capabilities"]["tasks"],
         json!({"cancel": {}, "requests": {"tools": {"call": {}}}}),
@@ -66,6 +75,13 @@ async fn two_servers_tasks_with_the_same_id_are_each_reached_by_its_namespaced_i
         assert_eq!(task_id_seen(&servers, server, "tasks/get"), "task-1");
         let r = front.request("tasks/result", json!({"taskId": id})).await;
         assert_eq!(answered_by(&r).0, server, "{r}");
+        // What the task asked on the way names it by its exposed id.
+        let asked = front.notification().await;
+        assert_eq!(asked["method"], "elicitation/create", "{asked}");
+        assert_eq!(
+            asked["params"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id,
+            "{asked}"
+        );
         assert_eq!(
             r["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"], id,
             "{r}"
