@@ -63,6 +63,8 @@ pub struct Script {
     /// the task `task-1`, which `tasks/get`, `tasks/result`,
     /// `tasks/cancel` and `tasks/update` know (any other id: -32602).
     pub tasks: bool,
+    /// Tools' descriptions by name (read at each list, as `tools`).
+    pub descriptions: HashMap<String, String>,
 }
 
 impl Default for Script {
@@ -78,6 +80,7 @@ impl Default for Script {
             initialize_delay: None,
             resources: Vec::new(),
             tasks: false,
+            descriptions: HashMap::new(),
         }
     }
 }
@@ -381,15 +384,18 @@ async fn run_worker(
             "tools/list" => {
                 // Read at each list, so that a test can change a running
                 // server's tools.
-                let tools = w
-                    .servers
-                    .lock()
-                    .scripts
-                    .get(&w.name)
-                    .map_or_else(|| w.script.tools.clone(), |s| s.tools.clone());
+                let (tools, descriptions) = w.servers.lock().scripts.get(&w.name).map_or_else(
+                    || (w.script.tools.clone(), w.script.descriptions.clone()),
+                    |s| (s.tools.clone(), s.descriptions.clone()),
+                );
                 let tools: Vec<Value> = tools
                     .iter()
-                    .map(|t| json!({"name": t, "inputSchema": {"type": "object"}}))
+                    .map(|t| match descriptions.get(t) {
+                        Some(d) => {
+                            json!({"name": t, "description": d, "inputSchema": {"type": "object"}})
+                        }
+                        None => json!({"name": t, "inputSchema": {"type": "object"}}),
+                    })
                     .collect();
                 let _ = out.send(reply(json!({ "tools": tools })));
             }
