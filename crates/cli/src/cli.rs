@@ -43,6 +43,8 @@ pub enum Command {
     Status(crate::ui::StatusArgs),
     /// A remote server's OAuth authorization: `mcpvisor auth login NAME | status | logout NAME`.
     Auth(crate::auth::AuthArgs),
+    /// Definitions serve holds back until approved: `mcpvisor tools diff [SERVER] | approve SERVER [NAME...]`.
+    Tools(crate::tools::ToolsArgs),
     /// Watch mcpvisor survive a server crash, live, with the bundled example server.
     Demo,
     /// Print shell completions: `mcpvisor completions bash|zsh|fish|elvish|powershell`.

@@ -24,6 +24,7 @@ mod serve;
 mod server;
 mod signals;
 mod stdio;
+mod tools;
 mod ui;
 mod watchers;
 mod wrap;
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
         cli::Command::Completions(args) => docs::completions(args),
         cli::Command::Man(args) => docs::man(args),
         cli::Command::Auth(args) => auth::main(args),
+        cli::Command::Tools(args) => tools::main(args),
         cli::Command::Demo => demo::main(),
         cli::Command::ExampleServer => match mcpvisor_fixtures::example_server::run() {
             Ok(()) => ExitCode::SUCCESS,

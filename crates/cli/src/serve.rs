@@ -99,6 +99,9 @@ pub struct ServeArgs {
     /// Rotated audit logs kept (FILE.1 ... FILE.N); older ones are deleted.
     #[arg(long, value_name = "N", default_value_t = Rotation::default().keep, requires = "audit_log")]
     pub audit_log_keep: usize,
+    /// How servers' tool, prompt and resource template definitions are pinned, for entries without a "pin": tofu (what a server first offers is approved; later changes are held back until `mcpvisor tools approve`), strict (even the first), off.
+    #[arg(long, value_name = "POLICY", default_value = "tofu", value_parser = crate::tools::parse_pin)]
+    pub pin: mcpvisor_config::PinPolicy,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
     #[command(flatten)]
@@ -205,6 +208,12 @@ pub fn main(args: ServeArgs) -> ExitCode {
         source.watch_servers(control_tx.clone(), &plans);
         if !args.no_watch {
             tasks.extend(watch_configs(&args, source.clone(), control_tx.clone()));
+        }
+        // Approvals made by `mcpvisor tools approve` (or another gateway)
+        // arrive through the store's file, watched even with --no-watch:
+        // without it they would wait for a restart.
+        if let Some(store) = &settings.pins {
+            tasks.extend(crate::watchers::watch_pins(store, control_tx.clone()));
         }
         let outcome = match http {
             Some((addr, cfg)) => {
@@ -453,10 +462,29 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         monitor: None,
         spawners: None,
         audit: None,
-        pins: None,
-        pin_default: mcpvisor_config::PinPolicy::Tofu,
+        pins: pin_store(args, &plans)?,
+        pin_default: args.pin,
     };
     Ok((settings, plans))
+}
+
+/// The pin store, read once to check it (`None` when nothing is pinned:
+/// `--pin off` and no entry asks for pinning).
+fn pin_store(
+    args: &ServeArgs,
+    plans: &[ServerPlan],
+) -> Result<Option<mcpvisor_gateway::pins::PinStore>, String> {
+    use mcpvisor_config::PinPolicy;
+    let pinned = |plan: &ServerPlan| plan.def.pin.unwrap_or(args.pin) != PinPolicy::Off;
+    if args.pin == PinPolicy::Off && !plans.iter().any(pinned) {
+        return Ok(None);
+    }
+    let store = mcpvisor_gateway::pins::PinStore::default_location()
+        .map_err(|e| format!("the pin store has no place: {e} (or serve with --pin off)"))?;
+    store.load()?;
+    // Watched from the start: the file must be there.
+    store.create()?;
+    Ok(Some(store))
 }
 
 /// SIGTERM and SIGINT stop the gateway; SIGHUP reloads the config files.

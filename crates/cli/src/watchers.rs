@@ -102,6 +102,38 @@ fn watch_server(
     }))
 }
 
+/// Watches the pin store's file; each debounced change asks the gateway to
+/// read it again ([`Control::PinsChanged`]). The file exists: `serve`
+/// creates it before it starts.
+pub(crate) fn watch_pins(
+    store: &mcpvisor_gateway::pins::PinStore,
+    control: mpsc::Sender<Control>,
+) -> Option<JoinHandle<()>> {
+    let file = store.file();
+    let config = mcpvisor_watch::WatchConfig {
+        paths: vec![file],
+        ignore: Vec::new(),
+        debounce: std::time::Duration::from_millis(100),
+        poll: None,
+    };
+    let mut watcher = match mcpvisor_watch::watch(config) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(
+                "the pin store is not watched (approvals made elsewhere are not seen until a restart): {e}"
+            );
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        while watcher.changed().await.is_some() {
+            if control.send(Control::PinsChanged).await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
 /// One line on a burst of file changes: the file names (never their
 /// folders), and how many more.
 fn files_changed(change: &mcpvisor_watch::Change) -> String {

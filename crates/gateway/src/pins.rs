@@ -105,6 +105,38 @@ fn canonical(value: &Value) -> Value {
     }
 }
 
+/// The definitions of `items` (one list of a server, as it wrote it) as
+/// the gateway pins them: tools the entry's filter denies are left out, and
+/// its tool overrides are applied first. By name (a resource template's
+/// URI template).
+pub fn offered(
+    def: &mcpvisor_config::ServerDef,
+    kind: DefinitionKind,
+    items: &[Value],
+) -> BTreeMap<String, Value> {
+    let key = match kind {
+        DefinitionKind::Tool | DefinitionKind::Prompt => "name",
+        DefinitionKind::ResourceTemplate => "uriTemplate",
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let mut item = item.as_object()?.clone();
+            let name = item.get(key)?.as_str()?.to_owned();
+            if kind == DefinitionKind::Tool {
+                if !def.tools.permits(&name) {
+                    return None;
+                }
+                if let Some(over) = def.tools.overrides.get(&name) {
+                    over.apply(&mut item);
+                }
+            }
+            let text = Value::Object(item).to_string();
+            Some((name, definition(kind, &text)?))
+        })
+        .collect()
+}
+
 /// What changed between the approved definition (none for a new one) and
 /// the offered one, for a person: both pretty-printed as JSON, the lines
 /// only the approved one has marked `- `, those only the offered one has
@@ -311,6 +343,31 @@ impl PinStore {
 
     fn lock_file(&self) -> PathBuf {
         self.dir.join("pins.lock")
+    }
+
+    /// Writes an empty store when there is no file yet (one another
+    /// process writes first is kept), so that the file can be watched.
+    pub fn create(&self) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = self.file();
+        if path.exists() {
+            return Ok(());
+        }
+        mcpvisor_oauth::state::ensure_dir(&self.dir)?;
+        let mut text = serde_json::to_vec_pretty(&PinFile::default()).map_err(|e| e.to_string())?;
+        text.push(b'\n');
+        let tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .permissions(std::fs::Permissions::from_mode(0o600))
+            .tempfile_in(&self.dir)
+            .map_err(|e| format!("cannot write in {}: {e}", self.dir.display()))?;
+        std::fs::write(tmp.path(), &text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        match tmp.persist_noclobber(&path) {
+            Ok(_) => Ok(()),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(format!("cannot create {}: {}", path.display(), e.error)),
+        }
     }
 
     /// What the store holds (an empty store when there is no file yet).
