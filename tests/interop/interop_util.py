@@ -108,6 +108,9 @@ def serve_params(*configs: str | Path, flags: list[str] | None = None) -> StdioS
             env[key] = os.environ[key]
     # A list cache of the test's own, beside its first config, never the user's.
     env["MCPVISOR_CACHE_DIR"] = str(Path(configs[0]).parent / "mcpvisor-cache")
+    # Pinned definitions (and tokens) of the test's own too: tests reuse
+    # server names with other tools, which a shared pin store would hold back.
+    env["XDG_STATE_HOME"] = str(Path(configs[0]).parent / "mcpvisor-state")
     args = ["serve", *(arg for config in configs for arg in ("--config", str(config))), *(flags or [])]
     return StdioServerParameters(command=str(mcpvisor_bin()), args=args, env=env)
 

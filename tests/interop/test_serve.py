@@ -331,11 +331,14 @@ def added() -> str:
 
 async def test_serve_editing_a_server_adds_its_tool(tmp_path: Path, errlog) -> None:
     """Editing a served Python server's file reloads it; the client gets one
-    tools/list_changed and can call the new `py__added`."""
+    tools/list_changed and can call the new `py__added`. (Its entry is not
+    pinned: under the default policy a tool that appears later is held back
+    until approved, which pin_e2e.rs covers.)"""
     source = tmp_path / "server.py"
     source.write_text(PY_SERVER.read_text())
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"py": {"command": sys.executable, "args": ["-u", str(source)]}}}))
+    entry = {"command": sys.executable, "args": ["-u", str(source)], "pin": "off"}
+    config.write_text(json.dumps({"mcpServers": {"py": entry}}))
     notifications: list[str] = []
 
     async def handler(message) -> None:

@@ -582,7 +582,9 @@ fn a_server_list_change_is_told_once_and_its_new_tool_is_callable() {
             Entry::fake("b", &[]),
         ],
     );
-    let mut p = serve(&config, &[]);
+    // Not pinned: under the default policy the new tool would be held
+    // back until approved (pin_e2e.rs).
+    let mut p = serve(&config, &["--pin", "off"]);
     initialize_with(&mut p, json!({}));
     let before = tool_names(&mut p, json!(1));
     assert!(before.contains(&"a__alpha".to_owned()), "{before:?}");

@@ -57,10 +57,18 @@ impl Proc {
     }
 
     /// Like `spawn`, with these variables added to mcpvisor's environment.
+    /// A `serve` keeps its state (pinned definitions, tokens) in a
+    /// directory of its own unless `env` names one (`XDG_STATE_HOME`):
+    /// tests reuse server names with other tools, which a shared pin store
+    /// would hold back.
     pub fn spawn_with_env(args: &[String], env: &[(&str, String)]) -> Self {
+        let own_state = (args.first().is_some_and(|a| a == "serve")
+            && !env.iter().any(|(k, _)| *k == "XDG_STATE_HOME"))
+        .then(fresh_state_dir);
         let mut child = Command::new(mcpvisor())
             .args(args)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .envs(own_state.iter().map(|dir| ("XDG_STATE_HOME", dir)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -369,6 +377,13 @@ pub fn finish(mut child: Child, args: &[&str]) -> std::process::Output {
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().expect("output")
+}
+
+/// A new, empty state directory (`XDG_STATE_HOME`) for one mcpvisor.
+pub fn fresh_state_dir() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    temp_dir(&format!("state-{n}"))
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
