@@ -110,8 +110,9 @@ done
 start_mcpvisor run run ${CONFORMANCE_MCPVISOR_FLAGS:-} --http 127.0.0.1:0 -- "$PYTHON" "$FIXTURE"
 "$PYTHON" -c 'import json, sys; print(json.dumps({"mcpServers": {"fx": {"command": sys.argv[1], "args": [sys.argv[2]]}}}))' \
     "$PYTHON" "$FIXTURE" >"$WORK/servers.json"
+# Its pinned definitions in a state directory of its own, never the user's.
 # shellcheck disable=SC2086
-start_mcpvisor serve serve ${CONFORMANCE_MCPVISOR_FLAGS:-} --config "$WORK/servers.json" --http 127.0.0.1:0
+XDG_STATE_HOME="$WORK/state" start_mcpvisor serve serve ${CONFORMANCE_MCPVISOR_FLAGS:-} --config "$WORK/servers.json" --http 127.0.0.1:0
 echo "conformance: direct ${URLS[direct]}, run ${URLS[run]}, serve ${URLS[serve]}" >&2
 
 # Each must be ready before the suite starts: its first scenario has no

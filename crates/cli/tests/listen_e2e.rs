@@ -121,6 +121,9 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         config.display().to_string(),
         "--http".into(),
         "127.0.0.1:0".into(),
+        // Its server gains a tool below, which pinning would hold back.
+        "--pin".into(),
+        "off".into(),
     ]);
     let url = format!("http://{}/mcp", p.http_address());
     let http = reqwest::Client::new();
