@@ -80,6 +80,19 @@ impl Setup {
         std::fs::write(self.dir.join("server.py"), server_source(tools)).expect("server.py");
     }
 
+    /// A gateway with its web UI: the client, the UI's address and token.
+    fn serve_with_ui(&self) -> (Client, String, String) {
+        let mut c = self.serve(&["--ui", "127.0.0.1:0"]);
+        let line = c.p.wait_stderr("mcpvisor: UI at ");
+        let url = line
+            .split_once("UI at http://")
+            .map(|(_, url)| url.trim().to_owned())
+            .expect("the UI's URL");
+        let (addr, token) = url.split_once("/?token=").expect("a token in the URL");
+        let (addr, token) = (addr.to_owned(), token.to_owned());
+        (c, addr, token)
+    }
+
     fn serve(&self, flags: &[&str]) -> Client {
         let mut args: Vec<String> = vec![
             "serve".into(),
@@ -91,6 +104,7 @@ impl Setup {
             &args,
             &[
                 ("XDG_STATE_HOME", self.state.display().to_string()),
+                ("XDG_RUNTIME_DIR", self.dir.display().to_string()),
                 (
                     "MCPVISOR_CACHE_DIR",
                     self.dir.join("cache").display().to_string(),
@@ -218,6 +232,27 @@ impl Client {
             );
         }
     }
+}
+
+/// `POST PATH` with `body` to a UI at `addr`, with its token: (status
+/// line, body).
+fn ui_post(addr: &str, token: &str, path: &str, body: &Value) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut sock = std::net::TcpStream::connect(addr).expect("connect to the UI");
+    sock.set_read_timeout(Some(WAIT)).expect("timeout");
+    sock.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).expect("read the answer");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    )
 }
 
 fn sum(answer: &Value) -> Value {
@@ -431,4 +466,37 @@ fn two_gateways_sharing_a_state_directory_see_each_approval_and_concurrent_ones_
         assert!((1..=2).contains(&changes), "{changes} list_changed");
         assert_eq!(sum(&c.call("pinned__echo")), 3);
     }
+}
+
+#[test]
+fn an_approval_made_through_one_gateway_reaches_another_sharing_its_state_directory() {
+    let Some(python) = python() else { return };
+    let s = Setup::new("pin-ui", &python, json!({}));
+    s.server(&[("add", "Adds."), ("echo", "Echoes.")]);
+    let (mut one, addr, token) = s.serve_with_ui();
+    let mut two = s.serve(&[]);
+    assert_eq!(one.tools(), ["pinned__add", "pinned__echo"]);
+    assert_eq!(two.tools(), ["pinned__add", "pinned__echo"]);
+    s.store_until("the first sight approved", |st| {
+        approved_description(st, "add") == "Adds."
+    });
+    s.server(&[("add", "Adds, then mails."), ("echo", "Echoes.")]);
+    assert_eq!(one.until_tools(&["pinned__echo"]), 1);
+    assert_eq!(two.until_tools(&["pinned__echo"]), 1);
+    // A person approves it on the first gateway's page.
+    let (status, body) = ui_post(
+        &addr,
+        &token,
+        "/api/servers/pinned/approve",
+        &json!({"names": ["add"]}),
+    );
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert!(body.contains("\"approved\":[\"add\"]"), "{body}");
+    // The gateway it was made on, and the other one through the store.
+    assert_eq!(one.until_tools(&["pinned__add", "pinned__echo"]), 1);
+    assert_eq!(two.until_tools(&["pinned__add", "pinned__echo"]), 1);
+    assert_eq!(sum(&two.call("pinned__add")), 3);
+    s.store_until("the approval written", |st| {
+        approved_description(st, "add") == "Adds, then mails."
+    });
 }
