@@ -441,3 +441,75 @@ impl Hub {
 fn item_definition(kind: DefinitionKind, item: &Item) -> Option<Value> {
     crate::pins::definition(kind, item.raw.get())
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::pins::PinStore;
+
+    fn approve(name: &str) -> Edit {
+        Edit::Approve {
+            server: "s".into(),
+            defs: vec![(DefinitionKind::Tool, name.into(), json!({"name": name}))],
+            seen: Vec::new(),
+        }
+    }
+
+    fn approved(hub: &Hub) -> Vec<&String> {
+        hub.catalog.pins.view.servers["s"]
+            .approved
+            .iter()
+            .map(|(_, name, _)| name)
+            .collect()
+    }
+
+    #[test]
+    fn a_read_racing_an_unconfirmed_edit_keeps_it_and_a_failed_edit_is_dropped() {
+        let settings = crate::Settings {
+            pins: Some(PinStore::at("unused")),
+            ..crate::Settings::default()
+        };
+        let mut hub = Hub::new(settings, None);
+        hub.load_pins(Ok(PinFile::default()));
+        hub.edit_pins(approve("ours"));
+        let mut effects = Vec::new();
+        hub.take_effects(&mut effects);
+        assert!(
+            matches!(&effects[..], [Effect::Pins(PinJob::Edit(1, edit))] if *edit == approve("ours")),
+            "{effects:?}"
+        );
+        // A read of the file from before our edit was written, with another
+        // process's approval in it: both count.
+        let mut theirs = PinFile::default();
+        theirs.apply(&approve("theirs"));
+        hub.on_pins(PinsRead {
+            through: 0,
+            file: Ok(theirs.clone()),
+            failed: None,
+        });
+        assert_eq!(approved(&hub), ["ours", "theirs"]);
+        // The shell's answer to our edit: the file with both, and nothing
+        // left to replay.
+        let mut both = theirs;
+        both.apply(&approve("ours"));
+        hub.on_pins(PinsRead {
+            through: 1,
+            file: Ok(both.clone()),
+            failed: None,
+        });
+        assert!(hub.catalog.pins.unconfirmed.is_empty());
+        assert_eq!(hub.catalog.pins.view, both);
+        // An edit that could not be written leaves the view with it.
+        hub.edit_pins(approve("lost"));
+        assert_eq!(approved(&hub), ["lost", "ours", "theirs"]);
+        hub.on_pins(PinsRead {
+            through: 0,
+            file: Err("the pin store is behind".into()),
+            failed: Some((2, approve("lost"), "the pin store is behind".into())),
+        });
+        assert_eq!(approved(&hub), ["ours", "theirs"]);
+        assert!(hub.catalog.pins.unconfirmed.is_empty());
+    }
+}
