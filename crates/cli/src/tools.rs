@@ -44,10 +44,10 @@ pub struct Common {
     #[arg(long = "config", value_name = "FILE", required = true)]
     pub configs: Vec<PathBuf>,
     /// The pin policy of entries that name none, as given to serve.
-    #[arg(long, default_value = "tofu", value_parser = parse_pin)]
+    #[arg(long, value_name = "POLICY", default_value = "tofu", value_parser = parse_pin)]
     pub pin: PinPolicy,
     /// Bound on starting a server to read what it offers (when no gateway has written what it holds).
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DUR", default_value = "120s", value_parser = parse_duration)]
     pub timeout: Duration,
 }
 
