@@ -81,6 +81,8 @@ async def http_front(args: list[str], errlog: TextIO, *, cwd: Path | None = None
     env[TAG_VAR] = process_tag()
     if cwd is not None:
         env["MCPVISOR_CACHE_DIR"] = str(cwd / "mcpvisor-cache")
+        # Pinned definitions of the test's own, never the user's.
+        env["XDG_STATE_HOME"] = str(cwd / "mcpvisor-state")
     proc = subprocess.Popen(
         [str(mcpvisor_bin()), *args],
         stdin=subprocess.DEVNULL,
