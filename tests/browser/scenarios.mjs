@@ -106,7 +106,8 @@ class Gateway {
     this.proc = spawn(BIN, ['serve', '--config', this.config, '--ui', this.ui, '--no-watch', ...this.args], {
       cwd: this.dir,
       stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, XDG_RUNTIME_DIR: this.dir, RUST_LOG: process.env.RUST_LOG || '', ...this.env },
+      // Its state (the pin store, OAuth tokens) in its own dir, not the user's.
+      env: { ...process.env, XDG_RUNTIME_DIR: this.dir, XDG_STATE_HOME: path.join(this.dir, 'state'), RUST_LOG: process.env.RUST_LOG || '', ...this.env },
     });
     running.add(this.proc);
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => {
@@ -178,12 +179,13 @@ class Gateway {
   }
 
   // A request to the UI's HTTP API as curl would send it.
-  async http(method, p, { bearer = true, headers = {}, body } = {}) {
+  // `body` is sent as JSON, `raw` as it is.
+  async http(method, p, { bearer = true, headers = {}, body, raw } = {}) {
     const h = { ...headers };
     if (bearer) h.Authorization = `Bearer ${this.token}`;
     if (body !== undefined) h['Content-Type'] = 'application/json';
     const res = await withTimeout(fetch(this.origin + p, {
-      method, headers: h, body: body === undefined ? undefined : JSON.stringify(body), redirect: 'manual',
+      method, headers: h, body: body === undefined ? raw : JSON.stringify(body), redirect: 'manual',
     }), 10000, `${method} ${p}`);
     const text = await res.text();
     return { status: res.status, headers: res.headers, text };
@@ -776,6 +778,126 @@ scenario('the page works from 360 px wide and by keyboard', 30000, async ({ brow
   assert(await page.locator('[aria-live]').count() >= 1, 'an aria-live region announces state changes');
   assert(problems.length === 0, problems.join('\n'));
   await context.close();
+});
+
+// ---- pinned definitions --------------------------------------------------------
+
+// A tool whose description changes while it is served goes through the real
+// quarantine: the gateway approved what the server offered first (the
+// default policy, tofu); the server's new description, read again at a
+// reload, is held back from clients until the Approve button on its page.
+scenario('a changed tool is held back with its diff until approved on the page', 60000, async ({ browser }) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'mcpvisor-pin-'));
+  const descFile = path.join(dir, 'description.txt');
+  const OLD = 'Says hello, politely.';
+  // Markup a server could put in a description: shown as text, never run.
+  const NEW = 'Says hello <b>loudly</b><img src="x" onerror="window.__injected = 1">';
+  fs.writeFileSync(descFile, OLD + '\n');
+  const extraFile = path.join(dir, 'wave.txt');
+  const gw = new Gateway(dir, {
+    shifty: { command: PYTHON, args: [MINI, '--description-file', descFile, '--extra-tool-file', extraFile] },
+  });
+  const listed = async () => {
+    const r = await gw.request('tools/list', {});
+    assert(r.result, `tools/list failed: ${JSON.stringify(r.error)}`);
+    return r.result.tools;
+  };
+  try {
+    await gw.start();
+    const first = await until('shifty__hello listed', async () => (await listed()).find((t) => t.name === 'shifty__hello'), 20000, 200);
+    assert(first.description === OLD, `the first description: ${first.description}`);
+    const { page, problems, context } = await openUi(browser, gw);
+    await waitRow(page, 'shifty', 'ready', 20000);
+    assert(await page.locator('tr[data-server="shifty"] .held').count() === 0, 'nothing is held back at first sight');
+
+    // The server changes its description; a reload makes the gateway list it again.
+    fs.writeFileSync(descFile, NEW + '\n');
+    await page.locator('tr[data-server="shifty"] th a').click();
+    await page.waitForSelector('.server-head[data-state="ready"]');
+    await page.getByRole('button', { name: 'Reload', exact: true }).click();
+
+    // Held back: out of the clients' list, a call refused with -32012.
+    await until('shifty__hello to leave the gateway\'s list', async () => !(await listed()).some((t) => t.name === 'shifty__hello'), 20000, 200);
+    const refused = await gw.request('tools/call', { name: 'shifty__hello', arguments: { who: 'x' } });
+    assert(refused.error && refused.error.code === -32012, `a call to the held-back tool: ${JSON.stringify(refused)}`);
+
+    // Its page lists it, with the diff of the old and new text.
+    const item = page.locator('[data-held-item="hello"]');
+    await item.waitFor({ timeout: 15000 });
+    assert(await item.getAttribute('data-kind') === 'tool' && await item.getAttribute('data-change') === 'changed',
+      `kind and change: ${await item.getAttribute('data-kind')} ${await item.getAttribute('data-change')}`);
+    const removed = await item.locator('pre.diff del').allInnerTexts();
+    const added = await item.locator('pre.diff ins').allInnerTexts();
+    assert(removed.some((l) => l.startsWith('-') && l.includes(OLD)), `the diff's removed lines have the old text: ${JSON.stringify(removed)}`);
+    assert(added.some((l) => l.startsWith('+') && l.includes(NEW.replace(/"/g, '\\"'))), `the diff's added lines have the new text, as text: ${JSON.stringify(added)}`);
+    assert(await page.locator('.held-card b, .held-card img').count() === 0, 'the description\'s markup made no element');
+    assert(await page.evaluate(() => window.__injected) === undefined, 'the description\'s markup ran nothing');
+    const colours = await item.locator('pre.diff del').first().evaluate((el) => getComputedStyle(el).backgroundColor);
+    assert(colours !== 'rgba(0, 0, 0, 0)', 'a removed line has a background of its own');
+    assert((await page.locator('.held-card h2').innerText()).includes('Held back (1)'), 'the section counts it');
+    await shot(page, 'held-back');
+
+    // The servers table marks the server.
+    await page.goto(gw.origin + '/#/');
+    const badge = page.locator('tr[data-server="shifty"] .held');
+    await badge.waitFor();
+    assert((await badge.innerText()).includes('1 held back'), `the row's badge: ${await badge.innerText()}`);
+    assert((await page.locator('.summary').innerText()).includes('1 definition held back'), 'the summary counts it');
+
+    // Approve: it leaves the page, and clients see it again, as offered now.
+    await page.locator('tr[data-server="shifty"] th a').click();
+    await item.waitFor();
+    const notesBefore = gw.notifications.length;
+    await item.getByRole('button', { name: 'Approve tool hello' }).click();
+    await until('the approved tool to leave the page', async () => (await page.locator('[data-held-item]').count()) === 0, 10000, 50);
+    await until('the page to say it was approved', async () => (await page.locator('[data-held-msg]').innerText()).startsWith('Approved hello'), 5000, 50);
+    const back = await until('shifty__hello back in the list', async () => (await listed()).find((t) => t.name === 'shifty__hello'), 10000, 200);
+    assert(back.description === NEW, `the approved description is the new one: ${back.description}`);
+    await until('clients to be told the list changed', async () => gw.notifications.slice(notesBefore).some((n) => n.method === 'notifications/tools/list_changed'), 5000, 50);
+    assert((await gw.callTool('shifty__hello', { who: 'pin' })) === 'hello, pin', 'the approved tool answers');
+    await page.goto(gw.origin + '/#/');
+    await waitRow(page, 'shifty', 'ready');
+    await until('the row\'s badge to go', async () => (await page.locator('tr[data-server="shifty"] .held').count()) === 0, 10000, 50);
+
+    // A tool that appears later is held back as new, every line of it
+    // added; Approve all lets it through.
+    fs.writeFileSync(extraFile, 'Waves.\n');
+    await page.locator('tr[data-server="shifty"] th a').click();
+    await page.waitForSelector('.server-head[data-state="ready"]');
+    await page.getByRole('button', { name: 'Reload', exact: true }).click();
+    const wave = page.locator('[data-held-item="wave"]');
+    await wave.waitFor({ timeout: 20000 });
+    assert(await wave.getAttribute('data-change') === 'new', `a tool that appeared is new: ${await wave.getAttribute('data-change')}`);
+    assert(await wave.locator('pre.diff del').count() === 0 && await wave.locator('pre.diff ins').count() > 0, 'a new tool\'s diff only adds');
+    assert(!(await listed()).some((t) => t.name === 'shifty__wave'), 'the new tool is not listed before it is approved');
+    await page.getByRole('button', { name: 'Approve all' }).click();
+    await until('the new tool to leave the page', async () => (await page.locator('[data-held-item]').count()) === 0, 10000, 50);
+    await until('shifty__wave in the list', async () => (await listed()).some((t) => t.name === 'shifty__wave'), 10000, 200);
+    assert((await gw.callTool('shifty__wave')) === 'o/', 'the approved new tool answers');
+
+    // The API: the same checks as the other changes, and clear errors.
+    let r = await gw.http('POST', '/api/servers/nope/approve', { body: { names: [] } });
+    assert(r.status === 404 && JSON.parse(r.text).error, `an unknown server: ${r.status} ${r.text}`);
+    r = await gw.http('POST', '/api/servers/shifty/approve', { headers: { 'Content-Type': 'application/json' }, body: undefined, raw: '{"names": [' });
+    assert(r.status === 400 && JSON.parse(r.text).error, `bad JSON: ${r.status} ${r.text}`);
+    r = await gw.http('POST', '/api/servers/shifty/approve', { body: { name: 'hello' } });
+    assert(r.status === 400, `an unknown field is refused, not read as "all": ${r.status} ${r.text}`);
+    r = await gw.http('POST', '/api/servers/shifty/approve', { body: { names: [] } });
+    assert(r.status === 200 && JSON.stringify(JSON.parse(r.text).approved) === '[]', `nothing left to approve: ${r.status} ${r.text}`);
+    r = await gw.http('POST', '/api/servers/shifty/approve', { headers: { Origin: 'http://evil.example' }, body: { names: [] } });
+    assert(r.status === 403, `from another origin: ${r.status}`);
+    const noCsrf = await page.evaluate(async () => (await fetch('/api/servers/shifty/approve', {
+      method: 'POST', credentials: 'same-origin', headers: { 'Content-Type': 'application/json' }, body: '{"names":[]}',
+    })).status);
+    assert(noCsrf === 403, `a cookie POST without the CSRF token: ${noCsrf}`);
+    const detail = JSON.parse((await gw.http('GET', '/api/servers/shifty')).text);
+    assert(Array.isArray(detail.quarantine) && detail.quarantine.length === 0 && detail.quarantined === 0, `the detail after approving: ${JSON.stringify(detail.quarantine)} ${detail.quarantined}`);
+    assert(problems.length === 0, problems.join('\n'));
+    await context.close();
+  } finally {
+    await gw.stop();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 // ---- the README's screenshot -------------------------------------------------
