@@ -835,6 +835,7 @@ scenario('a changed tool is held back with its diff until approved on the page',
     const colours = await item.locator('pre.diff del').first().evaluate((el) => getComputedStyle(el).backgroundColor);
     assert(colours !== 'rgba(0, 0, 0, 0)', 'a removed line has a background of its own');
     assert((await page.locator('.held-card h2').innerText()).includes('Held back (1)'), 'the section counts it');
+    assert(await page.locator('[data-section="tools"] [data-tool="hello"] [data-held-tag]').count() === 1, 'the Tools section marks it held back');
     await shot(page, 'held-back');
 
     // The servers table marks the server.

@@ -768,17 +768,32 @@
       }
     }
 
-    function renderTools(tools) {
+    // The names of one kind of its definitions that are held back, to mark
+    // them where the server's lists show them as it offers them.
+    function heldNames(d, kind) {
+      return new Set((Array.isArray(d.quarantine) ? d.quarantine : []).filter((q) => q.kind === kind).map((q) => q.name));
+    }
+
+    function heldTag(held, n) {
+      return held.has(n) ? h('span', { class: 'tag change-changed', 'data-held-tag': '', text: 'held back' }) : null;
+    }
+
+    function renderTools(tools, held) {
       toolsSec.count.textContent = ` (${tools.length})`;
       clear(toolsSec.body);
       if (!tools.length) {
         toolsSec.body.appendChild(h('p', { class: 'muted', text: 'No tools listed.' }));
         return;
       }
-      toolsSec.body.appendChild(h('ul', { class: 'items' }, tools.map(toolItem)));
+      toolsSec.body.appendChild(h('ul', { class: 'items' }, tools.map((t) => {
+        const li = toolItem(t);
+        const tag = heldTag(held, t.name);
+        if (tag) li.querySelector('.item-name').appendChild(tag);
+        return li;
+      })));
     }
 
-    function renderPrompts(prompts) {
+    function renderPrompts(prompts, held) {
       promptsSec.count.textContent = ` (${prompts.length})`;
       clear(promptsSec.body);
       if (!prompts.length) {
@@ -786,7 +801,7 @@
         return;
       }
       promptsSec.body.appendChild(h('ul', { class: 'items' }, prompts.map((p) => h('li', { class: 'item' },
-        h('div', { class: 'item-name' }, h('code', { text: p.name || '' })),
+        h('div', { class: 'item-name' }, h('code', { text: p.name || '' }), heldTag(held, p.name)),
         p.description ? h('p', { class: 'item-desc', text: p.description }) : null,
         (p.arguments && p.arguments.length) ? argTable(p.arguments.map((a) => ({
           name: a.name, type: '', required: !!a.required, description: a.description || '',
@@ -1208,8 +1223,8 @@
         const live = store.servers.get(name);
         renderHead(live || d);
         renderHeld(Array.isArray(d.quarantine) ? d.quarantine : []);
-        renderTools(d.tools || []);
-        renderPrompts(d.prompts || []);
+        renderTools(d.tools || [], heldNames(d, 'tool'));
+        renderPrompts(d.prompts || [], heldNames(d, 'prompt'));
         renderResources(d.resources || []);
         renderCrash(d.last_crash);
         renderEarlier(d.crashes);
