@@ -844,6 +844,15 @@ scenario('a changed tool is held back with its diff until approved on the page',
     await badge.waitFor();
     assert((await badge.innerText()).includes('1 held back'), `the row's badge: ${await badge.innerText()}`);
     assert((await page.locator('.summary').innerText()).includes('1 definition held back'), 'the summary counts it');
+    // At 360 px, the badge and the diff stay within the page.
+    await page.setViewportSize({ width: 360, height: 740 });
+    assert(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth) <= 0, 'the held-back badge fits at 360 px');
+    await page.goto(gw.origin + '/#/server/shifty');
+    await item.waitFor();
+    assert(await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth) <= 0, 'the held-back card fits at 360 px');
+    await shot(page, 'held-back-360');
+    await page.setViewportSize({ width: 1280, height: 800 });
+    await page.goto(gw.origin + '/#/');
 
     // Approve: it leaves the page, and clients see it again, as offered now.
     await page.locator('tr[data-server="shifty"] th a').click();
@@ -885,6 +894,8 @@ scenario('a changed tool is held back with its diff until approved on the page',
     assert(r.status === 400, `an unknown field is refused, not read as "all": ${r.status} ${r.text}`);
     r = await gw.http('POST', '/api/servers/shifty/approve', { body: { names: [] } });
     assert(r.status === 200 && JSON.stringify(JSON.parse(r.text).approved) === '[]', `nothing left to approve: ${r.status} ${r.text}`);
+    r = await gw.http('POST', '/api/servers/shifty/approve', { body: { names: ['hello'] } });
+    assert(r.status === 409 && JSON.parse(r.text).error, `a name not held back: ${r.status} ${r.text}`);
     r = await gw.http('POST', '/api/servers/shifty/approve', { headers: { Origin: 'http://evil.example' }, body: { names: [] } });
     assert(r.status === 403, `from another origin: ${r.status}`);
     const noCsrf = await page.evaluate(async () => (await fetch('/api/servers/shifty/approve', {
