@@ -1034,6 +1034,8 @@ impl Hub {
     /// Removes a pending request and its indexes.
     pub(crate) fn take_pending(&mut self, gid: u64) -> Option<Pending> {
         let p = self.calls.pending.remove(&gid)?;
+        // A bridged call that is answered or dropped ends its bridge.
+        self.calls.bridges.calls.remove(&gid);
         match &p {
             Pending::Front {
                 front, id, backend, ..
@@ -1220,7 +1222,12 @@ impl Hub {
 
     /// Finishes a call's audit record with the answer it got: its server's,
     /// or the gateway's on its behalf.
-    fn audit_answer(&self, audit: Option<Box<crate::audit::Call>>, at: Instant, answer: &[u8]) {
+    pub(super) fn audit_answer(
+        &self,
+        audit: Option<Box<crate::audit::Call>>,
+        at: Instant,
+        answer: &[u8],
+    ) {
         if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
             log.finish(*call, at.elapsed(), answer);
         }
@@ -1246,7 +1253,13 @@ impl Hub {
         }
     }
 
-    fn on_response(&mut self, id: BackendId, gid: u64, line: &Bytes, env: &Envelope<'_>) {
+    pub(super) fn on_response(
+        &mut self,
+        id: BackendId,
+        gid: u64,
+        line: &Bytes,
+        env: &Envelope<'_>,
+    ) {
         match self.take_pending(gid) {
             Some(Pending::Front {
                 front,
@@ -1281,7 +1294,10 @@ impl Hub {
                 self.emit_to(front, out, Some(front_id));
             }
             Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line),
-            None => {}
+            None => {
+                // A call waiting for its client's retry keeps the answer.
+                self.bridge_answered(gid, line);
+            }
         }
     }
 
@@ -1476,6 +1492,14 @@ impl Hub {
             // Until a client has initialized, what it can take is unknown,
             // and nothing may be sent to it: hold the request (bounded).
             self.calls.early.push((id, line.clone()));
+            return;
+        }
+        // On behalf of a 2026-07-28 client's call: the bridge's.
+        let call = match self.attribute(id) {
+            Ok((front, Some(related))) => self.calls.by_front_id.get(&(front, related)).copied(),
+            _ => None,
+        };
+        if self.bridge_ask(id, call, line, env) {
             return;
         }
         let (target, declined) = match self.attribute(id) {
@@ -1830,7 +1854,7 @@ fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
 }
 
 /// Whether an `elicitation/create` asks for URL mode (2025-11-25).
-fn is_url_mode(line: &[u8]) -> bool {
+pub(super) fn is_url_mode(line: &[u8]) -> bool {
     mcpvisor_jsonrpc::envelope::raw_params(line)
         .and_then(|p| RawObject::parse(p.get()))
         .and_then(|o| o.str("mode"))
@@ -1845,7 +1869,7 @@ pub(crate) const MISSING_CAPABILITY: i64 = -32021;
 
 /// The `data` of a -32021 refusal of a server's request: the client
 /// capabilities it needs, as a `ClientCapabilities` object.
-fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_json::Value> {
+pub(super) fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_json::Value> {
     let needed = match method {
         "sampling/createMessage" => serde_json::json!({"sampling": {}}),
         "elicitation/create" if is_url_mode(line) => {

@@ -35,6 +35,9 @@ use crate::fronts::FrontId;
 ///   and then answers its front once;
 /// - a parked request is in `parked` until the servers settle or its
 ///   deadline passes, and is then answered or handled again, once;
+/// - a bridged call is in `bridges` until it is answered or its round runs
+///   out; while a round is out its entry holds the call's [`Pending`], which
+///   is then in `pending` under no key;
 /// - `early` holds at most [`MAX_EARLY`](super::backend) servers' requests
 ///   that came before any front could take them.
 #[derive(Debug, Default)]
@@ -54,6 +57,8 @@ pub(crate) struct Calls {
     pub parked: VecDeque<Parked>,
     /// Backends' requests that arrived before any client initialized.
     pub early: Vec<(BackendId, Bytes)>,
+    /// 2026-07-28 calls whose servers asked their clients something.
+    pub bridges: super::bridge::Bridges,
 }
 
 impl Calls {
@@ -136,6 +141,9 @@ pub(crate) enum Pending {
         tasks: bool,
         /// When it was sent on, for its latency.
         at: Instant,
+        /// A 2026-07-28 call whose server may ask its client something
+        /// through the bridge (`bridge.rs`): what the call declared.
+        modern: Option<super::bridge::Caps>,
         /// Its audit record, begun (an audited method with the audit on).
         audit: Option<Box<crate::audit::Call>>,
     },

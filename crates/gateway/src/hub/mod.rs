@@ -39,6 +39,7 @@
 //! effect names.
 
 mod backend;
+mod bridge;
 mod calls;
 mod front;
 mod front_table;
@@ -217,6 +218,8 @@ pub(crate) enum Timer {
     Idle(BackendId),
     /// A server's throttled row may be published.
     Publish(BackendId),
+    /// A bridged call's round may have run out (its gateway id).
+    Bridge(u64),
 }
 
 /// One input of the core: everything the shell hands it.
@@ -792,6 +795,7 @@ impl Hub {
             Timer::Health(b) => self.on_health(b),
             Timer::Idle(b) => self.on_idle(b),
             Timer::Publish(b) => self.on_publish_timer(b),
+            Timer::Bridge(gid) => self.on_bridge_timer(gid),
         }
     }
 

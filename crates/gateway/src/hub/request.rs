@@ -262,6 +262,10 @@ impl Hub {
     }
 
     fn serve_request(&mut self, front: FrontId, req: &FrontRequest<'_>, attempt: Attempt) {
+        // The retry of a call whose server asked the client something.
+        if self.bridge_retry(front, req) {
+            return;
+        }
         // A 2026-07-28 request before any handshake makes its front a
         // 2026-07-28 client.
         if req.era == Era::Stateless {
@@ -560,6 +564,16 @@ impl Hub {
         }
         // Answers that may hand out or describe a task: their task ids are
         // namespaced on the way back.
+        let bridged = match req.ask {
+            Ask::Named(named) => Some(named.method()),
+            Ask::Resource(ResourceOp::Read) => Some("resources/read"),
+            Ask::Complete => Some("completion/complete"),
+            _ => None,
+        };
+        let modern = match req.era {
+            Era::Stateless => bridged.map(|m| super::bridge::Caps::of(m, req.meta.as_ref())),
+            Era::Handshake => None,
+        };
         let tasks = matches!(req.ask, Ask::Task(_))
             || req.params.as_ref().is_some_and(|p| p.get("task").is_some())
             || (req.era == Era::Stateless && req.ask == Ask::Named(Named::Tool));
@@ -573,6 +587,7 @@ impl Hub {
                 wrap,
                 tasks,
                 at: Instant::now(),
+                modern,
                 audit,
             },
         );

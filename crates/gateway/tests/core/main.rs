@@ -3,6 +3,7 @@
 //! pings, idle stops, parked lists, the session's restarts) cost nothing,
 //! and every run of a test is the same run.
 
+mod bridge;
 mod listen;
 mod pins;
 mod support;

@@ -325,6 +325,8 @@ async fn run_worker(
         }
     });
     let mut lines = BufReader::new(stdin).lines();
+    // A call of the tool `ask` that waits for the client's answers.
+    let mut asking: Option<Asking> = None;
     while let Ok(Some(line)) = lines.next_line().await {
         let msg: Value = serde_json::from_str(&line).expect("the session wrote JSON");
         w.servers.lock().seen.push(Seen {
@@ -337,6 +339,22 @@ async fn run_worker(
             continue;
         };
         if method.is_empty() {
+            // An answer to one of the server's own requests.
+            if let Some(mut a) = asking.take() {
+                a.answers.push(msg.clone());
+                if a.answers.len() == a.total {
+                    let done = json!({"jsonrpc": "2.0", "id": a.call, "result": {
+                        "content": [{"type": "text", "text": "done"}],
+                        "structuredContent": {"answers": a.answers},
+                    }});
+                    let _ = out.send(done.to_string());
+                } else {
+                    if !a.rest.is_empty() {
+                        let _ = out.send(a.rest.remove(0).to_string());
+                    }
+                    asking = Some(a);
+                }
+            }
             continue;
         }
         let reply = |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
@@ -461,6 +479,37 @@ async fn run_worker(
                         return 3;
                     }
                     "hang" => {}
+                    "ask" => {
+                        // Asks the client each of `asks` ({method, params}),
+                        // one after the other's answer (or all at once with
+                        // `together`), and answers with every answer.
+                        let mut asks: Vec<Value> = args["asks"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, a)| {
+                                json!({"jsonrpc": "2.0", "id": format!("ask-{}", i + 1),
+                                    "method": a["method"], "params": a["params"]})
+                            })
+                            .collect();
+                        let total = asks.len();
+                        let first: Vec<Value> = if args["together"] == true {
+                            std::mem::take(&mut asks)
+                        } else {
+                            asks.drain(..1.min(total)).collect()
+                        };
+                        for m in first {
+                            let _ = out.send(m.to_string());
+                        }
+                        asking = Some(Asking {
+                            call: id.clone(),
+                            rest: asks,
+                            answers: Vec::new(),
+                            total,
+                        });
+                    }
                     "sleep" => {
                         let ms = args["ms"].as_u64().unwrap_or(100);
                         let out = out.clone();
@@ -483,6 +532,17 @@ async fn run_worker(
     }
     drop(writer);
     0
+}
+
+/// The scripted tool `ask` in progress.
+struct Asking {
+    /// The call's id.
+    call: Value,
+    /// The requests still to send.
+    rest: Vec<Value>,
+    /// The client's answers (the whole responses), in order.
+    answers: Vec<Value>,
+    total: usize,
 }
 
 /// A tool's answer: who answered, and its arguments back.
