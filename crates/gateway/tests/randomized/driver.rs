@@ -1,10 +1,12 @@
-//! The front client: random operations, each written down where it
-//! happened in the stream of what the gateway sent back.
+//! The front clients: random operations, each written down where it
+//! happened in the stream of what the gateway sent back to its front.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
+use bytes::Bytes;
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId};
 use mcpvisor_gateway::{Control, ServerPlan};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, NOT_STARTED, PARSE_ERROR, REQUEST_TIMEOUT, WORKER_LOST};
 use nix::sys::signal::Signal;
@@ -78,106 +80,213 @@ impl Upset {
 }
 
 /// An [`Upset`] of one server, and when.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Disruption {
     pub backend: usize,
-    /// How much of the stream had arrived when it was done.
-    pub at: usize,
+    /// How much of each front's stream had arrived when it was done.
+    pub at: Vec<usize>,
     pub upset: Upset,
 }
 
 /// One `tools/call` the driver sent.
 #[derive(Debug)]
 pub struct Call {
+    /// The front it was sent on.
+    pub front: usize,
     pub id: Value,
     pub backend: usize,
     pub tool: Tool,
     pub token: Option<Value>,
-    /// How much of the stream had arrived when it was sent.
+    /// How much of its front's stream had arrived when it was sent.
     pub sent: usize,
     /// The earlier call, still in flight, whose id it reuses.
     pub reuses: Option<usize>,
     /// A later call reuses its id.
     pub reused: bool,
-    /// The id of the ping sent right after its cancel.
+    /// The id of the request sent on its front right after its cancel
+    /// (`ping`, or `server/discover` from a 2026-07-28 front).
     pub barrier: Option<Value>,
 }
 
-/// The front client: sends, and keeps everything received in order.
-pub struct Driver {
-    pub seed: u64,
-    pub rng: fastrand::Rng,
-    pub names: Vec<String>,
-    pub tx: Option<DuplexStream>,
-    pub lines: mpsc::Receiver<String>,
-    /// Everything the gateway sent the front, in order.
+/// The protocol era a front speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// `initialize` first, then requests as they are.
+    Handshake,
+    /// 2026-07-28: no handshake, the `_meta` envelope on every request,
+    /// `resultType` on every result, and nothing sent to it it did not ask
+    /// for.
+    Modern,
+}
+
+/// How a front's lines reach the gateway.
+pub enum Link {
+    /// The one stdio client of [`mcpvisor_gateway::Hub::run`], on a pipe.
+    Pipe(DuplexStream),
+    /// A front of [`mcpvisor_gateway::Hub::serve`], on its front channel.
+    Channel {
+        id: FrontId,
+        tx: mpsc::Sender<FrontCommand>,
+    },
+}
+
+/// One message the gateway sent a front.
+#[derive(Debug)]
+pub struct Received {
+    pub front: usize,
+    pub line: String,
+    /// The request it belongs to, as the hub told the front's transport
+    /// (`Outbound::related`); never known on a pipe.
+    pub related: Option<String>,
+}
+
+/// One front client: what it sent, and everything it received in order.
+pub struct Front {
+    pub era: Era,
+    /// `None` once closed.
+    pub link: Option<Link>,
+    /// Everything the gateway sent it, in order.
     pub log: Vec<Value>,
+    /// Beside each message of `log`, the request the hub related it to.
+    pub related: Vec<Option<String>>,
+    /// Whether the hub tells this front's transport what each message
+    /// belongs to (a channel does, a pipe cannot).
+    pub relates: bool,
     /// Responses so far, by id as JSON text.
     pub answered: HashMap<String, usize>,
     /// Every id sent so far, as JSON text.
     pub used: HashSet<String>,
     /// The calls under each id, by id as JSON text.
     pub by_id: HashMap<String, Vec<usize>>,
-    pub calls: Vec<Call>,
-    /// The gateway's own answers expected: `ping`s, `initialize`, the list.
+    /// The gateway's own answers expected: `ping`s, `server/discover`,
+    /// `initialize`, the list.
     pub plain: Vec<Value>,
-    /// What may cost a server's calls their answers, where in the stream.
+    /// Lines sent that are not JSON.
+    pub garbage: usize,
+    /// Calls sent on it so far: ids and tokens are counted per front, so
+    /// that fronts use the same ones at once.
+    pub sent_calls: usize,
+}
+
+impl Front {
+    pub fn new(era: Era, link: Link) -> Self {
+        Front {
+            relates: matches!(link, Link::Channel { .. }),
+            era,
+            link: Some(link),
+            log: Vec::new(),
+            related: Vec::new(),
+            answered: HashMap::new(),
+            used: HashSet::new(),
+            by_id: HashMap::new(),
+            plain: Vec::new(),
+            garbage: 0,
+            sent_calls: 0,
+        }
+    }
+
+    pub fn answers(&self, id: &Value) -> usize {
+        self.answered.get(&id.to_string()).copied().unwrap_or(0)
+    }
+
+    /// Ends the front: closes its pipe (dropped here), or tells the hub
+    /// it closed.
+    pub async fn close(&mut self) {
+        if let Some(Link::Channel { id, tx }) = self.link.take() {
+            tokio::time::timeout(WAIT, tx.send(FrontCommand::Close { front: id }))
+                .await
+                .expect("the gateway takes front commands")
+                .expect("the gateway runs");
+        }
+    }
+}
+
+/// `params` as `era` sends them: a 2026-07-28 request carries its
+/// protocol version, capabilities and client in `_meta`, beside what
+/// `_meta` already holds (a progress token).
+pub fn enveloped(era: Era, mut params: Value) -> Value {
+    if era == Era::Modern {
+        let meta = &mut params["_meta"];
+        meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "randomized", "version": "1"});
+    }
+    params
+}
+
+/// The front clients: send, and keep everything received in order.
+pub struct Driver {
+    pub seed: u64,
+    pub rng: fastrand::Rng,
+    pub names: Vec<String>,
+    pub fronts: Vec<Front>,
+    /// What the gateway sent, every front's, as it arrives.
+    pub lines: mpsc::Receiver<Received>,
+    pub calls: Vec<Call>,
+    /// What may cost a server's calls their answers, where in the streams.
     pub disruptions: Vec<Disruption>,
     /// Servers may crash-loop into their failed state, their tools
     /// withdrawn meanwhile.
     pub crash_loops: bool,
-    /// Lines sent that are not JSON.
-    pub garbage: usize,
     /// A server whose worker is stopped: (backend, pid, when it is let go
     /// on). Nothing is sent to it meanwhile.
     pub frozen: Option<(usize, i32, Instant)>,
     /// The configuration the gateway runs, and its control channel.
     pub plans: Vec<ServerPlan>,
     pub control: mpsc::Sender<Control>,
+    /// Calls sent under an id another front had in flight.
+    pub shared_ids: usize,
 }
 
 impl Driver {
-    pub fn take(&mut self, line: String) {
+    pub fn take(&mut self, r: Received) {
         let seed = self.seed;
+        let Received {
+            front: at,
+            line,
+            related,
+        } = r;
         let m: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("seed {seed}: not JSON on the front: {line:?}: {e}"));
+            .unwrap_or_else(|e| panic!("seed {seed}: not JSON on front {at}: {line:?}: {e}"));
+        let f = &mut self.fronts[at];
+        let pos = f.log.len();
+        f.log.push(m);
+        f.related.push(related);
+        let m = &f.log[pos];
         if let (Some(id), None) = (m.get("id"), m.get("method")) {
             let id = id.to_string();
             // Checked at once: a stray id would otherwise show only as a
             // call that is never answered.
             let parse_error = id == "null" && m["error"]["code"] == PARSE_ERROR;
             assert!(
-                parse_error || self.used.contains(&id),
-                "seed {seed}: an answer to {id}, an id the client never used: {m}"
+                parse_error || f.used.contains(&id),
+                "seed {seed}: an answer on front {at} to {id}, an id its client never used: {m}"
             );
-            *self.answered.entry(id.clone()).or_default() += 1;
+            *f.answered.entry(id.clone()).or_default() += 1;
             // An id used once is checked at once too: an answer routed to
             // the wrong call would otherwise show only as one never
             // answered. A reused id's two answers are matched at the end.
-            if let Some(&[k]) = self.by_id.get(&id).map(Vec::as_slice) {
-                let pos = self.log.len();
-                self.log.push(m);
+            if let Some(&[k]) = f.by_id.get(&id).map(Vec::as_slice) {
                 if let Err(e) = self.fits(k, pos) {
                     panic!(
                         "seed {seed}: call {k} ({:?}): {e}: {}",
-                        self.calls[k], self.log[pos]
+                        self.calls[k], self.fronts[at].log[pos]
                     );
                 }
-                return;
             }
         }
-        self.log.push(m);
     }
 
     /// Takes in whatever has arrived, so that positions are current.
     fn drain(&mut self) {
-        while let Ok(line) = self.lines.try_recv() {
-            self.take(line);
+        while let Ok(r) = self.lines.try_recv() {
+            self.take(r);
         }
     }
 
-    pub fn answers(&self, id: &Value) -> usize {
-        self.answered.get(&id.to_string()).copied().unwrap_or(0)
+    /// How many answers `front` got under `id`.
+    pub fn answers(&self, front: usize, id: &Value) -> usize {
+        self.fronts[front].answers(id)
     }
 
     /// Receives until `done` holds, at most [`WAIT`].
@@ -186,54 +295,82 @@ impl Driver {
         self.drain();
         while !done(self) {
             match tokio::time::timeout_at(deadline, self.lines.recv()).await {
-                Ok(Some(line)) => self.take(line),
-                Ok(None) => panic!("seed {}: the front output ended before {what}", self.seed),
+                Ok(Some(r)) => self.take(r),
+                Ok(None) => panic!("seed {}: the fronts' output ended before {what}", self.seed),
                 Err(_) => panic!(
-                    "seed {}: no {what} within {WAIT:?}; calls unanswered: {:#?}; the last lines: {:#?}",
+                    "seed {}: no {what} within {WAIT:?}; calls unanswered: {:#?}; the last lines of each front: {:#?}",
                     self.seed,
                     self.unanswered(),
-                    &self.log[self.log.len().saturating_sub(20)..]
+                    self.fronts
+                        .iter()
+                        .map(|f| &f.log[f.log.len().saturating_sub(10)..])
+                        .collect::<Vec<_>>()
                 ),
             }
         }
     }
 
-    async fn write(&mut self, line: String) {
+    async fn write(&mut self, front: usize, line: String) {
         self.drain();
-        let tx = self.tx.as_mut().expect("the front input is open");
-        tokio::time::timeout(WAIT, tx.write_all(format!("{line}\n").as_bytes()))
-            .await
-            .expect("the gateway reads its input")
-            .expect("the gateway's input is open");
+        let link = self.fronts[front].link.as_mut().expect("the front is open");
+        match link {
+            Link::Pipe(tx) => {
+                tokio::time::timeout(WAIT, tx.write_all(format!("{line}\n").as_bytes()))
+                    .await
+                    .expect("the gateway reads its input")
+                    .expect("the gateway's input is open");
+            }
+            Link::Channel { id, tx } => {
+                let message = FrontCommand::Message {
+                    front: *id,
+                    line: Bytes::from(line),
+                };
+                tokio::time::timeout(WAIT, tx.send(message))
+                    .await
+                    .expect("the gateway takes front commands")
+                    .expect("the gateway runs");
+            }
+        }
     }
 
-    pub async fn send(&mut self, m: Value) {
-        self.write(m.to_string()).await;
+    pub async fn send(&mut self, front: usize, m: Value) {
+        self.write(front, m.to_string()).await;
     }
 
-    /// A request the gateway answers itself; returns its id.
-    pub async fn plain(&mut self, id: Value, method: &str, params: Value) -> Value {
-        self.plain.push(id.clone());
-        self.used.insert(id.to_string());
-        self.send(json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}))
-            .await;
+    /// A request the gateway answers itself, in `front`'s era; returns its
+    /// id.
+    pub async fn plain(&mut self, front: usize, id: Value, method: &str, params: Value) -> Value {
+        let f = &mut self.fronts[front];
+        f.plain.push(id.clone());
+        f.used.insert(id.to_string());
+        let params = enveloped(f.era, params);
+        self.send(
+            front,
+            json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}),
+        )
+        .await;
         id
     }
 
-    /// Calls `tool` on `backend`, under a fresh id or the id of call
-    /// `reuse`; returns the call's index.
+    /// Calls `tool` on `backend` from `front`, under a fresh id or the id
+    /// of call `reuse` (of the same front); returns the call's index.
     async fn call(
         &mut self,
+        front: usize,
         backend: usize,
         tool: Tool,
         token: Option<Value>,
         reuse: Option<usize>,
     ) -> usize {
         let k = self.calls.len();
+        let j = self.fronts[front].sent_calls;
+        // Fronts count their ids alike, so several have the same id in
+        // flight: an answer that reached the wrong front would fit another
+        // call.
         let id = match reuse {
             Some(r) => self.calls[r].id.clone(),
-            None if self.rng.u64(..3) == 0 => json!(format!("s{}-{k}", self.seed)),
-            None => json!(k),
+            None if self.rng.u64(..3) == 0 => json!(format!("s{}-{j}", self.seed)),
+            None => json!(j),
         };
         let mut params = json!({
             "name": format!("{}__{}", self.names[backend], tool.name()),
@@ -242,24 +379,37 @@ impl Driver {
         if let Some(token) = &token {
             params["_meta"] = json!({ "progressToken": token });
         }
+        let params = enveloped(self.fronts[front].era, params);
         let line = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params});
         self.drain();
+        let key = id.to_string();
+        let elsewhere = self.fronts.iter().enumerate().any(|(at, f)| {
+            at != front
+                && f.by_id
+                    .get(&key)
+                    .is_some_and(|calls| f.answers(&id) < calls.len())
+        });
+        self.shared_ids += usize::from(elsewhere);
         if let Some(r) = reuse {
             self.calls[r].reused = true;
         }
-        self.used.insert(id.to_string());
-        self.by_id.entry(id.to_string()).or_default().push(k);
+        let f = &mut self.fronts[front];
+        f.sent_calls += 1;
+        f.used.insert(id.to_string());
+        f.by_id.entry(key).or_default().push(k);
+        let sent = f.log.len();
         self.calls.push(Call {
+            front,
             id,
             backend,
             tool,
             token,
-            sent: self.log.len(),
+            sent,
             reuses: reuse,
             reused: false,
             barrier: None,
         });
-        self.send(line).await;
+        self.send(front, line).await;
         k
     }
 
@@ -273,18 +423,20 @@ impl Driver {
                     && c.barrier.is_none()
                     && c.reuses.is_none()
                     && !c.reused
-                    && self.answers(&c.id) == 0
+                    && self.answers(c.front, &c.id) == 0
             })
             .collect()
     }
 
-    fn token(&mut self, k: usize) -> Option<Value> {
+    /// A progress token for `front`'s next call, or none.
+    fn token(&mut self, front: usize) -> Option<Value> {
+        let j = self.fronts[front].sent_calls;
         match self.rng.u64(..4) {
             0 => None,
-            1 => Some(json!(format!("tok-{}-{k}", self.seed))),
+            1 => Some(json!(format!("tok-{}-{j}", self.seed))),
             // Far from the gateway's own ids, so a token it forgot to
             // rewrite back cannot pass for one of the client's.
-            _ => Some(json!(5_000_000 + k as u64)),
+            _ => Some(json!(5_000_000 + j as u64)),
         }
     }
 
@@ -300,37 +452,39 @@ impl Driver {
             .filter(|b| Some(*b) != frozen)
             .collect();
         let backend = self.rng.choice(&awake).copied().expect("a server awake");
+        let front = self.rng.usize(..self.fronts.len());
         match self.rng.u64(..100) {
             0..30 => {
                 let tag = format!("{}-{n}-{:x}", self.seed, self.rng.u64(..));
                 let args = json!({"server": self.names[backend], "tag": tag});
-                self.call(backend, Tool::Echo(args), None, None).await;
+                self.call(front, backend, Tool::Echo(args), None, None)
+                    .await;
             }
             30..48 => {
                 let ms = 20 + self.rng.u64(..280);
                 let every = 10 + self.rng.u64(..40);
-                let token = self.token(self.calls.len());
-                self.call(backend, Tool::Sleep { ms, every }, token, None)
+                let token = self.token(front);
+                self.call(front, backend, Tool::Sleep { ms, every }, token, None)
                     .await;
             }
             48..53 => {
-                let token = self.token(self.calls.len());
-                self.call(backend, Tool::Hang, token, None).await;
+                let token = self.token(front);
+                self.call(front, backend, Tool::Hang, token, None).await;
             }
             53..63 => self.cancel().await,
             63..67 => {
                 self.disrupt(backend, Upset::Crash);
-                self.call(backend, Tool::Crash, None, None).await;
+                self.call(front, backend, Tool::Crash, None, None).await;
             }
             67..70 => self.kill(backend).await,
             70 => self.freeze(backend).await,
             71..75 => self.reuse_id(backend, n).await,
             75..78 => {
-                self.garbage += 1;
-                self.write("{not json".to_owned()).await;
+                self.fronts[front].garbage += 1;
+                self.write(front, "{not json".to_owned()).await;
             }
             78..83 => {
-                self.call(backend, Tool::Whoami, None, None).await;
+                self.call(front, backend, Tool::Whoami, None, None).await;
             }
             83..85 => self.reconfigure(backend).await,
             85..87 => {
@@ -350,8 +504,7 @@ impl Driver {
         }
     }
 
-    /// Cancels a call in flight, then pings: once the ping is answered, the
-    /// gateway has taken the cancel, and nothing more may come for the call.
+    /// Cancels a call in flight on any front.
     async fn cancel(&mut self) {
         let open = self.open(&["echo", "sleep", "hang", "whoami"]);
         if let Some(k) = self.rng.choice(&open).copied() {
@@ -359,16 +512,27 @@ impl Driver {
         }
     }
 
+    /// Cancels call `k`, then sends its front a request the gateway answers
+    /// itself: once that is answered, the gateway has taken the cancel, and
+    /// nothing more may come for the call. A handshake-era front pings; a
+    /// 2026-07-28 front, which has no `ping`, asks `server/discover`.
     async fn cancel_call(&mut self, k: usize) {
-        let id = self.calls[k].id.clone();
-        self.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id,"reason":"random"}}))
+        let (front, id) = (self.calls[k].front, self.calls[k].id.clone());
+        self.send(front, json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id,"reason":"random"}}))
             .await;
-        let barrier = self.plain(json!(format!("b-{k}")), "ping", json!({})).await;
+        let method = match self.fronts[front].era {
+            Era::Handshake => "ping",
+            Era::Modern => "server/discover",
+        };
+        let barrier = self
+            .plain(front, json!(format!("b-{k}")), method, json!({}))
+            .await;
         self.calls[k].barrier = Some(barrier);
     }
 
-    /// A second call under the id of one still in flight: refused, or, if
-    /// the first was answered meanwhile, routed like any other.
+    /// A second call under the id of one still in flight, on its front:
+    /// refused, or, if the first was answered meanwhile, routed like any
+    /// other.
     async fn reuse_id(&mut self, backend: usize, n: usize) {
         let open = self.open(&["sleep", "hang"]);
         let Some(k) = self.rng.choice(&open).copied() else {
@@ -376,16 +540,20 @@ impl Driver {
         };
         let tag = format!("{}-{n}-reused-{:x}", self.seed, self.rng.u64(..));
         let args = json!({"server": self.names[backend], "tag": tag});
-        self.call(backend, Tool::Echo(args), None, Some(k)).await;
+        let front = self.calls[k].front;
+        self.call(front, backend, Tool::Echo(args), None, Some(k))
+            .await;
     }
 
-    /// The pid of `backend`'s worker, asked with `whoami`, if it answers.
+    /// The pid of `backend`'s worker, asked with `whoami` from any front,
+    /// if it answers.
     async fn worker_pid(&mut self, backend: usize) -> Option<i32> {
-        let k = self.call(backend, Tool::Whoami, None, None).await;
+        let front = self.rng.usize(..self.fronts.len());
+        let k = self.call(front, backend, Tool::Whoami, None, None).await;
         let id = self.calls[k].id.clone();
-        self.wait_until("whoami's answer", |d| d.answers(&id) > 0)
+        self.wait_until("whoami's answer", |d| d.answers(front, &id) > 0)
             .await;
-        let answer = self
+        let answer = self.fronts[front]
             .log
             .iter()
             .rev()
@@ -411,10 +579,10 @@ impl Driver {
         let held: Vec<usize> = (0..self.calls.len())
             .filter(|&k| {
                 let c = &self.calls[k];
-                let id = c.id.to_string();
+                let f = &self.fronts[c.front];
                 c.backend == backend
                     && c.barrier.is_none()
-                    && self.answers(&c.id) < self.by_id[&id].len()
+                    && f.answers(&c.id) < f.by_id[&c.id.to_string()].len()
             })
             .collect();
         // A call whose id another call shares cannot be cancelled alone.
@@ -447,24 +615,31 @@ impl Driver {
         self.drain();
         self.disruptions.push(Disruption {
             backend,
-            at: self.log.len(),
+            at: self.fronts.iter().map(|f| f.log.len()).collect(),
             upset,
         });
     }
 
-    /// Whether the answer at `pos` can be call `k`'s.
+    /// Whether the answer at `pos` of its front's stream can be call `k`'s.
     pub fn fits(&self, k: usize, pos: usize) -> Result<(), String> {
         let c = &self.calls[k];
-        let m = &self.log[pos];
+        let f = &self.fronts[c.front];
+        let m = &f.log[pos];
         let name = &self.names[c.backend];
         if pos < c.sent {
             return Err("answered before it was sent".into());
+        }
+        if f.relates && f.related[pos].as_deref() != Some(c.id.to_string().as_str()) {
+            return Err(format!(
+                "related to {:?}, not to its own request",
+                f.related[pos]
+            ));
         }
         // Whether one of these was done to its server before the answer.
         let upset = |kinds: &[Upset]| {
             self.disruptions
                 .iter()
-                .any(|d| d.backend == c.backend && d.at <= pos && kinds.contains(&d.upset))
+                .any(|d| d.backend == c.backend && d.at[c.front] <= pos && kinds.contains(&d.upset))
         };
         if let Some(error) = m.get("error") {
             if let Some(server) = error["data"]["server"].as_str() {
@@ -504,6 +679,9 @@ impl Driver {
                 _ => Err(format!("an error it has no reason for ({code})")),
             };
         }
+        if f.era == Era::Modern && m["result"]["resultType"] != "complete" {
+            return Err("a 2026-07-28 result without resultType complete".into());
+        }
         let text = text_of(m).ok_or("a result without text")?;
         match &c.tool {
             Tool::Echo(args) => {
@@ -542,23 +720,30 @@ impl Driver {
 
     /// Calls not cancelled whose ids have fewer answers than calls.
     fn unanswered(&self) -> Vec<&Call> {
-        self.by_id
-            .values()
-            .filter(|calls| {
-                let expected = calls
-                    .iter()
-                    .filter(|k| self.calls[**k].barrier.is_none())
-                    .count();
-                self.answers(&self.calls[calls[0]].id) < expected
+        self.fronts
+            .iter()
+            .flat_map(|f| {
+                f.by_id.values().filter(|calls| {
+                    let expected = calls
+                        .iter()
+                        .filter(|k| self.calls[**k].barrier.is_none())
+                        .count();
+                    f.answers(&self.calls[calls[0]].id) < expected
+                })
             })
             .flatten()
             .map(|k| &self.calls[*k])
             .collect()
     }
 
-    /// Every call not cancelled is answered, and every ping.
+    /// Every call not cancelled is answered, and every request the gateway
+    /// answers itself.
     pub fn settled(&self) -> bool {
-        self.unanswered().is_empty() && self.plain.iter().all(|id| self.answers(id) > 0)
+        self.unanswered().is_empty()
+            && self
+                .fronts
+                .iter()
+                .all(|f| f.plain.iter().all(|id| f.answers(id) > 0))
     }
 }
 

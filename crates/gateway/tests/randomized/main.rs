@@ -1,14 +1,28 @@
 //! Seeded random traffic through the gateway to several real fake workers:
 //! calls to every server's tools, progress, cancels, crashes, kills,
 //! freezes, reused ids, reloads and restarts, with the routing invariants
-//! checked over everything the front client saw.
+//! checked over everything each front client saw.
 //!
-//! [`Hub::run`] runs in this process on a pipe; each server is a real
-//! `mcpvisor-fake-worker` under its own session. The driver writes down
-//! where in the received stream each thing it did happened, so the checks
-//! can speak of order: an answer after its request, progress before its
-//! answer, nothing for a cancelled request once the gateway has taken the
-//! cancel. `MCPVISOR_RANDOM_SEEDS=N` runs more seeds.
+//! The hub runs in this process; each server is a real
+//! `mcpvisor-fake-worker` under its own session. A third of the seeds
+//! drive [`Hub::run`] with one handshake-era client on a pipe. The others
+//! drive [`Hub::serve`] with two or three fronts on channels, at least one
+//! of each era: a handshake-era front initializes first, a 2026-07-28
+//! front never does and puts the `_meta` envelope on every request, asks
+//! `server/discover` where the other pings, and must get `resultType`
+//! `complete` on every result and no notification but its calls'
+//! progress. Fronts count their request ids and progress tokens alike, so
+//! the same id is often in flight on several fronts at once, and every
+//! answer must fit the call of its own front.
+//!
+//! The driver writes down where in each front's received stream each
+//! thing it did happened, so the checks can speak of order: an answer
+//! after its request, progress before its answer, nothing for a cancelled
+//! request once the gateway has taken the cancel. Each request is answered
+//! at most once, exactly once unless cancelled, never with another
+//! request's payload; on a channel, each answer and each progress
+//! notification is related to its own request, as Streamable HTTP would
+//! route it. `MCPVISOR_RANDOM_SEEDS=N` runs more seeds.
 
 mod check;
 mod driver;
@@ -18,15 +32,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use check::Checker;
-use driver::Driver;
+use driver::{Driver, Era, Front, Link, Received};
 use mcpvisor_config::ServerDef;
-use mcpvisor_gateway::{Hub, Outcome, ServerPlan, Settings};
+use mcpvisor_gateway::fronts::{FrontCommand, FrontId, Outbound};
+use mcpvisor_gateway::{Control, Hub, Outcome, ServerPlan, Settings};
 use mcpvisor_jsonrpc::{NOT_STARTED, WORKER_LOST};
 use mcpvisor_process::StopTimeouts;
 use mcpvisor_process::stderr::Passthrough;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
 /// Operations per seed.
 const OPS: usize = 200;
@@ -101,69 +117,139 @@ fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> 
     }
 }
 
-async fn run_seed(seed: u64, worker: &Path) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let count = 3 + (seed % 2) as usize;
-    let names: Vec<String> = NAMES[..count].iter().map(|s| s.to_string()).collect();
-    // Some seeds let a server crash-loop into its failed state.
-    let crash_loops = seed % 4 == 3;
-    let crash_loop_exits = if crash_loops { 3 } else { 1000 };
-    let plans: Vec<ServerPlan> = names
-        .iter()
-        .map(|name| plan(name, worker, rng.bool(), crash_loop_exits))
-        .collect();
+/// How a seed's fronts reach the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// [`Hub::run`]: one handshake-era client on stdio pipes.
+    Stdio,
+    /// [`Hub::serve`]: several fronts on channels, of both eras.
+    Fronts,
+}
+
+/// Starts the gateway for a seed: its fronts (their eras drawn by `rng`),
+/// the hub's task, and what every front receives on one channel, each
+/// message with its front.
+fn start(
+    transport: Transport,
+    rng: &mut fastrand::Rng,
+    plans: &[ServerPlan],
+    control: mpsc::Receiver<Control>,
+) -> (Vec<Front>, JoinHandle<Outcome>, mpsc::Receiver<Received>) {
     let settings = Settings {
         list_timeout: Duration::from_secs(10),
         ..Settings::default()
     };
-    let (front_in, hub_in) = tokio::io::duplex(64 * 1024);
-    let (hub_out, front_out) = tokio::io::duplex(64 * 1024);
-    let (control_tx, control) = mpsc::channel(4);
-    let hub = tokio::spawn(Hub::run(settings, plans.clone(), hub_in, hub_out, control));
     let (line_tx, lines) = mpsc::channel(1 << 16);
-    let reader = tokio::spawn(async move {
-        let mut out = BufReader::new(front_out).lines();
-        while let Ok(Some(line)) = out.next_line().await {
-            if line_tx.send(line).await.is_err() {
-                return;
-            }
+    match transport {
+        Transport::Stdio => {
+            let (front_in, hub_in) = tokio::io::duplex(64 * 1024);
+            let (hub_out, front_out) = tokio::io::duplex(64 * 1024);
+            let hub = tokio::spawn(Hub::run(settings, plans.to_vec(), hub_in, hub_out, control));
+            tokio::spawn(async move {
+                let mut out = BufReader::new(front_out).lines();
+                while let Ok(Some(line)) = out.next_line().await {
+                    let r = Received {
+                        front: 0,
+                        line,
+                        related: None,
+                    };
+                    if line_tx.send(r).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let front = Front::new(Era::Handshake, Link::Pipe(front_in));
+            (vec![front], hub, lines)
         }
-    });
-    let mut d = Driver {
-        seed,
-        rng,
-        names,
-        tx: Some(front_in),
-        lines,
-        log: Vec::new(),
-        answered: HashMap::new(),
-        used: HashSet::new(),
-        by_id: HashMap::new(),
-        calls: Vec::new(),
-        plain: Vec::new(),
-        disruptions: Vec::new(),
-        crash_loops,
-        garbage: 0,
-        frozen: None,
-        plans,
-        control: control_tx,
-    };
+        Transport::Fronts => {
+            // At least one of each era, and a third of either.
+            let mut eras = vec![Era::Handshake, Era::Modern];
+            if rng.bool() {
+                eras.push(*rng.choice(&[Era::Handshake, Era::Modern]).expect("an era"));
+            }
+            rng.shuffle(&mut eras);
+            let (tx, fronts_rx) = mpsc::channel(64);
+            let mut fronts = Vec::new();
+            for (at, era) in eras.into_iter().enumerate() {
+                let id = FrontId(at as u64 + 1);
+                // Room for all a seed's messages: the hub drops a front
+                // that leaves its queue full.
+                let (out_tx, mut out) = mpsc::channel::<Outbound>(1 << 14);
+                tx.try_send(FrontCommand::Open {
+                    front: id,
+                    out: out_tx,
+                })
+                .expect("room for the fronts");
+                let line_tx = line_tx.clone();
+                tokio::spawn(async move {
+                    while let Some(o) = out.recv().await {
+                        let r = Received {
+                            front: at,
+                            line: String::from_utf8(o.line.to_vec()).expect("UTF-8 from the hub"),
+                            related: o.related.map(|r| String::from_utf8_lossy(&r).into_owned()),
+                        };
+                        if line_tx.send(r).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                fronts.push(Front::new(era, Link::Channel { id, tx: tx.clone() }));
+            }
+            // The first front's end ends the gateway, as stdio's does.
+            let hub = tokio::spawn(Hub::serve(
+                settings,
+                plans.to_vec(),
+                fronts_rx,
+                control,
+                Some(FrontId(1)),
+            ));
+            (fronts, hub, lines)
+        }
+    }
+}
 
-    let init = d
-        .plain(
-            json!("init"),
-            "initialize",
-            json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"randomized","version":"1"}}),
+/// A front's start: a handshake-era front initializes, a 2026-07-28 one
+/// asks `server/discover`; then each lists the tools and finds every
+/// server's.
+async fn greet(d: &mut Driver, at: usize) {
+    let seed = d.seed;
+    let first = match d.fronts[at].era {
+        Era::Handshake => {
+            d.plain(
+                at,
+                json!("init"),
+                "initialize",
+                json!({"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"randomized","version":"1"}}),
+            )
+            .await
+        }
+        Era::Modern => d.plain(at, json!("discover"), "server/discover", json!({})).await,
+    };
+    d.wait_until("the first answer", |d| d.answers(at, &first) > 0)
+        .await;
+    if d.fronts[at].era == Era::Handshake {
+        d.send(
+            at,
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
         )
         .await;
-    d.wait_until("initialize's answer", |d| d.answers(&init) > 0)
+    } else {
+        let discovered = d.fronts[at]
+            .log
+            .iter()
+            .find(|m| m["id"] == first)
+            .expect("the answer just seen");
+        assert!(
+            discovered["result"]["supportedVersions"]
+                .as_array()
+                .is_some_and(|v| v.contains(&json!("2026-07-28"))),
+            "seed {seed}, front {at}: {discovered}"
+        );
+    }
+    let list = d.plain(at, json!("tools"), "tools/list", json!({})).await;
+    d.wait_until("the tool list", |d| d.answers(at, &list) > 0)
         .await;
-    d.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}))
-        .await;
-    let list = d.plain(json!("tools"), "tools/list", json!({})).await;
-    d.wait_until("the tool list", |d| d.answers(&list) > 0)
-        .await;
-    let listed: HashSet<&str> = d
+    let listed: HashSet<&str> = d.fronts[at]
         .log
         .iter()
         .find(|m| m["id"] == list)
@@ -177,9 +263,48 @@ async fn run_seed(seed: u64, worker: &Path) {
             let exposed = format!("{name}__{tool}");
             assert!(
                 listed.contains(exposed.as_str()),
-                "seed {seed}: {exposed} not listed"
+                "seed {seed}, front {at}: {exposed} not listed"
             );
         }
+    }
+}
+
+async fn run_seed(seed: u64, worker: &Path) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let count = 3 + (seed % 2) as usize;
+    let names: Vec<String> = NAMES[..count].iter().map(|s| s.to_string()).collect();
+    // Some seeds let a server crash-loop into its failed state.
+    let crash_loops = seed % 4 == 3;
+    let crash_loop_exits = if crash_loops { 3 } else { 1000 };
+    let plans: Vec<ServerPlan> = names
+        .iter()
+        .map(|name| plan(name, worker, rng.bool(), crash_loop_exits))
+        .collect();
+    // A third of the seeds speak stdio, the rest through fronts of both
+    // eras at once.
+    let transport = if seed % 3 == 0 {
+        Transport::Stdio
+    } else {
+        Transport::Fronts
+    };
+    let (control_tx, control) = mpsc::channel(4);
+    let (fronts, hub, lines) = start(transport, &mut rng, &plans, control);
+    let mut d = Driver {
+        seed,
+        rng,
+        names,
+        fronts,
+        lines,
+        calls: Vec::new(),
+        disruptions: Vec::new(),
+        crash_loops,
+        frozen: None,
+        plans,
+        control: control_tx,
+        shared_ids: 0,
+    };
+    for at in 0..d.fronts.len() {
+        greet(&mut d, at).await;
     }
 
     // At least OPS operations, and none of the servers left frozen.
@@ -190,32 +315,48 @@ async fn run_seed(seed: u64, worker: &Path) {
     }
     d.wait_until("an answer to every call not cancelled", Driver::settled)
         .await;
-    // Closing the input ends the gateway once nothing is left in flight.
-    d.tx = None;
+    // Closing the fronts, the first last, ends the gateway once nothing is
+    // left in flight.
+    for f in d.fronts.iter_mut().rev() {
+        f.close().await;
+    }
     let outcome = tokio::time::timeout(WAIT, hub)
         .await
         .unwrap_or_else(|_| panic!("seed {seed}: the gateway did not end"))
         .expect("the gateway's task");
     assert_eq!(outcome, Outcome::ClientClosed, "seed {seed}");
-    tokio::time::timeout(WAIT, reader)
-        .await
-        .unwrap_or_else(|_| panic!("seed {seed}: the front output did not end"))
-        .expect("the reader");
-    while let Some(line) = d.lines.recv().await {
-        d.take(line);
+    // Every front's output ends with the gateway.
+    loop {
+        match tokio::time::timeout(WAIT, d.lines.recv()).await {
+            Ok(Some(r)) => d.take(r),
+            Ok(None) => break,
+            Err(_) => panic!("seed {seed}: the fronts' output did not end"),
+        }
     }
 
-    let check = Checker::new(&d);
-    check.plain_answers_come_once();
-    let answered_at = check.answers_match_calls();
-    check.progress_is_the_calls_own(&answered_at);
-    check.pids_stay_with_their_server(&answered_at);
+    let mut answered_at = HashMap::new();
+    for at in 0..d.fronts.len() {
+        let check = Checker::new(&d, at);
+        check.plain_answers_come_once();
+        let answered = check.answers_match_calls();
+        check.progress_is_the_calls_own(&answered);
+        answered_at.extend(answered);
+    }
+    check::pids_stay_with_their_server(&d, &answered_at);
     // What the seed exercised, for `--nocapture`.
-    let count = |f: &dyn Fn(&Value) -> bool| d.log.iter().filter(|m| f(m)).count();
+    let count = |f: &dyn Fn(&Value) -> bool| {
+        d.fronts
+            .iter()
+            .flat_map(|fr| &fr.log)
+            .filter(|m| f(m))
+            .count()
+    };
+    let eras: Vec<Era> = d.fronts.iter().map(|f| f.era).collect();
     eprintln!(
-        "seed {seed}: {} calls ({} cancelled), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
+        "seed {seed}: {transport:?} {eras:?}: {} calls ({} cancelled, {} under an id in flight on another front), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
         d.calls.len(),
         d.calls.iter().filter(|c| c.barrier.is_some()).count(),
+        d.shared_ids,
         d.disruptions.len(),
         count(&|m| m.get("result").is_some()),
         count(&|m| m["error"]["code"] == WORKER_LOST),
