@@ -31,6 +31,18 @@ pub enum Tool {
     Crash,
     /// Answers with the worker's pid.
     Whoami,
+    /// `ask` from a 2026-07-28 front: the worker asks the client
+    /// `roots/list` mid-call, so the call is answered with an
+    /// input-required round naming that one request.
+    Ask,
+    /// The client's retry of an [`Tool::Ask`] with its answer to the
+    /// round's request (`roots`, under `key`) and the round's `state`:
+    /// answered with the call's result, the worker's echo of `roots`.
+    Retry {
+        roots: Value,
+        key: String,
+        state: String,
+    },
 }
 
 impl Tool {
@@ -41,6 +53,7 @@ impl Tool {
             Tool::Hang => "hang",
             Tool::Crash => "crash",
             Tool::Whoami => "whoami",
+            Tool::Ask | Tool::Retry { .. } => "ask",
         }
     }
 
@@ -49,6 +62,7 @@ impl Tool {
             Tool::Echo(args) => args.clone(),
             Tool::Sleep { ms, every } => json!({"ms": ms, "progress_ms": every}),
             Tool::Hang | Tool::Crash | Tool::Whoami => json!({}),
+            Tool::Ask | Tool::Retry { .. } => json!({"method": "roots/list"}),
         }
     }
 }
@@ -208,7 +222,8 @@ pub fn enveloped(era: Era, mut params: Value) -> Value {
     if era == Era::Modern {
         let meta = &mut params["_meta"];
         meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-        meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+        // Roots, for the bridged calls to the per-client server.
+        meta["io.modelcontextprotocol/clientCapabilities"] = json!({"roots": {}});
         meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "randomized", "version": "1"});
     }
     params
@@ -236,6 +251,11 @@ pub struct Driver {
     pub control: mpsc::Sender<Control>,
     /// Calls sent under an id another front had in flight.
     pub shared_ids: usize,
+    /// The per-client server that 2026-07-28 fronts' bridged calls go to
+    /// (an index of `names`), if the seed has one: random upsets leave it
+    /// alone, and each front has one bridged call at a time, so that the
+    /// worker's request is the call's beyond doubt.
+    pub oracle: Option<usize>,
 }
 
 impl Driver {
@@ -379,6 +399,10 @@ impl Driver {
         if let Some(token) = &token {
             params["_meta"] = json!({ "progressToken": token });
         }
+        if let Tool::Retry { roots, key, state } = &tool {
+            params["inputResponses"] = json!({ key: roots });
+            params["requestState"] = json!(state);
+        }
         let params = enveloped(self.fronts[front].era, params);
         let line = json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":params});
         self.drain();
@@ -449,7 +473,7 @@ impl Driver {
         }
         let frozen = self.frozen.map(|(b, _, _)| b);
         let awake: Vec<usize> = (0..self.names.len())
-            .filter(|b| Some(*b) != frozen)
+            .filter(|b| Some(*b) != frozen && Some(*b) != self.oracle)
             .collect();
         let backend = self.rng.choice(&awake).copied().expect("a server awake");
         let front = self.rng.usize(..self.fronts.len());
@@ -496,12 +520,57 @@ impl Driver {
                 })
                 .await;
             }
+            87..91 if self.oracle.is_some() => self.bridged(n).await,
             _ => {
                 // Think time: lets calls overlap and finish in between.
                 let pause = Duration::from_millis(self.rng.u64(..30));
                 tokio::time::sleep(pause).await;
             }
         }
+    }
+
+    /// A bridged call from a 2026-07-28 front with none in flight: `ask`
+    /// on the per-client server, whose worker asks `roots/list` mid-call;
+    /// the round that answers it is waited for, and the retry that answers
+    /// the worker's request with roots carrying a tag of its own is sent at
+    /// once (the worker waits for it within its request timeout). The
+    /// retry's answer comes like any call's.
+    async fn bridged(&mut self, n: usize) {
+        let Some(oracle) = self.oracle else { return };
+        let idle: Vec<usize> = (0..self.fronts.len())
+            .filter(|&at| {
+                self.fronts[at].era == Era::Modern
+                    && !self.calls.iter().any(|c| {
+                        c.front == at && c.backend == oracle && self.answers(at, &c.id) == 0
+                    })
+            })
+            .collect();
+        let Some(front) = self.rng.choice(&idle).copied() else {
+            return;
+        };
+        let k = self.call(front, oracle, Tool::Ask, None, None).await;
+        let id = self.calls[k].id.clone();
+        self.wait_until("an input-required round", |d| d.answers(front, &id) > 0)
+            .await;
+        // Its answer fits an `ask` (checked as it came): one request.
+        let round = self.fronts[front]
+            .log
+            .iter()
+            .rev()
+            .find(|m| m["id"] == id && m.get("method").is_none())
+            .expect("the answer just seen");
+        let (Some(requests), Some(state)) = (
+            round["result"]["inputRequests"].as_object(),
+            round["result"]["requestState"].as_str(),
+        ) else {
+            return;
+        };
+        let key = requests.keys().next().cloned().unwrap_or_default();
+        let state = state.to_owned();
+        let tag = format!("{}-{n}-{:x}", self.seed, self.rng.u64(..));
+        let roots = json!({"roots": [{"uri": format!("file:///{tag}"), "name": tag}]});
+        self.call(front, oracle, Tool::Retry { roots, key, state }, None, None)
+            .await;
     }
 
     /// Cancels a call in flight on any front.
@@ -679,6 +748,20 @@ impl Driver {
                 _ => Err(format!("an error it has no reason for ({code})")),
             };
         }
+        if c.tool == Tool::Ask {
+            let result = &m["result"];
+            let requests = result["inputRequests"].as_object();
+            return match requests.map(|r| r.values().collect::<Vec<_>>()).as_deref() {
+                Some([request])
+                    if result["resultType"] == "input_required"
+                        && request["method"] == "roots/list"
+                        && result["requestState"].is_string() =>
+                {
+                    Ok(())
+                }
+                _ => Err("not an input-required round asking roots/list".into()),
+            };
+        }
         if f.era == Era::Modern && m["result"]["resultType"] != "complete" {
             return Err("a 2026-07-28 result without resultType complete".into());
         }
@@ -694,6 +777,11 @@ impl Driver {
             }
             Tool::Sleep { ms, .. } if text == format!("slept {ms} ms") => Ok(()),
             Tool::Whoami if whoami_pid(m).is_some() => Ok(()),
+            // The worker answers with what the client answered it.
+            Tool::Retry { roots, .. } => match serde_json::from_str::<Value>(text) {
+                Ok(answered) if answered == *roots => Ok(()),
+                _ => Err(format!("the worker was not answered its own {roots}")),
+            },
             _ => Err("not the answer of its tool".into()),
         }
     }

@@ -13,7 +13,12 @@
 //! `complete` on every result and no notification but its calls'
 //! progress. Fronts count their request ids and progress tokens alike, so
 //! the same id is often in flight on several fronts at once, and every
-//! answer must fit the call of its own front.
+//! answer must fit the call of its own front. Those seeds also have a
+//! per-client server for bridged calls: a 2026-07-28 front's `ask` makes
+//! the worker ask `roots/list` mid-call, the call is answered with an
+//! input-required round, and the front's retry (a new id, its answer and
+//! the round's state) gets the call's result, the worker's echo of that
+//! front's own answer.
 //!
 //! The driver writes down where in each front's received stream each
 //! thing it did happened, so the checks can speak of order: an answer
@@ -52,6 +57,8 @@ const DEFAULT_SEEDS: u64 = 6;
 const WAIT: Duration = Duration::from_secs(20);
 /// The servers, in config order; a seed uses the first three or all four.
 const NAMES: [&str; 4] = ["alpha", "bravo", "charlie", "delta"];
+/// The per-client server of the bridged calls.
+const ORACLE: &str = "oracle";
 /// What the gateway says when it refuses a reused id.
 const REUSED_ID: &str = "a request with this id is already in flight";
 
@@ -259,6 +266,14 @@ async fn greet(d: &mut Driver, at: usize) {
         .filter_map(|t| t["name"].as_str())
         .collect();
     for name in &d.names {
+        if *name == ORACLE {
+            let exposed = format!("{ORACLE}__ask");
+            assert!(
+                listed.contains(exposed.as_str()),
+                "seed {seed}, front {at}: {exposed} not listed"
+            );
+            continue;
+        }
         for tool in ["echo", "sleep", "hang", "crash", "whoami"] {
             let exposed = format!("{name}__{tool}");
             assert!(
@@ -269,24 +284,40 @@ async fn greet(d: &mut Driver, at: usize) {
     }
 }
 
+/// The server that 2026-07-28 fronts' bridged calls go to: each front gets
+/// a worker of its own (so a worker's request to the client is its
+/// front's), and a call waits for the client's retry longer than the
+/// others' calls wait for anything.
+fn oracle(worker: &Path) -> ServerPlan {
+    let mut plan = plan(ORACLE, worker, false, 1000);
+    plan.per_client = true;
+    plan.session.request_timeout = Duration::from_secs(10);
+    plan
+}
+
 async fn run_seed(seed: u64, worker: &Path) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let count = 3 + (seed % 2) as usize;
-    let names: Vec<String> = NAMES[..count].iter().map(|s| s.to_string()).collect();
+    let mut names: Vec<String> = NAMES[..count].iter().map(|s| s.to_string()).collect();
     // Some seeds let a server crash-loop into its failed state.
     let crash_loops = seed % 4 == 3;
     let crash_loop_exits = if crash_loops { 3 } else { 1000 };
-    let plans: Vec<ServerPlan> = names
+    let mut plans: Vec<ServerPlan> = names
         .iter()
         .map(|name| plan(name, worker, rng.bool(), crash_loop_exits))
         .collect();
     // A third of the seeds speak stdio, the rest through fronts of both
-    // eras at once.
+    // eras at once, with the bridged calls' server.
     let transport = if seed % 3 == 0 {
         Transport::Stdio
     } else {
         Transport::Fronts
     };
+    let oracle_at = (transport == Transport::Fronts).then(|| {
+        names.push(ORACLE.to_owned());
+        plans.push(oracle(worker));
+        names.len() - 1
+    });
     let (control_tx, control) = mpsc::channel(4);
     let (fronts, hub, lines) = start(transport, &mut rng, &plans, control);
     let mut d = Driver {
@@ -302,6 +333,7 @@ async fn run_seed(seed: u64, worker: &Path) {
         plans,
         control: control_tx,
         shared_ids: 0,
+        oracle: oracle_at,
     };
     for at in 0..d.fronts.len() {
         greet(&mut d, at).await;
@@ -353,10 +385,14 @@ async fn run_seed(seed: u64, worker: &Path) {
     };
     let eras: Vec<Era> = d.fronts.iter().map(|f| f.era).collect();
     eprintln!(
-        "seed {seed}: {transport:?} {eras:?}: {} calls ({} cancelled, {} under an id in flight on another front), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
+        "seed {seed}: {transport:?} {eras:?}: {} calls ({} cancelled, {} under an id in flight on another front, {} bridged), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
         d.calls.len(),
         d.calls.iter().filter(|c| c.barrier.is_some()).count(),
         d.shared_ids,
+        d.calls
+            .iter()
+            .filter(|c| matches!(c.tool, driver::Tool::Retry { .. }))
+            .count(),
         d.disruptions.len(),
         count(&|m| m.get("result").is_some()),
         count(&|m| m["error"]["code"] == WORKER_LOST),
