@@ -247,6 +247,27 @@ async def test_serve_elicitation(setup: Setup, errlog) -> None:
     assert peer.elicitation_requests[0]["message"] == "Please provide inputs for the following fields:"
 
 
+async def test_serve_modern_client_answers_servers_requests_in_retries(setup: Setup, errlog) -> None:
+    """A 2026-07-28 client takes no requests from servers: what a 2025 server
+    asks in the middle of a call (sampling, elicitation, roots) reaches it as
+    an InputRequiredResult, and the SDK's own retry loop (with inputResponses
+    and the gateway's requestState) answers it and gets the call's result."""
+    peer = Peer(setup.root)
+    async with peer.client(setup, errlog, "2026-07-28") as client:
+        assert client.session.protocol_version == "2026-07-28"
+        await _tools_listed(client, "everything__trigger-sampling-request", "everything__trigger-elicitation-request")
+        sampled = await client.call_tool("everything__trigger-sampling-request", {"prompt": "say hi", "maxTokens": 12})
+        elicited = await client.call_tool("everything__trigger-elicitation-request", {})
+        py_roots = json.loads(_texts(await client.call_tool("py__ask_roots", {}))[0])
+    (text,) = _texts(sampled)
+    assert SAMPLED_TEXT in text and "interop-gateway-model" in text
+    assert len(peer.sampling_requests) == 1 and peer.sampling_requests[0]["maxTokens"] == 12
+    assert "- Name: Grace Hopper" in _texts(elicited)[1]
+    assert len(peer.elicitation_requests) == 1
+    assert py_roots == [setup.root.as_uri()]
+    assert peer.roots_requests >= 1
+
+
 async def test_serve_roots(setup: Setup, errlog) -> None:
     """The client's roots reach every server that asks: server-filesystem
     (which then serves the root instead of the directory it was started on),
