@@ -63,7 +63,7 @@ async fn gateway(timeout: Option<Duration>) -> (Gateway, Front) {
     servers.script(
         "s",
         Script {
-            tools: vec!["echo".into(), "ask".into()],
+            tools: vec!["echo".into(), "ask".into(), "ask_then_answer".into()],
             ..Script::default()
         },
     );
@@ -341,5 +341,51 @@ async fn a_request_the_call_did_not_declare_the_capability_for_is_refused_with_3
         json!({"elicitation": {"url": {}}}),
         "{done}"
     );
+    gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_the_server_answers_before_the_retry_gives_the_retry_its_answer() {
+    let (gw, mut front) = gateway(None).await;
+    let mut params = ask_params(json!([]), false, all_caps());
+    params["name"] = json!("s__ask_then_answer");
+    params["arguments"] = json!({"tag": "early"});
+    let round = front.request("tools/call", params.clone()).await;
+    assert!(is_round(&round), "{round}");
+    // The server's request is moot once its call is answered: it gets an
+    // error, not the client's late answer.
+    let servers = gw.servers.clone();
+    until("the server's request is answered", || {
+        servers
+            .seen("s")
+            .iter()
+            .any(|s| s.message["id"] == "early-1")
+    })
+    .await;
+    let done = front
+        .request("tools/call", retry(&params, &round, answer_of))
+        .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["args"],
+        json!({"tag": "early"}),
+        "{done}"
+    );
+    let answers: Vec<_> = servers
+        .seen("s")
+        .into_iter()
+        .filter(|s| s.message["id"] == "early-1")
+        .collect();
+    assert_eq!(answers.len(), 1, "answered once");
+    assert!(
+        answers[0].message.get("error").is_some(),
+        "{:?}",
+        answers[0]
+    );
+    // The call has ended: the same state again names nothing.
+    let again = front
+        .request("tools/call", retry(&params, &round, answer_of))
+        .await;
+    assert_eq!(again["error"]["code"], INVALID_PARAMS, "{again}");
     gw.shutdown().await;
 }

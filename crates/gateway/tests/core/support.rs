@@ -479,6 +479,14 @@ async fn run_worker(
                         return 3;
                     }
                     "hang" => {}
+                    "ask_then_answer" => {
+                        // Asks the client roots/list and answers the call at
+                        // once, without waiting for the client.
+                        let ask = json!({"jsonrpc": "2.0", "id": "early-1",
+                            "method": "roots/list", "params": {}});
+                        let _ = out.send(ask.to_string());
+                        let _ = out.send(reply(tool_result(&w, &args)));
+                    }
                     "ask" => {
                         // Asks the client each of `asks` ({method, params}),
                         // one after the other's answer (or all at once with
