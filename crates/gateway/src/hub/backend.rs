@@ -1689,6 +1689,9 @@ impl Hub {
                     let (fid, req) = req;
                     let out = rewrite::splice(line, rid, format!("\"mcpvisor-{fid}\"").as_bytes());
                     self.emit_to(req.front, out, None);
+                } else {
+                    // Or one a 2026-07-28 client has yet to be offered or answer.
+                    self.bridge_withdrawn(id, rid.get().as_bytes());
                 }
             }
             _ => self.broadcast_from(id, line.clone()),

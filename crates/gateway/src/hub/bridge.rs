@@ -529,6 +529,17 @@ impl Hub {
         true
     }
 
+    /// A server withdrew its request `id` (`notifications/cancelled`): it
+    /// leaves the call it waits in, and an answer to it is not sent.
+    pub(super) fn bridge_withdrawn(&mut self, backend: BackendId, id: &[u8]) {
+        for b in self.calls.bridges.calls.values_mut() {
+            if b.backend == backend {
+                b.asked.retain(|a| a.id.as_ref() != id);
+                b.queued.retain(|a| a.id.as_ref() != id);
+            }
+        }
+    }
+
     /// A bridged call's round may have run out: the server's requests get
     /// an error, its call (if it is still open) a cancel.
     pub(super) fn on_bridge_timer(&mut self, gid: u64) {

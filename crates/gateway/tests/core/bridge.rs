@@ -389,3 +389,47 @@ async fn a_call_the_server_answers_before_the_retry_gives_the_retry_its_answer()
     assert_eq!(again["error"]["code"], INVALID_PARAMS, "{again}");
     gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_the_server_withdraws_is_not_offered_or_answered() {
+    let (gw, mut front) = gateway(None).await;
+    let asks = json!([
+        {"method": "roots/list", "params": {}},
+        {"method": "roots/list", "params": {"_meta": {"n": 2}}},
+    ]);
+    let params = ask_params(asks, true, all_caps());
+    let round = front.request("tools/call", params.clone()).await;
+    assert!(is_round(&round), "{round}");
+    // Both requests were sent before the round came back; the server now
+    // withdraws the second.
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "ask-2", "reason": "changed its mind"}});
+    assert_eq!(gw.servers.push("s", &cancel), 1);
+    // Paused time moves on only once every task waits: by then the cancel
+    // has gone through the server's session to the hub.
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    // A later round would offer it: the retry answers only the first.
+    let retry_params = retry(&params, &round, answer_of);
+    let mut offered = round["result"]["inputRequests"]
+        .as_object()
+        .map_or(0, serde_json::Map::len);
+    // Its answer would come only when the server's call ends.
+    front.begin("tools/call", retry_params).await;
+    let servers = gw.servers.clone();
+    until("the server gets the first answer", || {
+        servers.seen("s").iter().any(|s| s.message["id"] == "ask-1")
+    })
+    .await;
+    // Only the withdrawn request is left, so no round comes (the server's
+    // call waits on), and the withdrawn request is never answered.
+    if let Some(m) = front.next(Duration::from_secs(1)).await {
+        assert!(!is_round(&m), "the withdrawn request was offered: {m}");
+        offered += 1;
+    }
+    assert_eq!(offered, 1);
+    assert!(
+        !servers.seen("s").iter().any(|s| s.message["id"] == "ask-2"),
+        "the withdrawn request was answered"
+    );
+    gw.shutdown().await;
+}
