@@ -17,6 +17,7 @@ pub mod build;
 #[cfg(feature = "differential")]
 pub mod differential;
 pub mod envelope;
+pub mod era;
 pub mod frame;
 mod raw;
 pub mod rewrite;

@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use crate::http::Http;
 
 /// The revision spoken to a server that offers it.
-pub(crate) const VERSION: &str = "2026-07-28";
+pub(crate) const VERSION: &str = mcpvisor_jsonrpc::era::MODERN;
 /// The sessionless revisions spoken, newest first: what a server that
 /// refused [`VERSION`] is offered instead.
 const SPOKEN: [&str; 1] = [VERSION];
@@ -57,19 +57,7 @@ pub(crate) struct Era {
 /// The `_meta` of a request in `version` for a client whose `initialize`
 /// had these params.
 fn meta_of(init_params: Option<&Value>, version: &str) -> Value {
-    let capabilities = init_params
-        .and_then(|p| p.get("capabilities"))
-        .filter(|c| c.is_object())
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": version,
-        "io.modelcontextprotocol/clientCapabilities": capabilities,
-    });
-    if let Some(info) = init_params.and_then(|p| p.get("clientInfo")) {
-        meta["io.modelcontextprotocol/clientInfo"] = info.clone();
-    }
-    meta
+    mcpvisor_jsonrpc::era::client_meta(init_params, version)
 }
 
 /// Asks the server `server/discover` for the client whose `initialize` is
@@ -111,27 +99,7 @@ pub(crate) async fn discover(http: &Http, init: &[u8], init_id: &str) -> Option<
     })
     .await
     .ok()??;
-    let modern = result
-        .get("supportedVersions")
-        .and_then(Value::as_array)
-        .is_some_and(|v| v.iter().any(|v| v == version));
-    if !modern {
-        return None;
-    }
-    let server_info = result
-        .get("_meta")
-        .and_then(|m| m.get("io.modelcontextprotocol/serverInfo"))
-        .or_else(|| result.get("serverInfo"))
-        .cloned()
-        .unwrap_or_else(|| json!({"name": "unknown", "version": "unknown"}));
-    let mut init_result = json!({
-        "protocolVersion": version,
-        "capabilities": result.get("capabilities").cloned().unwrap_or_else(|| json!({})),
-        "serverInfo": server_info,
-    });
-    if let Some(instructions) = result.get("instructions") {
-        init_result["instructions"] = instructions.clone();
-    }
+    let init_result = mcpvisor_jsonrpc::era::discovered(&result, version)?;
     let answer = build::result(init_id, &init_result.to_string());
     let meta = meta_of(params, version);
     Some((Era { meta, version }, answer))
