@@ -164,6 +164,44 @@ impl<'a> RawObject<'a> {
     }
 }
 
+/// `params` (an object's text) with the members of `envelope` (an object
+/// of 2026-07-28 `_meta` members) set in its `_meta`, every other member
+/// kept; `params` as it is when it is not an object.
+pub(crate) fn with_envelope(params: &str, envelope: &str) -> String {
+    let Some(obj) = RawObject::parse(params) else {
+        return params.to_owned();
+    };
+    let meta = obj
+        .get("_meta")
+        .and_then(|m| RawObject::parse(m.get()))
+        .zip(RawObject::parse(envelope))
+        .map(|(meta, env)| {
+            let edits: Vec<(&str, Option<&str>)> = env
+                .members
+                .iter()
+                .map(|(k, v)| (k.as_ref(), Some(v.get())))
+                .collect();
+            meta.write(&edits)
+        });
+    obj.with("_meta", meta.as_deref().unwrap_or(envelope))
+}
+
+/// A request line with `envelope` set in its params' `_meta` (see
+/// [`with_envelope`]), the rest of it kept; a request without params gets
+/// params of just that `_meta`. The line as it is when it is not an
+/// object, or its params are not one.
+pub(crate) fn request_with_envelope(line: &bytes::Bytes, envelope: &str) -> bytes::Bytes {
+    let Some(obj) = std::str::from_utf8(line).ok().and_then(RawObject::parse) else {
+        return line.clone();
+    };
+    let params = match obj.get("params") {
+        Some(params) if params.get().starts_with('{') => with_envelope(params.get(), envelope),
+        Some(_) => return line.clone(),
+        None => format!("{{\"_meta\":{envelope}}}"),
+    };
+    bytes::Bytes::from(obj.with("params", &params))
+}
+
 /// Writes `key` as a JSON string. A key with nothing to escape (nearly
 /// every key) is written as it is, as serde would write it, with no
 /// allocation.
@@ -405,6 +443,39 @@ mod tests {
     fn escaped_keys_survive() {
         let obj = RawObject::parse(r#"{"a\"b":1}"#).expect("object");
         assert_eq!(obj.with("x", "2"), r#"{"a\"b":1,"x":2}"#);
+    }
+
+    #[test]
+    fn the_envelope_joins_what_meta_holds() {
+        let env = r#"{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":{}}}"#;
+        let line = bytes::Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":4}}}"#,
+        );
+        let out = request_with_envelope(&line, env);
+        assert_eq!(
+            std::str::from_utf8(&out).expect("utf-8"),
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":4,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"roots":{}}}}}"#
+        );
+        let bare = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":5,"method":"tools/list"}"#);
+        let out = request_with_envelope(&bare, env);
+        assert_eq!(
+            std::str::from_utf8(&out).expect("utf-8"),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{{"_meta":{env}}}}}"#
+            )
+        );
+        assert_eq!(
+            with_envelope(r#"{"a":1}"#, env),
+            format!(r#"{{"a":1,"_meta":{env}}}"#)
+        );
+        // A member of the same name is replaced, not repeated.
+        let stale = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#;
+        let out = with_envelope(stale, env);
+        assert_eq!(out.matches("protocolVersion").count(), 1, "{out}");
+        assert!(out.contains("2026-07-28"), "{out}");
+        let array =
+            bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":6,"method":"m","params":[1]}"#);
+        assert_eq!(request_with_envelope(&array, env), array);
     }
 
     #[test]

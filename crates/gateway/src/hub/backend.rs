@@ -194,7 +194,57 @@ pub(crate) struct Live {
     /// ending, held until that generation's exit arrives to go with its
     /// crash record.
     pub tail: Option<Tail>,
+    /// The era its process is driven in.
+    pub driven: Driven,
+    /// The `server/discover` in flight to find it, if any.
+    pub probe: Option<Probe>,
+    /// How many of the session's generations became ready: each after the
+    /// first is a new process (a restart, a reload), whose era is found
+    /// again.
+    pub readies: u64,
 }
+
+/// The protocol era a live backend's process is driven in.
+///
+/// A stdio server is asked `server/discover` first: a result naming
+/// 2026-07-28 among its versions makes it [`Driven::Modern`]; any other
+/// answer (an error of any code, a result of another shape) or none within
+/// [`PROBE_TIMEOUT`] sends it the gateway's `initialize`, as servers of
+/// the handshake era expect. A server of both eras is driven in the
+/// newest: its discovery names 2026-07-28, and the SDKs that serve both
+/// choose the era per connection (a process that answered a discovery
+/// refuses `initialize`), so one process cannot be driven in both. A remote server is always sent `initialize`:
+/// its session finds its era itself (see `mcpvisor-remote`) and presents it
+/// to the gateway in the handshake era.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Driven {
+    /// Not known yet: its `server/discover` is in flight.
+    Probing,
+    /// 2024-11-05 to 2025-11-25: the gateway's `initialize` was sent, and
+    /// its session replays it to every later process.
+    Handshake,
+    /// 2026-07-28: every request carries the `_meta` envelope, its health
+    /// check is `server/discover`, and it has no handshake to replay.
+    Modern,
+}
+
+/// A `server/discover` in flight to find a process's era.
+#[derive(Debug)]
+pub(crate) struct Probe {
+    /// Its gateway id.
+    pub gid: u64,
+    /// The armed [`Timer::Probe`].
+    pub timer: super::TimerKey,
+}
+
+/// How long a server may take to answer `server/discover` before it is
+/// taken to be of the handshake era. A server of either era answers at
+/// once when it runs (a handshake-era one with an error); a process still
+/// importing its libraries may take seconds, and a server that ignores
+/// unknown methods never answers: ten seconds waits out a slow start
+/// without holding a silent one's `initialize` back for long. The same
+/// bound as a remote server's discovery.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The stderr tail of one ending generation (the session's own number).
 #[derive(Debug)]
@@ -330,7 +380,8 @@ impl Worker {
 /// Where a live backend's session is, as the gateway sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Phase {
-    /// The gateway's `initialize` is in flight.
+    /// Its era is being found (see [`Driven`]), or the gateway's
+    /// `initialize` is in flight.
     Starting,
     Ready,
     /// The server printed an authorization link and waits for a person.
@@ -422,8 +473,30 @@ impl std::fmt::Debug for Backend {
 /// the front client has not.
 const BACKEND_CAPABILITIES: &str =
     r#"{"roots":{"listChanged":true},"sampling":{},"elicitation":{"form":{},"url":{}}}"#;
-/// The protocol the gateway speaks to its backends.
+/// The protocol the gateway speaks to its backends of the handshake era.
 const BACKEND_PROTOCOL: &str = "2025-11-25";
+/// The gateway's `clientInfo`.
+const CLIENT_INFO: &str = concat!(
+    r#"{"name":"mcpvisor","version":""#,
+    env!("CARGO_PKG_VERSION"),
+    r#""}"#
+);
+
+/// The gateway's own 2026-07-28 envelope, on its own requests (discovery,
+/// lists, health checks) to a server of that era: its capabilities and
+/// info, as its `initialize` declares them to the others.
+pub(crate) static GATEWAY_ENVELOPE: std::sync::LazyLock<std::sync::Arc<str>> =
+    std::sync::LazyLock::new(|| {
+        use mcpvisor_jsonrpc::era;
+        format!(
+            r#"{{"{}":"{}","{}":{BACKEND_CAPABILITIES},"{}":{CLIENT_INFO}}}"#,
+            era::META_VERSION,
+            era::MODERN,
+            era::META_CAPABILITIES,
+            era::META_CLIENT_INFO,
+        )
+        .into()
+    });
 
 impl Backend {
     pub fn new(plan: ServerPlan) -> Self {
@@ -597,6 +670,11 @@ impl Backend {
         }
     }
 
+    /// Live, and driven in the 2026-07-28 era.
+    pub fn is_modern(&self) -> bool {
+        self.live().is_some_and(|l| l.driven == Driven::Modern)
+    }
+
     fn declares(&self, capability: &str) -> bool {
         self.init
             .as_ref()
@@ -636,7 +714,8 @@ impl Hub {
     }
 
     /// Starts a backend's session (the shell runs it: [`Effect::Start`])
-    /// and sends it the gateway's `initialize`.
+    /// and finds its era: `server/discover` first for a stdio server, the
+    /// gateway's `initialize` for a remote one (see [`Driven`]).
     pub(crate) fn start_backend(&mut self, id: BackendId) {
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
@@ -666,13 +745,132 @@ impl Hub {
             next,
             base: b.obs.generation.unwrap_or(0),
             tail: None,
+            driven: Driven::Probing,
+            probe: None,
+            readies: 0,
         });
         tracing::info!(server = %b.plan.name, "starting");
+        if b.plan.def.is_remote() {
+            self.send_initialize(id);
+        } else {
+            self.send_probe(id, false);
+        }
+    }
+
+    /// Sends a live backend the gateway's `initialize`: from now on it is
+    /// driven in the handshake era.
+    fn send_initialize(&mut self, id: BackendId) {
+        if let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) {
+            live.driven = Driven::Handshake;
+        }
         let params = format!(
-            r#"{{"protocolVersion":"{BACKEND_PROTOCOL}","capabilities":{BACKEND_CAPABILITIES},"clientInfo":{{"name":"mcpvisor","version":"{}"}}}}"#,
-            env!("CARGO_PKG_VERSION")
+            r#"{{"protocolVersion":"{BACKEND_PROTOCOL}","capabilities":{BACKEND_CAPABILITIES},"clientInfo":{CLIENT_INFO}}}"#,
         );
         self.send_private(id, Private::Initialize, "initialize", Some(&params));
+    }
+
+    /// Asks a live backend `server/discover`, bounded by [`PROBE_TIMEOUT`]:
+    /// at its start, or `again` for a new process of a 2026-07-28 one.
+    fn send_probe(&mut self, id: BackendId, again: bool) {
+        let gid = self.send_private(id, Private::Discover { again }, "server/discover", None);
+        let Some(gid) = gid else {
+            // Its session's queue is full (it cannot be, at a start): the
+            // handshake era is the one that needs nothing more.
+            if !again {
+                self.send_initialize(id);
+            }
+            return;
+        };
+        let timer = self
+            .effects
+            .arm(Timer::Probe(id, gid), Instant::now() + PROBE_TIMEOUT);
+        if let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) {
+            live.probe = Some(Probe { gid, timer });
+        }
+    }
+
+    /// A probe's bound ran out: its answer, if it ever comes, is dropped,
+    /// and the server is taken to be of the handshake era (a new process
+    /// of a 2026-07-28 one is started afresh).
+    pub(crate) fn on_probe_timeout(&mut self, id: BackendId, gid: u64) {
+        let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) else {
+            return;
+        };
+        if live.probe.as_ref().is_none_or(|p| p.gid != gid) {
+            return;
+        }
+        live.probe = None;
+        let again = match self.take_pending(gid) {
+            Some(Pending::Private {
+                what: Private::Discover { again },
+                ..
+            }) => again,
+            _ => false,
+        };
+        self.cancel_on_backend(id, gid, "server/discover went unanswered");
+        let name = self.backend_name(id);
+        if again {
+            self.restart_backend(
+                id,
+                "its new process did not answer server/discover within 10 s",
+            );
+        } else {
+            tracing::info!(server = %name, "no answer to server/discover within {PROBE_TIMEOUT:?}: sending initialize");
+            self.send_initialize(id);
+        }
+    }
+
+    /// The answer to a probe: a 2026-07-28 server is ready as it is;
+    /// anything else gets `initialize` (a new process that no longer
+    /// speaks 2026-07-28 is started afresh).
+    fn on_discovered(&mut self, id: BackendId, again: bool, answer: &Value) {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return;
+        };
+        let name = b.plan.name.clone();
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
+        if let Some(probe) = live.probe.take() {
+            self.effects.list.push(Effect::Disarm(probe.timer));
+        }
+        let init = answer
+            .get("result")
+            .and_then(|r| mcpvisor_jsonrpc::era::discovered(r, mcpvisor_jsonrpc::era::MODERN));
+        match (init, again) {
+            (Some(init), false) => self.ready_modern(id, init),
+            (Some(init), true) => {
+                b.init = Some(init);
+                self.read_lists(id);
+            }
+            (None, false) => {
+                tracing::debug!(server = %name, "not a 2026-07-28 server: sending initialize");
+                self.send_initialize(id);
+            }
+            (None, true) => {
+                self.restart_backend(id, "its new process does not speak 2026-07-28");
+            }
+        }
+    }
+
+    /// A backend found to be of 2026-07-28 alone is ready, its discovery
+    /// standing for its `initialize` result.
+    fn ready_modern(&mut self, id: BackendId, init: Value) {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return;
+        };
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
+        b.init = Some(init);
+        live.driven = Driven::Modern;
+        live.phase = Phase::Ready;
+        let took = live.started.elapsed().as_millis();
+        tracing::info!(server = %b.plan.name, "ready in {took} ms (2026-07-28)");
+        self.flush_queue(id);
+        self.read_lists(id);
+        self.arm_health(id);
+        self.arm_idle(id);
     }
 
     /// Stops a backend's session (bounded, in the background) and fails
@@ -684,6 +882,9 @@ impl Hub {
         if let Run::Live(live) = std::mem::replace(&mut b.run, Run::Off(next)) {
             if let Some(key) = live.health.timer {
                 self.effects.list.push(Effect::Disarm(key));
+            }
+            if let Some(probe) = live.probe {
+                self.effects.list.push(Effect::Disarm(probe.timer));
             }
             self.effects.list.push(Effect::Stop {
                 backend: id,
@@ -863,10 +1064,24 @@ impl Hub {
         params: Option<&str>,
     ) -> Option<u64> {
         let gid = self.calls.next_id();
-        let line = raw::request(gid, method, params);
         let b = self.backends.by_id.get_mut(&id)?;
         let Run::Live(live) = &mut b.run else {
             return None;
+        };
+        // A 2026-07-28 server (or one whose era is being found) reads the
+        // gateway's own envelope on each of its requests.
+        let modern = live.driven == Driven::Modern || matches!(what, Private::Discover { .. });
+        let line = match params {
+            Some(params) if modern => raw::request(
+                gid,
+                method,
+                Some(&raw::with_envelope(params, &GATEWAY_ENVELOPE)),
+            ),
+            None if modern => {
+                let params = format!("{{\"_meta\":{}}}", &*GATEWAY_ENVELOPE);
+                raw::request(gid, method, Some(&params))
+            }
+            params => raw::request(gid, method, params),
         };
         if !live.link.try_send(line) {
             tracing::debug!(server = %b.plan.name, "backend queue full; private request dropped");
@@ -918,11 +1133,13 @@ impl Hub {
             Run::Live(Live {
                 phase: Phase::Ready,
                 link,
+                driven,
                 ..
             }) => {
-                let sent = match spans {
-                    Some(spans) => link.try_send_peeked(line, spans),
-                    None => link.try_send(line),
+                let sent = match (for_era(&mut self.calls, gid, &line, *driven), spans) {
+                    (Some(line), _) => link.try_send(line),
+                    (None, Some(spans)) => link.try_send_peeked(line, spans),
+                    (None, None) => link.try_send(line),
                 };
                 if !sent {
                     self.answer_not_started(gid, "the server's queue is full");
@@ -1144,6 +1361,24 @@ impl Hub {
             return;
         }
         self.observe_session(id, &event);
+        if matches!(event, E::Ready { .. }) {
+            // Each ready generation after the first is a new process: a
+            // 2026-07-28 one is asked its era again (it has no handshake
+            // for its session to replay; a handshake-era one gets the
+            // gateway's `initialize` replayed by its session).
+            let again = self
+                .backends
+                .by_id
+                .get_mut(&id)
+                .and_then(Backend::live_mut)
+                .is_some_and(|live| {
+                    live.readies += 1;
+                    live.readies > 1 && live.driven == Driven::Modern && live.probe.is_none()
+                });
+            if again {
+                self.send_probe(id, true);
+            }
+        }
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -1220,6 +1455,23 @@ impl Hub {
         }
     }
 
+    /// The error a client of the handshake era gets in place of a
+    /// 2026-07-28 server's `input_required` result (request `id`) that
+    /// asks for `what`, which that era has no request for.
+    pub(crate) fn input_required_refusal(
+        &self,
+        id: BackendId,
+        request_id: &str,
+        what: &str,
+    ) -> Bytes {
+        let name = self.backend_name(id);
+        let message = format!(
+            "The MCP server `{name}` speaks the 2026-07-28 protocol and asked for more input before it can answer ({what}), which mcpvisor cannot put to a client of the protocol your client speaks. The request did not complete. Use a client of the 2026-07-28 protocol for this tool."
+        );
+        let data = serde_json::json!({"reason": "input required", "server": name});
+        build::error(request_id, INPUT_NOT_BRIDGED, &message, Some(&data))
+    }
+
     /// Finishes a call's audit record with the answer it got: its server's,
     /// or the gateway's on its behalf.
     pub(super) fn audit_answer(
@@ -1268,6 +1520,9 @@ impl Hub {
                 tasks,
                 at,
                 audit,
+                token,
+                envelope,
+                sent,
                 ..
             }) => {
                 self.audit_answer(audit, at, line);
@@ -1282,6 +1537,19 @@ impl Hub {
                     self.note_refusal(id, line);
                 }
                 let Some(raw_id) = env.id else { return };
+                let modern = self.backends.by_id.get(&id).is_some_and(Backend::is_modern);
+                // A 2026-07-28 server asks for input in its result; a client
+                // of the handshake era cannot read that.
+                if wrap == Wrap::AsIs && modern && asks_for_input(line) {
+                    if let Some(sent) = sent {
+                        return self
+                            .ask_for_input(front, front_id, id, token, envelope, sent, line, at);
+                    }
+                    let text = String::from_utf8_lossy(&front_id).into_owned();
+                    let refusal = self.input_required_refusal(id, &text, "input");
+                    self.count_error(id, INPUT_NOT_BRIDGED);
+                    return self.emit_to(front, refusal, Some(front_id));
+                }
                 let out = rewrite::splice(line, raw_id, &front_id);
                 let out = match wrap {
                     Wrap::AsIs => out,
@@ -1325,6 +1593,7 @@ impl Hub {
     fn on_private_answer(&mut self, id: BackendId, what: Private, line: &Bytes) {
         let answer: Value = serde_json::from_slice(line).unwrap_or(Value::Null);
         match what {
+            Private::Discover { again } => self.on_discovered(id, again, &answer),
             Private::Initialize => self.on_initialized(id, answer),
             Private::List {
                 kind,
@@ -1434,9 +1703,11 @@ impl Hub {
             return;
         };
         let queued: Vec<(u64, Bytes)> = b.queue.drain(..).collect();
+        let driven = b.live().map_or(Driven::Handshake, |l| l.driven);
         let link = b.link();
         let mut refused = Vec::new();
         for (gid, line) in queued {
+            let line = for_era(&mut self.calls, gid, &line, driven).unwrap_or(line);
             if !link.is_some_and(|link| link.try_send(line)) {
                 refused.push(gid);
             }
@@ -1741,7 +2012,8 @@ impl Hub {
             // the server answers again.
             Phase::Failed(_) if known => {
                 if live.health.ping.is_none() {
-                    let ping = self.send_private(id, Private::Ping, "ping", None);
+                    let method = health_method(live.driven);
+                    let ping = self.send_private(id, Private::Ping, method, None);
                     self.set_ping(id, ping);
                 } else {
                     // The refusal answers at once; an unanswered ping here
@@ -1769,7 +2041,8 @@ impl Hub {
             }
         } else if b.in_flight == 0 {
             // A server busy with a call is not pinged: a long call is not a hang.
-            let ping = self.send_private(id, Private::Ping, "ping", None);
+            let method = health_method(live.driven);
+            let ping = self.send_private(id, Private::Ping, method, None);
             self.set_ping(id, ping);
         }
         self.arm_health(id);
@@ -1819,6 +2092,15 @@ impl Hub {
     }
 }
 
+/// The health check of a server driven in `driven`: 2026-07-28 has no
+/// `ping`, and its servers must answer `server/discover`.
+fn health_method(driven: Driven) -> &'static str {
+    match driven {
+        Driven::Modern => "server/discover",
+        Driven::Probing | Driven::Handshake => "ping",
+    }
+}
+
 /// A routed answer for a 2026-07-28 client: its result gets that era's
 /// required members; an error passes as it is. The members are added at the
 /// end of the result, every other byte of the line kept.
@@ -1855,6 +2137,60 @@ fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
     out.extend_from_slice(&line[close..]);
     Bytes::from(out)
 }
+
+/// A front request's line as a backend driven as `driven` gets it, when
+/// that is not the line as it is: for a 2026-07-28 server, with the
+/// envelope its [`Pending::Front`] carries (the client's). What a client
+/// of the handshake era sent such a server is kept with it, for the
+/// server's input requests (`inputs.rs`).
+fn for_era(calls: &mut super::Calls, gid: u64, line: &Bytes, driven: Driven) -> Option<Bytes> {
+    if driven != Driven::Modern {
+        return None;
+    }
+    match calls.pending.get_mut(&gid) {
+        Some(Pending::Front {
+            envelope,
+            wrap,
+            sent,
+            ..
+        }) => {
+            let line = raw::request_with_envelope(line, envelope);
+            if *wrap == Wrap::AsIs {
+                *sent = Some(line.clone());
+            }
+            Some(line)
+        }
+        _ => Some(raw::request_with_envelope(line, &GATEWAY_ENVELOPE)),
+    }
+}
+
+/// The 2026-07-28 envelope members of a request's `_meta` (read as `meta`),
+/// as an object of them, each value as it came; `None` when it has none.
+pub(crate) fn envelope_of(meta: &RawObject<'_>) -> Option<std::sync::Arc<str>> {
+    let others: Vec<(&str, Option<&str>)> = meta
+        .keys()
+        .filter(|k| !k.starts_with(mcpvisor_jsonrpc::era::META_PREFIX))
+        .map(|k| (k, None))
+        .collect();
+    let kept = meta.write(&others);
+    (kept != "{}").then(|| kept.into())
+}
+
+/// Whether a server's answer is a 2026-07-28 `input_required` result.
+fn asks_for_input(line: &[u8]) -> bool {
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(RawObject::parse)
+        .and_then(|o| o.get("result"))
+        .and_then(|r| RawObject::parse(r.get()))
+        .and_then(|r| r.str_ref("resultType"))
+        .is_some_and(|t| t == "input_required")
+}
+
+/// mcpvisor: a 2026-07-28 server asked a client of the handshake era for
+/// input (an `input_required` result), which mcpvisor does not turn into
+/// that era's requests yet.
+pub(crate) const INPUT_NOT_BRIDGED: i64 = -32013;
 
 /// Whether an `elicitation/create` asks for URL mode (2025-11-25).
 pub(super) fn is_url_mode(line: &[u8]) -> bool {

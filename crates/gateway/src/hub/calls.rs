@@ -59,6 +59,12 @@ pub(crate) struct Calls {
     pub early: Vec<(BackendId, Bytes)>,
     /// 2026-07-28 calls whose servers asked their clients something.
     pub bridges: super::bridge::Bridges,
+    /// Requests of clients of the handshake era whose 2026-07-28 server
+    /// asked for input, until the client has answered (`inputs.rs`).
+    pub asking: HashMap<u64, super::inputs::Asking>,
+    /// Their input requests to fronts: the id the front sees → its entry
+    /// in `asking`.
+    pub asking_reqs: HashMap<u64, u64>,
 }
 
 impl Calls {
@@ -146,6 +152,15 @@ pub(crate) enum Pending {
         modern: Option<super::bridge::Caps>,
         /// Its audit record, begun (an audited method with the audit on).
         audit: Option<Box<crate::audit::Call>>,
+        /// The 2026-07-28 envelope it carries to a server of that era (a
+        /// JSON object of `io.modelcontextprotocol/…` members): a
+        /// 2026-07-28 client's own, or one made from a client's
+        /// `initialize`.
+        envelope: std::sync::Arc<str>,
+        /// The request as a 2026-07-28 server got it from a client of the
+        /// handshake era: sent again, with the client's answers, when the
+        /// server asks for input (see `inputs.rs`).
+        sent: Option<Bytes>,
     },
     /// The gateway's own request.
     Private { backend: BackendId, what: Private },
@@ -166,6 +181,11 @@ pub(crate) enum Wrap {
 /// The gateway's own requests to a backend.
 #[derive(Debug)]
 pub(crate) enum Private {
+    /// `server/discover`, to find the era of a backend's process: at its
+    /// start, or `again` when its session started a new process.
+    Discover {
+        again: bool,
+    },
     Initialize,
     List {
         kind: lists::Kind,

@@ -90,6 +90,15 @@ impl Hub {
             .and_then(|o| o.get("clientInfo"))
             .and_then(|info| RawObject::parse(info.get())?.str("name"));
         f.info.era = Era::Handshake;
+        let init = json!({
+            "capabilities": caps,
+            "clientInfo": obj
+                .and_then(|o| o.get("clientInfo"))
+                .and_then(|i| serde_json::from_str::<Value>(i.get()).ok()),
+        });
+        let envelope =
+            mcpvisor_jsonrpc::era::client_meta(Some(&init), mcpvisor_jsonrpc::era::MODERN);
+        f.info.envelope = Some(envelope.to_string().into());
     }
 
     /// Counts a front's subscription to `uri`; whether the server must be
@@ -308,8 +317,10 @@ impl Hub {
 
     /// Whether a backend is ready and declares `logging`.
     fn logs(&self, id: BackendId) -> bool {
+        // 2026-07-28 removed `logging/setLevel`.
         self.backends.by_id.get(&id).is_some_and(|b| {
             b.is_ready()
+                && !b.is_modern()
                 && b.init
                     .as_ref()
                     .and_then(|i| i.get("capabilities"))
@@ -471,6 +482,9 @@ impl Hub {
                 s.strip_prefix("mcpvisor-")
                     .and_then(|n| n.parse::<u64>().ok())
             });
+        if let Some(fid) = fid.filter(|f| self.is_asked(*f)) {
+            return self.on_asked_answer(front, fid, line);
+        }
         let known = fid.filter(|f| {
             self.calls
                 .server_reqs

@@ -90,4 +90,7 @@ pub(crate) struct FrontInfo {
     /// any `initialize` is a 2026-07-28 client (no handshake, and on stdio
     /// no requests to it).
     pub era: Era,
+    /// The 2026-07-28 envelope its requests carry to a server of that era,
+    /// made from its `initialize` (its capabilities and info).
+    pub envelope: Option<std::sync::Arc<str>>,
 }

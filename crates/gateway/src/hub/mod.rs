@@ -43,6 +43,7 @@ mod bridge;
 mod calls;
 mod front;
 mod front_table;
+mod inputs;
 mod listen;
 mod lists;
 mod observe;
@@ -214,6 +215,12 @@ pub(crate) enum Timer {
     Parked,
     /// Time for an idle server's health ping.
     Health(BackendId),
+    /// A server's `server/discover` probe (by its gateway id) may have
+    /// gone unanswered too long.
+    Probe(BackendId, u64),
+    /// A client's answers to a 2026-07-28 server's input requests (by
+    /// their entry in `Calls::asking`) may be overdue.
+    Asking(u64),
     /// A server's `idle_timeout` may have run out.
     Idle(BackendId),
     /// A server's throttled row may be published.
@@ -793,6 +800,8 @@ impl Hub {
         match timer {
             Timer::Parked => {}
             Timer::Health(b) => self.on_health(b),
+            Timer::Probe(b, gid) => self.on_probe_timeout(b, gid),
+            Timer::Asking(bid) => self.on_asking_timeout(bid),
             Timer::Idle(b) => self.on_idle(b),
             Timer::Publish(b) => self.on_publish_timer(b),
             Timer::Bridge(gid) => self.on_bridge_timer(gid),
@@ -882,8 +891,13 @@ mod tests {
         ));
         hub.end_turn();
         let stopped = effects(&mut hub);
+        // (Its probe's timer, still armed, is disarmed with it.)
+        let stops: Vec<&Effect> = stopped
+            .iter()
+            .filter(|e| !matches!(e, Effect::Disarm(_)))
+            .collect();
         assert!(
-            matches!(stopped[..], [Effect::Stop { backend, epoch: e, .. }] if backend == id && e == epoch),
+            matches!(stops[..], [Effect::Stop { backend, epoch: e, .. }] if *backend == id && *e == epoch),
             "{stopped:?}"
         );
         assert!(hub.backends.by_id[&id].live().is_none());

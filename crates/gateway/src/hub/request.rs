@@ -525,10 +525,10 @@ impl Hub {
                     Some(_) => with_progress_token(&params, gid),
                     None => params,
                 };
-                // Backends are initialized in the handshake era: the
-                // 2026-07-28 envelope (`_meta` protocol version, client
-                // capabilities) is the gateway's to read, not theirs; some
-                // refuse a request carrying it.
+                // The envelope comes off here: a backend of the handshake
+                // era does not read it (some refuse a request carrying it),
+                // and one of 2026-07-28 gets it back as it is sent (see
+                // `Hub::route`).
                 let params = match req.era {
                     Era::Stateless => without_envelope(&params),
                     Era::Handshake => params,
@@ -536,6 +536,15 @@ impl Hub {
                 raw::request(gid, method, Some(&params))
             }
         };
+        // What it carries to a 2026-07-28 server: a 2026-07-28 client's own
+        // envelope, as it came; a client's of the handshake era made from
+        // its `initialize`.
+        let envelope = match (req.era, &req.meta) {
+            (Era::Stateless, Some(meta)) => super::backend::envelope_of(meta),
+            _ => None,
+        }
+        .or_else(|| self.fronts.open.get(&front)?.info.envelope.clone())
+        .unwrap_or_else(|| super::backend::GATEWAY_ENVELOPE.clone());
         let wrap = match req.era {
             Era::Stateless => Wrap::Modern {
                 cacheable: req.ask == Ask::Resource(ResourceOp::Read),
@@ -589,6 +598,8 @@ impl Hub {
                 at: Instant::now(),
                 modern,
                 audit,
+                envelope,
+                sent: None,
             },
         );
         self.route(front, backend, gid, line, spans, req.id.clone());

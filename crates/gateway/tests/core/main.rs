@@ -4,6 +4,7 @@
 //! and every run of a test is the same run.
 
 mod bridge;
+mod era;
 mod listen;
 mod pins;
 mod support;

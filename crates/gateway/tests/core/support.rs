@@ -65,6 +65,26 @@ pub struct Script {
     pub tasks: bool,
     /// Tools' descriptions by name (read at each list, as `tools`).
     pub descriptions: HashMap<String, String>,
+    /// How it answers `server/discover`.
+    pub discover: Discover,
+}
+
+/// How a scripted server answers `server/discover`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discover {
+    /// `-32601`, as a server of the handshake era does.
+    NotFound,
+    /// A result that names only versions of the handshake era.
+    Handshake,
+    /// A 2026-07-28 server: it lists that version, answers `ping` and
+    /// `initialize` with `-32601`, every result carries `resultType`, and
+    /// its tool `ask` answers `input_required` until its retry brings
+    /// `inputResponses` and `requestState`.
+    Modern,
+    /// A server of both eras that is slow to discover: its discovery
+    /// names 2026-07-28, but comes only after this long; it answers
+    /// everything else as a server of the handshake era.
+    ModernAfter(Duration),
 }
 
 impl Default for Script {
@@ -81,6 +101,7 @@ impl Default for Script {
             resources: Vec::new(),
             tasks: false,
             descriptions: HashMap::new(),
+            discover: Discover::NotFound,
         }
     }
 }
@@ -357,8 +378,61 @@ async fn run_worker(
             }
             continue;
         }
-        let reply = |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result}).to_string();
+        let modern = w.script.discover == Discover::Modern;
+        let reply = |mut result: Value| {
+            if modern {
+                result["resultType"] = json!("complete");
+            }
+            json!({"jsonrpc":"2.0","id":id,"result":result}).to_string()
+        };
+        let not_found =
+            json!({"jsonrpc":"2.0","id":id,"error":{"code":-32601,"message":"Method not found"}})
+                .to_string();
         match method.as_str() {
+            "server/discover" => {
+                let discovered = json!({
+                    "supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": w.name, "version": "0"},
+                });
+                match w.script.discover {
+                    Discover::NotFound => {
+                        let _ = out.send(not_found);
+                    }
+                    Discover::Handshake => {
+                        let answer = json!({"supportedVersions": ["2025-11-25", "2025-06-18"]});
+                        let _ = out.send(reply(answer));
+                    }
+                    Discover::Modern => {
+                        let _ = out.send(reply(discovered));
+                    }
+                    Discover::ModernAfter(delay) => {
+                        let out = out.clone();
+                        let answer = reply(discovered);
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = out.send(answer);
+                        });
+                    }
+                }
+            }
+            "initialize" | "ping" if modern => {
+                let _ = out.send(not_found);
+            }
+            "tools/call" if modern && msg["params"]["name"] == "ask" => {
+                let params = &msg["params"];
+                let answer = match (params.get("inputResponses"), params.get("requestState")) {
+                    (Some(responses), Some(state)) if state == "state-1" => {
+                        reply(json!({"content": [], "structuredContent": {"server": w.name, "worker": w.worker, "responses": responses}}))
+                    }
+                    _ => json!({"jsonrpc":"2.0","id":id,"result":{
+                        "resultType": "input_required",
+                        "inputRequests": {"name": {"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}}},
+                        "requestState": "state-1",
+                    }}).to_string(),
+                };
+                let _ = out.send(answer);
+            }
             "initialize" if w.script.exit_on_initialize.is_some() => {
                 drop(writer);
                 return w.script.exit_on_initialize.unwrap_or(3);
