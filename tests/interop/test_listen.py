@@ -31,7 +31,10 @@ def write_config(tmp_path: Path) -> tuple[Path, Path]:
     tools.write_text("first\n")
     config = tmp_path / "mcp.json"
     args = ["--resource", "mem://doc", "--resource", "mem://other", "--tools-file", str(tools)]
-    config.write_text(json.dumps({"mcpServers": {"docs": {"command": str(worker), "args": args}}}))
+    # The server gains a tool while served: unpinned, so that the tool is
+    # listed at once rather than held back until a person approves it.
+    entry = {"command": str(worker), "args": args, "pin": "off"}
+    config.write_text(json.dumps({"mcpServers": {"docs": entry}}))
     return config, tools
 
 
