@@ -14,7 +14,8 @@
 //! may take several rounds. The client must declare what each input
 //! request needs (else `-32021`), answer within the server's
 //! `request_ceiling` (else `-32001`), and answer with results (an error
-//! fails the request with it).
+//! fails the request with it). At most `MAX_ASKS` input requests per
+//! answer and `MAX_ASKING` requests waiting at once (else `-32013`).
 
 use std::sync::Arc;
 
@@ -26,6 +27,11 @@ use super::backend::{BackendId, MISSING_CAPABILITY};
 use super::{Effect, Hub, Pending, Timer, TimerKey, Wrap};
 use crate::fronts::FrontId;
 use crate::raw::{self, RawObject};
+
+/// The most input requests one answer may put to a client.
+const MAX_ASKS: usize = 16;
+/// The most requests waiting for their clients' input at once.
+const MAX_ASKING: usize = 1024;
 
 /// One front request whose server asked for input, waiting for the
 /// front's answers.
@@ -153,6 +159,16 @@ impl Hub {
         }
         if asks.is_empty() && refusal.is_none() {
             refusal = Some(self.input_required_refusal(backend, &id_text, "nothing"));
+        }
+        // Bounded: what one request asks, and how many requests wait for
+        // their clients at once.
+        if refusal.is_none() && (asks.len() > MAX_ASKS || self.calls.asking.len() >= MAX_ASKING) {
+            let what = format!(
+                "{} input requests, with {} requests already waiting for their clients (at most {MAX_ASKS} and {MAX_ASKING})",
+                asks.len(),
+                self.calls.asking.len()
+            );
+            refusal = Some(self.input_required_refusal(backend, &id_text, &what));
         }
         if let Some(refusal) = refusal {
             self.count_error(

@@ -350,6 +350,16 @@ async fn an_input_request_passes_to_a_2026_client_and_is_bridged_to_an_older_one
     assert_eq!(meta(&retry)[CLIENT_INFO]["name"], "old");
     assert_ne!(retry["id"], received(&servers, "m", "tools/call")[2]["id"]);
 
+    // More input requests than one answer may put to a client: refused.
+    let r = old.call("m__ask", json!({"count": 17})).await;
+    assert_eq!(r["error"]["code"], -32013, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("17 input requests")),
+        "{r}"
+    );
+
     // A client that did not declare elicitation is told so.
     let mut bare = gw.client().await;
     let r = bare.call("m__ask", json!({})).await;

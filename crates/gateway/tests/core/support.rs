@@ -422,14 +422,24 @@ async fn run_worker(
             "tools/call" if modern && msg["params"]["name"] == "ask" => {
                 let params = &msg["params"];
                 let answer = match (params.get("inputResponses"), params.get("requestState")) {
-                    (Some(responses), Some(state)) if state == "state-1" => {
-                        reply(json!({"content": [], "structuredContent": {"server": w.name, "worker": w.worker, "responses": responses}}))
+                    (Some(responses), Some(state)) if state == "state-1" => reply(
+                        json!({"content": [], "structuredContent": {"server": w.name, "worker": w.worker, "responses": responses}}),
+                    ),
+                    _ => {
+                        let ask = json!({"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}});
+                        // `arguments.count`: that many input requests
+                        // (`k0`, `k1`, ...) in place of the one `name`.
+                        let asks = match params["arguments"]["count"].as_u64() {
+                            Some(n) => (0..n).map(|i| (format!("k{i}"), ask.clone())).collect(),
+                            None => serde_json::Map::from_iter([("name".to_owned(), ask)]),
+                        };
+                        json!({"jsonrpc":"2.0","id":id,"result":{
+                            "resultType": "input_required",
+                            "inputRequests": asks,
+                            "requestState": "state-1",
+                        }})
+                        .to_string()
                     }
-                    _ => json!({"jsonrpc":"2.0","id":id,"result":{
-                        "resultType": "input_required",
-                        "inputRequests": {"name": {"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}}},
-                        "requestState": "state-1",
-                    }}).to_string(),
                 };
                 let _ = out.send(answer);
             }
