@@ -168,7 +168,7 @@ pub fn diff(approved: Option<&Value>, offered: &Value) -> String {
 /// Definitions of one server by kind and name. A kind that is `None` has
 /// never been approved (in `approved`) or has nothing held (in `pending`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Defs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<BTreeMap<String, Value>>,
@@ -220,8 +220,11 @@ impl Defs {
     }
 }
 
-/// What is kept for one server.
+/// What is kept for one server. Unknown members are refused here and in
+/// [`PinFile`] and [`Defs`]: the store is written back whole, so one a
+/// hand edit misspelled (`"aproved"`) would otherwise be dropped unseen.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ServerPins {
     /// What a person approved (or `tofu` took on first sight).
     #[serde(default)]
@@ -233,6 +236,7 @@ pub struct ServerPins {
 
 /// The whole store.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct PinFile {
     pub format: u32,
     /// By server name.
@@ -397,30 +401,37 @@ impl PinStore {
 }
 
 fn read(path: &Path) -> Result<PinFile, String> {
+    use std::io::Read as _;
     let file = match std::fs::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(PinFile::default()),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if len > MAX_FILE_BYTES {
+    let mut text = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
         return Err(format!("{} is over {MAX_FILE_BYTES} bytes", path.display()));
     }
-    let text = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let file: PinFile = serde_json::from_slice(&text).map_err(|e| {
+    let not_a_store = |e: serde_json::Error| {
         format!(
-            "{} is not mcpvisor's pin store: {e}; move it away to start afresh",
+            "{} is not mcpvisor's pin store: {e}; fix it by hand (nothing is written to it until it reads), or move it away to start afresh",
             path.display()
         )
-    })?;
-    if file.format != FORMAT {
+    };
+    // The format first: a file of another layout is named as such, not
+    // as a broken one.
+    let value: Value = serde_json::from_slice(&text).map_err(not_a_store)?;
+    let format = value.get("format").and_then(Value::as_u64);
+    if let Some(format) = format.filter(|f| *f != u64::from(FORMAT)) {
         return Err(format!(
-            "{} has format {} where this mcpvisor reads {FORMAT}",
-            path.display(),
-            file.format
+            "{} has format {format} where this mcpvisor reads {FORMAT}: it was written by another version",
+            path.display()
         ));
     }
-    Ok(file)
+    // Read again as a store, for an error that names the line.
+    serde_json::from_slice(&text).map_err(not_a_store)
 }
 
 #[cfg(test)]
@@ -564,5 +575,38 @@ mod tests {
         std::fs::write(store.file(), "{\"servers\": 3}").expect("write");
         let err = store.load().expect_err("refused");
         assert!(err.contains("is not mcpvisor's pin store"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_hand_edit_with_a_misspelled_member_is_refused_and_the_file_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = PinStore::at(dir.path());
+        // `aproved`: read leniently, the next write would drop it.
+        let text = "{\"format\": 1, \"servers\": {\"s\": {\"aproved\": {\"tools\": {\"t\": {\"name\": \"t\"}}}}}}\n";
+        std::fs::write(store.file(), text).expect("write");
+        let err = store.load().expect_err("refused");
+        assert!(
+            err.contains("is not mcpvisor's pin store") && err.contains("aproved"),
+            "{err}"
+        );
+        let err = store
+            .update(|file| {
+                file.apply(&Edit::Pending {
+                    server: "s".into(),
+                    pending: Defs::default(),
+                })
+            })
+            .await
+            .expect_err("no write over a file that does not read");
+        assert!(err.contains("aproved"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(store.file()).expect("read"),
+            text,
+            "the file is left as it was"
+        );
+        // A file of another layout says so, whatever its members.
+        std::fs::write(store.file(), r#"{"format": 2, "pins": []}"#).expect("write");
+        let err = store.load().expect_err("refused");
+        assert!(err.contains("has format 2"), "{err}");
     }
 }
