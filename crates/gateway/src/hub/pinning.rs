@@ -267,6 +267,13 @@ impl Hub {
             let now = by_backend.remove(&id).unwrap_or_default();
             let before: Vec<HeldDef> = b.held.iter().filter(|h| h.kind == dk).cloned().collect();
             if before == now {
+                // Nothing changed here, but what the store says is held
+                // back may not be what is (a gateway that stopped held
+                // it): `write_pending` puts it right, and writes nothing
+                // when it is.
+                if b.serves_lists() && b.lists[kind.index()].is_some() {
+                    touched.push(b.plan.name.clone());
+                }
                 continue;
             }
             let fresh: Vec<HeldDef> = now
@@ -293,23 +300,50 @@ impl Hub {
                 self.record(id, EventKind::Quarantined, message);
             }
         }
+        touched.sort();
+        touched.dedup();
         for server in touched {
             self.write_pending(&server);
         }
     }
 
-    /// Writes what the backends of `server` hold back, when it changed.
+    /// Writes what the backends of `server` hold back, when it differs
+    /// from what was last written, or (before this process wrote any) from
+    /// what the store holds. A kind none of its backends has listed yet
+    /// keeps what the store holds of it.
     fn write_pending(&mut self, server: &str) {
+        if self.settings.pins.is_none() {
+            return;
+        }
+        let p = &self.catalog.pins;
+        let written = p.written_pending.get(server).cloned().unwrap_or_else(|| {
+            p.view
+                .server(server)
+                .map(|s| s.pending.clone())
+                .unwrap_or_default()
+        });
         let mut pending = Defs::default();
+        let mut listed = [false; 3];
         for b in self.backends.by_id.values() {
             if b.plan.name == server {
                 for h in &b.held {
                     pending.insert(h.kind, h.name.clone(), h.offered.clone());
                 }
+                for (i, dk) in DefinitionKind::ALL.into_iter().enumerate() {
+                    listed[i] |= b.serves_lists() && b.lists[list_kind(dk).index()].is_some();
+                }
             }
         }
-        let written = self.catalog.pins.written_pending.get(server);
-        if written == Some(&pending) || written.is_none() && pending.is_empty() {
+        for (i, dk) in DefinitionKind::ALL.into_iter().enumerate() {
+            if !listed[i] {
+                pending.of_mut(dk).clone_from(&written.of(dk).cloned());
+            }
+        }
+        if written == pending {
+            self.catalog
+                .pins
+                .written_pending
+                .insert(server.to_owned(), pending);
             return;
         }
         self.catalog
@@ -434,6 +468,15 @@ impl Hub {
             "reason": "quarantined",
         });
         Some((message, data))
+    }
+}
+
+/// The list that holds definitions of `kind`.
+fn list_kind(kind: DefinitionKind) -> Kind {
+    match kind {
+        DefinitionKind::Tool => Kind::Tools,
+        DefinitionKind::Prompt => Kind::Prompts,
+        DefinitionKind::ResourceTemplate => Kind::Templates,
     }
 }
 

@@ -27,7 +27,16 @@ struct Pinned {
 /// A gateway whose server `a` lists `echo` and `add` (described), pinned
 /// under `policy` in a store of its own.
 async fn pinned(servers: &Servers, policy: PinPolicy) -> Pinned {
-    let dir = tempfile::tempdir().expect("a state directory");
+    pinned_in(
+        servers,
+        policy,
+        tempfile::tempdir().expect("a state directory"),
+    )
+    .await
+}
+
+/// As [`pinned`], with the store in `dir` (one an earlier gateway used).
+async fn pinned_in(servers: &Servers, policy: PinPolicy, dir: tempfile::TempDir) -> Pinned {
     let store = PinStore::at(dir.path());
     servers.script(
         "a",
@@ -284,5 +293,41 @@ async fn an_approval_another_process_writes_reaches_the_hub_once_it_is_told() {
     let told = p.front.drain(Duration::from_secs(5)).await;
     assert_eq!(tools_changes(&told), 1, "{told:?}");
     assert_eq!(p.front.tools().await, ["a__echo", "a__add"]);
+    p.gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn what_a_stopped_gateway_held_is_cleared_when_the_next_holds_nothing() {
+    let servers = Servers::default();
+    let dir = tempfile::tempdir().expect("a state directory");
+    let state = dir.path().to_owned();
+    let mut p = pinned_in(&servers, PinPolicy::Tofu, dir).await;
+    assert_eq!(p.front.tools().await, ["a__echo", "a__add"]);
+    servers.edit("a", |s| {
+        s.descriptions.insert("add".into(), "Changed.".into());
+    });
+    tell_changed(&servers);
+    let pending = |store: &PinStore| {
+        store
+            .load()
+            .expect("reads")
+            .server("a")
+            .is_some_and(|s| s.pending.tools.is_some())
+    };
+    until("the pending definition is written", || pending(&p.store)).await;
+    let Pinned { gw, _dir: dir, .. } = p;
+    gw.shutdown().await;
+    // The server is put back as it was approved, and served again from
+    // the same store: nothing is held back, and the store no longer says
+    // anything is (else `tools diff` shows it, and `tools approve a`
+    // approves a definition no server offers).
+    let mut p = pinned_in(&servers, PinPolicy::Tofu, dir).await;
+    assert_eq!(p.store, PinStore::at(&state));
+    assert_eq!(p.front.tools().await, ["a__echo", "a__add"]);
+    until("the stale pending part is cleared", || !pending(&p.store)).await;
+    assert_eq!(
+        approved_description(&p.store, "add"),
+        Some(json!("Adds two numbers."))
+    );
     p.gw.shutdown().await;
 }
