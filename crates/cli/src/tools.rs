@@ -84,13 +84,25 @@ pub fn main(args: ToolsArgs) -> ExitCode {
     let done = runtime.block_on(async {
         match args.command {
             ToolsCommand::Diff(args) => diff(args).await,
-            ToolsCommand::Approve(args) => approve(args).await,
+            ToolsCommand::Approve(args) => approve(args).await.map(|text| (text, Vec::new())),
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(4));
     match done {
-        Ok(text) => crate::output::print(&text)
-            .map_or_else(|e| ExitCode::from(e.report()), |()| ExitCode::SUCCESS),
+        Ok((text, failed)) => {
+            if let Err(e) = crate::output::print(&text) {
+                return ExitCode::from(e.report());
+            }
+            // What could not be read is said after what could.
+            for e in &failed {
+                eprintln!("mcpvisor: {e}");
+            }
+            if failed.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            }
+        }
         Err(e) => crate::refuse(e),
     }
 }
@@ -150,27 +162,38 @@ fn entry<'a>(set: &'a ServerSet, name: &str) -> Result<&'a ServerDef, String> {
     }
 }
 
-async fn diff(args: DiffArgs) -> Result<String, String> {
+/// What every server (or the one named) holds back, and the servers that
+/// could not be read: one that fails to start does not hide the others.
+async fn diff(args: DiffArgs) -> Result<(String, Vec<String>), String> {
     let s = setup(&args.common)?;
     let defs: Vec<ServerDef> = match &args.server {
         Some(name) => vec![entry(&s.set, name)?.clone()],
         None => s.set.enabled().map(|m| m.def.clone()).collect(),
     };
     let mut out = String::new();
+    let mut failed = Vec::new();
     let mut total = 0;
     for def in &defs {
-        let held = held(def, &s.file, &args.common).await?;
+        let held = match held(def, &s.file, &args.common).await {
+            Ok(held) => held,
+            Err(e) if args.server.is_none() => {
+                failed.push(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         total += held.items.len();
         write_held(&mut out, &held);
     }
     if total == 0 {
         let which = match &args.server {
             Some(name) => format!("server `{name}`"),
-            None => "any server".to_owned(),
+            None if failed.is_empty() => "any server".to_owned(),
+            None => "the other servers".to_owned(),
         };
         let _ = writeln!(out, "nothing of {which} is held back");
     }
-    Ok(out)
+    Ok((out, failed))
 }
 
 async fn approve(args: ApproveArgs) -> Result<String, String> {

@@ -4,7 +4,9 @@
 //!
 //! The server is the interop tier's (`tests/interop/setup.sh` puts the
 //! `mcp` package in `.cache/interop/venv`); without it these tests say they
-//! are skipped and pass.
+//! are skipped and pass. The tests of `tools` on a store a gateway wrote
+//! (approve what was shown, a server that cannot start, a hand-edited
+//! store) need no server and always run.
 
 mod support;
 
@@ -571,4 +573,108 @@ fn a_changed_prompt_is_held_back_as_a_tool_is() {
         json!({"name": "pinned__greet", "arguments": {"who": "you"}}),
     );
     assert!(got.get("result").is_some(), "{got}");
+}
+
+/// A config of `calc` and `broken` (neither can start: `tools` goes by
+/// what the store says a gateway holds back of `calc`), and a store in
+/// which `calc`'s tool `add` is held back as changed, offered with
+/// `description`.
+struct Written {
+    dir: PathBuf,
+    config: PathBuf,
+    state: PathBuf,
+}
+
+impl Written {
+    fn new(name: &str, description: &str) -> Self {
+        let dir = temp_dir(name);
+        let config = dir.join("config.json");
+        let missing = dir.join("no-such-server");
+        std::fs::write(
+            &config,
+            json!({"mcpServers": {
+                "calc": {"command": missing},
+                "broken": {"command": missing},
+            }})
+            .to_string(),
+        )
+        .expect("config");
+        let w = Self {
+            state: dir.join("state"),
+            dir,
+            config,
+        };
+        w.offer(description);
+        w
+    }
+
+    fn pins(&self) -> PathBuf {
+        self.state.join("mcpvisor/pins.json")
+    }
+
+    /// What a gateway writes when `calc` offers `add` with `description`.
+    fn offer(&self, description: &str) {
+        let store = json!({"format": 1, "servers": {"calc": {
+            "approved": {"tools": {"add": {"name": "add", "description": "Adds."}}},
+            "pending": {"tools": {"add": {"name": "add", "description": description}}},
+        }}});
+        std::fs::create_dir_all(self.pins().parent().expect("a dir")).expect("state dir");
+        std::fs::write(self.pins(), store.to_string()).expect("pins.json");
+    }
+
+    /// `mcpvisor tools ARGS --config CONFIG`: (exit code, stdout, stderr).
+    fn tools(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(support::mcpvisor())
+            .arg("tools")
+            .args(args)
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--timeout")
+            .arg("10s")
+            .env("XDG_STATE_HOME", &self.state)
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run mcpvisor tools");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+#[test]
+fn diff_of_every_server_goes_on_past_one_that_cannot_start() {
+    let w = Written::new("pin-broken", "Adds. Version two.");
+    let (code, out, err) = w.tools(&["diff"]);
+    assert_eq!(code, 2, "the server that was not read fails the run: {out}");
+    assert!(
+        out.contains("server `calc`: tool `add` changed since it was approved"),
+        "what could be read is printed: {out}\n{err}"
+    );
+    assert!(err.contains("server `broken`"), "{err}");
+    assert!(!err.contains("server `calc`"), "{err}");
+}
+
+#[test]
+fn a_hand_edited_store_that_does_not_read_is_named_and_kept() {
+    let w = Written::new("pin-hand-edit", "Adds. Version two.");
+    let text = "{\"format\": 1,\n \"servers\": {\"calc\": {\"aproved\": {}}}}\n";
+    std::fs::write(w.pins(), text).expect("pins.json");
+    for args in [&["diff", "calc"][..], &["approve", "calc", "add"][..]] {
+        let (code, _, err) = w.tools(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(
+            err.contains("is not mcpvisor's pin store")
+                && err.contains("aproved")
+                && err.contains("line 2"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(w.pins()).expect("pins.json"),
+        text,
+        "left as it was"
+    );
 }
