@@ -857,8 +857,20 @@ scenario('a changed tool is held back with its diff until approved on the page',
     // Approve: it leaves the page, and clients see it again, as offered now.
     await page.locator('tr[data-server="shifty"] th a').click();
     await item.waitFor();
+    // The card shows the digest of the definition it shows; an approval
+    // that gives another digest (it changed again since) is refused and
+    // approves nothing.
+    const held = JSON.parse((await gw.http('GET', '/api/servers/shifty')).text).quarantine;
+    const digest = await item.locator('[data-digest]').getAttribute('data-digest');
+    assert(held.length === 1 && held[0].digest === digest && /^[0-9a-f]{12}$/.test(digest), `the digest shown: ${digest} of ${JSON.stringify(held)}`);
+    let stale = await gw.http('POST', '/api/servers/shifty/approve', { body: { names: ['hello'], digests: { hello: '000000000000' } } });
+    assert(stale.status === 409 && JSON.parse(stale.text).error.includes('changed again'), `a digest that is not the one offered: ${stale.status} ${stale.text}`);
+    assert(!(await listed()).some((t) => t.name === 'shifty__hello'), 'the refused approval approved nothing');
     const notesBefore = gw.notifications.length;
+    const posted = page.waitForRequest((r) => r.method() === 'POST' && r.url().endsWith('/api/servers/shifty/approve'), { timeout: 10000 });
     await item.getByRole('button', { name: 'Approve tool hello' }).click();
+    const sent = JSON.parse((await posted).postData() || '{}');
+    assert(JSON.stringify(sent) === JSON.stringify({ names: ['hello'], digests: { hello: [digest] } }), `the page sends the digest it showed: ${JSON.stringify(sent)}`);
     await until('the approved tool to leave the page', async () => (await page.locator('[data-held-item]').count()) === 0, 10000, 50);
     await until('the page to say it was approved', async () => (await page.locator('[data-held-msg]').innerText()).startsWith('Approved hello'), 5000, 50);
     const back = await until('shifty__hello back in the list', async () => (await listed()).find((t) => t.name === 'shifty__hello'), 10000, 200);

@@ -34,7 +34,7 @@ pub struct ToolsArgs {
 pub enum ToolsCommand {
     /// Print each held-back tool, prompt and resource template of SERVER (or of every server): its approved and its offered definition, changed lines marked - and +.
     Diff(DiffArgs),
-    /// Approve SERVER's held-back definitions named NAME (all of them without a NAME); a running gateway lets them through.
+    /// Approve SERVER's held-back definitions named NAME, as tools diff showed them with NAME@DIGEST (all of them without a NAME); a running gateway lets them through.
     Approve(ApproveArgs),
 }
 
@@ -67,8 +67,8 @@ pub struct ApproveArgs {
     /// The server's name in the config.
     #[arg(value_name = "SERVER")]
     pub server: String,
-    /// The tools, prompts or resource templates (their URI template) to approve; none: every held-back one.
-    #[arg(value_name = "NAME")]
+    /// The tools, prompts or resource templates (their URI template) to approve, each as NAME@DIGEST (as tools diff prints it: refused if the definition changed again since) or NAME; none: every held-back one.
+    #[arg(value_name = "NAME[@DIGEST]")]
     pub names: Vec<String>,
 }
 
@@ -115,6 +115,8 @@ struct HeldItem {
     change: Change,
     approved: Option<Value>,
     offered: Value,
+    /// The offered definition's `pins::digest`.
+    digest: String,
 }
 
 /// Where the offered definitions came from.
@@ -196,14 +198,30 @@ async fn diff(args: DiffArgs) -> Result<(String, Vec<String>), String> {
     Ok((out, failed))
 }
 
+/// One `NAME[@DIGEST]` argument: a name held back as given is a name, even
+/// with an `@` in it (a URI template may have one); else what follows its
+/// last `@`, when it has a digest's form, is the digest.
+fn pick(arg: &str, held: &[HeldItem]) -> (String, Option<String>) {
+    if held.iter().any(|h| h.name == arg) {
+        return (arg.to_owned(), None);
+    }
+    match arg.rsplit_once('@') {
+        Some((name, digest)) if pins::is_digest(digest) => {
+            (name.to_owned(), Some(digest.to_owned()))
+        }
+        _ => (arg.to_owned(), None),
+    }
+}
+
 async fn approve(args: ApproveArgs) -> Result<String, String> {
     let s = setup(&args.common)?;
     let def = entry(&s.set, &args.server)?;
     let held = held(def, &s.file, &args.common).await?;
-    if let Some(missing) = args
-        .names
+    let picks: Vec<(String, Option<String>)> =
+        args.names.iter().map(|a| pick(a, &held.items)).collect();
+    if let Some((missing, _)) = picks
         .iter()
-        .find(|n| !held.items.iter().any(|h| h.name == **n))
+        .find(|(n, _)| !held.items.iter().any(|h| h.name == *n))
     {
         let what = if held.items.is_empty() {
             "nothing is held back".to_owned()
@@ -216,10 +234,37 @@ async fn approve(args: ApproveArgs) -> Result<String, String> {
             args.server
         ));
     }
+    for (name, seen) in &picks {
+        let Some(seen) = seen else { continue };
+        if !held
+            .items
+            .iter()
+            .any(|h| h.name == *name && h.digest == *seen)
+        {
+            let now: Vec<&str> = held
+                .items
+                .iter()
+                .filter(|h| h.name == *name)
+                .map(|h| h.digest.as_str())
+                .collect();
+            return Err(format!(
+                "`{name}` of server `{}` changed again since it was shown (shown: {seen}, offered now: {}); nothing was approved: look at it again with mcpvisor tools diff {}",
+                args.server,
+                now.join(", "),
+                args.server
+            ));
+        }
+    }
+    // Under a name given with digests, only the definitions shown.
     let chosen: Vec<&HeldItem> = held
         .items
         .iter()
-        .filter(|h| args.names.is_empty() || args.names.contains(&h.name))
+        .filter(|h| {
+            picks.is_empty()
+                || picks
+                    .iter()
+                    .any(|(n, d)| *n == h.name && d.as_ref().is_none_or(|d| *d == h.digest))
+        })
         .collect();
     if chosen.is_empty() {
         return Ok(format!(
@@ -311,6 +356,7 @@ fn held_item(
         change,
         approved,
         offered: offered.clone(),
+        digest: pins::digest(offered),
     })
 }
 
@@ -332,14 +378,20 @@ fn write_held(out: &mut String, held: &Held) {
         };
         let _ = writeln!(
             out,
-            "server `{server}`: {} `{}` {what} ({from})",
+            "server `{server}`: {} `{}` {what} ({from}), digest {}",
             h.kind.noun(),
-            h.name
+            h.name,
+            h.digest
         );
         out.push_str(&pins::diff(h.approved.as_ref(), &h.offered));
         out.push('\n');
     }
-    let names: Vec<&str> = held.items.iter().map(|h| h.name.as_str()).collect();
+    // Each as shown: one that changes again before this is run is refused.
+    let names: Vec<String> = held
+        .items
+        .iter()
+        .map(|h| format!("{}@{}", h.name, h.digest))
+        .collect();
     let _ = writeln!(
         out,
         "approve with: mcpvisor tools approve {server} {}\n",

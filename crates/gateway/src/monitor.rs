@@ -202,6 +202,42 @@ pub struct Quarantined {
     /// marked `-`, of the other `+`, the lines they share with two spaces
     /// (a new definition: every line `+`).
     pub diff: String,
+    /// The offered definition's [`crate::pins::digest`]: an approval that
+    /// gives it back ([`Pick::digest`]) approves this definition only.
+    pub digest: String,
+}
+
+/// One held-back definition a person approves: by name (a resource
+/// template's URI template), and with the digest they were shown, so that
+/// a definition that changed again since is refused, not approved unseen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub name: String,
+    /// The [`Quarantined::digest`] shown; `None` approves whatever is held
+    /// under the name.
+    pub digest: Option<String>,
+}
+
+impl Pick {
+    /// The definition `name` as shown: its digest `digest`.
+    pub fn seen(name: impl Into<String>, digest: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            digest: Some(digest.into()),
+        }
+    }
+}
+
+impl From<String> for Pick {
+    fn from(name: String) -> Self {
+        Self { name, digest: None }
+    }
+}
+
+impl From<&str> for Pick {
+    fn from(name: &str) -> Self {
+        name.to_owned().into()
+    }
 }
 
 /// What a pinned definition is of.
@@ -328,11 +364,11 @@ pub enum Query {
     /// such as a secret written to its env file); `false` for an unknown
     /// name.
     Record(String, EventKind, String, oneshot::Sender<bool>),
-    /// Approves the server's held-back definitions that have these names
-    /// (every one of them when empty): see [`Monitor::approve`].
+    /// Approves the server's held-back definitions picked (every one of
+    /// them when empty): see [`Monitor::approve`].
     Approve(
         String,
-        Vec<String>,
+        Vec<Pick>,
         oneshot::Sender<Result<Vec<String>, ActionError>>,
     ),
 }
@@ -432,19 +468,21 @@ impl Monitor {
         self.ask(|tx| Query::Act(name, action, tx)).await?
     }
 
-    /// Approves what the server offers under these names (every held-back
-    /// definition of it when `names` is empty), as `mcpvisor tools
-    /// approve` does: the hub writes the approvals to the pin store and
-    /// lets the definitions through, its clients told once per list that
-    /// changed. Answers the names approved; a name that is not held back
-    /// is refused ([`ActionError::Refused`]) and nothing is approved.
+    /// Approves what the server offers under the names picked (every
+    /// held-back definition of it when `picks` is empty), as `mcpvisor
+    /// tools approve` does: the hub writes the approvals to the pin store
+    /// and lets the definitions through, its clients told once per list
+    /// that changed. Answers the names approved. A name that is not held
+    /// back, or whose definition's digest is not the one picked (it
+    /// changed again since it was shown), is refused
+    /// ([`ActionError::Refused`]) and nothing is approved.
     pub async fn approve(
         &self,
         server: &str,
-        names: Vec<String>,
+        picks: Vec<Pick>,
     ) -> Result<Vec<String>, ActionError> {
         let server = server.to_owned();
-        self.ask(|tx| Query::Approve(server, names, tx)).await?
+        self.ask(|tx| Query::Approve(server, picks, tx)).await?
     }
 
     /// The hub's events from now on.

@@ -137,6 +137,31 @@ pub fn offered(
         .collect()
 }
 
+/// The number of hex digits of a [`digest`].
+pub const DIGEST_LEN: usize = 12;
+
+/// A short name for one definition: the first [`DIGEST_LEN`] hex digits
+/// of the SHA-256 of its compact JSON with every object's keys sorted.
+/// Shown with each held-back definition (`tools diff`, the server's page)
+/// and given back with an approval, so that what is approved is the
+/// definition the person looked at, not one that changed again since.
+pub fn digest(def: &Value) -> String {
+    use sha2::Digest as _;
+    let text = serde_json::to_string(&canonical(def)).unwrap_or_default();
+    let hash = sha2::Sha256::digest(text.as_bytes());
+    let mut out = String::with_capacity(DIGEST_LEN);
+    for byte in hash.iter().take(DIGEST_LEN / 2) {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// Whether `s` has the form of a [`digest`] (lowercase hex digits, as
+/// many as one has).
+pub fn is_digest(s: &str) -> bool {
+    s.len() == DIGEST_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// What changed between the approved definition (none for a new one) and
 /// the offered one, for a person: both pretty-printed as JSON, the lines
 /// only the approved one has marked `- `, those only the offered one has
@@ -608,5 +633,16 @@ mod tests {
         std::fs::write(store.file(), r#"{"format": 2, "pins": []}"#).expect("write");
         let err = store.load().expect_err("refused");
         assert!(err.contains("has format 2"), "{err}");
+    }
+
+    #[test]
+    fn a_digest_names_what_a_definition_says() {
+        let a = json!({"name":"t","description":"d","inputSchema":{"type":"object"}});
+        let b = json!({"inputSchema":{"type":"object"},"description":"d","name":"t"});
+        let c = json!({"name":"t","description":"d.","inputSchema":{"type":"object"}});
+        assert_eq!(digest(&a), digest(&b), "key order does not count");
+        assert_ne!(digest(&a), digest(&c));
+        assert!(is_digest(&digest(&a)), "{}", digest(&a));
+        assert!(!is_digest("ABCDEF012345") && !is_digest("abc") && !is_digest("0123456789abcdef"));
     }
 }

@@ -836,7 +836,7 @@
     // approved definition against the one offered now. Re-drawn only when
     // they change, so a refresh does not move what the person is reading.
     function renderHeld(list) {
-      const key = JSON.stringify(list.map((q) => [q.kind, q.name, q.change, q.diff]));
+      const key = JSON.stringify(list.map((q) => [q.kind, q.name, q.change, q.diff, q.digest]));
       if (key === heldKey) return;
       heldKey = key;
       heldSec.count.textContent = ` (${list.length})`;
@@ -848,8 +848,9 @@
         return;
       }
       const all = h('button', { type: 'button', class: 'primary', 'data-approve-all': '', text: 'Approve all' });
-      // By name, what this page shows: never one that came after it was drawn.
-      all.onclick = () => approve([...new Set(list.map((q) => q.name))], all);
+      // What this page shows, each with its digest: never one that came
+      // after it was drawn, nor one that changed again since.
+      all.onclick = () => approve(list, all);
       append(heldSec.body,
         h('p', { class: 'held-help' },
           'These definitions changed since they were approved, or appeared after. Clients do not see them, and a call to one is refused (error ',
@@ -862,23 +863,30 @@
     function heldItem(q) {
       const what = heldLabel(q);
       const btn = h('button', { type: 'button', 'data-approve': q.name, 'aria-label': `Approve ${what} ${q.name}`, text: 'Approve' });
-      btn.onclick = () => approve([q.name], btn);
+      btn.onclick = () => approve([q], btn);
       return h('li', { class: 'item held-item', 'data-held-item': q.name, 'data-kind': q.kind, 'data-change': q.change },
         h('div', { class: 'item-name' },
           h('code', { text: q.name || '' }),
           h('span', { class: 'tag', text: what }),
           h('span', { class: 'tag change-' + (q.change === 'new' ? 'new' : 'changed'), text: q.change === 'new' ? 'new' : 'changed' }),
+          q.digest ? h('code', { class: 'muted held-digest', 'data-digest': q.digest, title: 'Digest of the definition shown: Approve approves this one only', text: q.digest }) : null,
           h('span', { class: 'held-approve' }, btn)),
         diffBox(q.diff || ''));
     }
 
-    async function approve(names, btn) {
+    // Approves the definitions shown (`shown`: entries of the quarantine),
+    // by name and by the digest of what was shown, so that one that
+    // changed again since is refused (409) instead of approved unseen.
+    async function approve(shown, btn) {
+      const names = [...new Set(shown.map((q) => q.name))];
+      const digests = {};
+      for (const q of shown) if (q.digest) (digests[q.name] = digests[q.name] || []).push(q.digest);
       const buttons = [...heldSec.body.querySelectorAll('button')];
       for (const b of buttons) b.disabled = true;
       heldMsg.className = 'action-msg';
       heldMsg.textContent = 'Approving…';
       try {
-        const r = await api('POST', `/api/servers/${enc(name)}/approve`, { names });
+        const r = await api('POST', `/api/servers/${enc(name)}/approve`, { names, digests });
         const done = (r && r.approved) || [];
         heldMsg.textContent = done.length
           ? `Approved ${done.join(', ')}: clients see ${done.length === 1 ? 'it' : 'them'} now.`

@@ -1,5 +1,6 @@
 //! The routes, their checks, and the JSON API's handlers.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use mcpvisor_config::{ServerSet, edit};
-use mcpvisor_gateway::monitor::{Action, ActionError, EnvKey, EventKind};
+use mcpvisor_gateway::monitor::{Action, ActionError, EnvKey, EventKind, Pick};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Semaphore};
@@ -503,13 +504,75 @@ async fn set_enabled(shared: &Shared, name: &str, enabled: bool) -> ApiResult {
 
 /// What `POST /api/servers/NAME/approve` takes: the held-back definitions
 /// to approve by name; none (or no body at all) approves every one the
-/// server has held back. Unknown fields are refused: `{"name": "x"}`
-/// must not read as "approve everything".
+/// server has held back. `digests` gives, by name, the digest of the
+/// definition the person was shown (or several, for a tool and a prompt
+/// of one name): only that definition is approved, and one that changed
+/// again since is refused (409). Unknown fields are refused:
+/// `{"name": "x"}` must not read as "approve everything".
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ApproveBody {
     #[serde(default)]
     names: Vec<String>,
+    #[serde(default)]
+    digests: BTreeMap<String, Digests>,
+}
+
+/// One digest, or several.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Digests {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl ApproveBody {
+    /// The hub's picks: each name with each of its digests, or alone. A
+    /// digest of a name not in `names`, or not of a digest's form, is
+    /// refused.
+    fn picks(self) -> ApiResult<Vec<Pick>> {
+        let ApproveBody { names, mut digests } = self;
+        let mut picks = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(given) = digests.remove(&name) else {
+                picks.push(Pick::from(name));
+                continue;
+            };
+            let given = match given {
+                Digests::One(d) => vec![d],
+                Digests::Many(ds) => ds,
+            };
+            if given.is_empty() {
+                return Err(bad_approval(format!(
+                    "`digests` gives no digest for {name:?}"
+                )));
+            }
+            for digest in given {
+                if !mcpvisor_gateway::pins::is_digest(&digest) {
+                    return Err(bad_approval(format!(
+                        "{digest:?} (for {name:?}) is not a digest: {} hex digits, as the server's page shows",
+                        mcpvisor_gateway::pins::DIGEST_LEN
+                    )));
+                }
+                picks.push(Pick::seen(name.clone(), digest));
+            }
+        }
+        if let Some(name) = digests.keys().next() {
+            return Err(bad_approval(format!(
+                "`digests` names {name:?}, which `names` does not"
+            )));
+        }
+        Ok(picks)
+    }
+}
+
+fn bad_approval(why: String) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        format!(
+            r#"the body is not {{"names": ["NAME", ...], "digests": {{"NAME": "DIGEST", ...}}}}: {why}"#
+        ),
+    )
 }
 
 /// Approves a server's quarantined definitions as they are offered now:
@@ -520,8 +583,8 @@ async fn approve(
     headers: HeaderMap,
     raw: axum::body::Bytes,
 ) -> ApiResult {
-    let ApproveBody { names } = approve_body(&headers, &raw)?;
-    let approved = shared.cfg.monitor.approve(&name, names).await?;
+    let picks = approve_body(&headers, &raw)?.picks()?;
+    let approved = shared.cfg.monitor.approve(&name, picks).await?;
     // Names of definitions, never the definitions themselves.
     tracing::info!(server = %name, approved = ?approved, "definitions approved from the UI");
     Ok(json_response(
@@ -531,7 +594,7 @@ async fn approve(
 }
 
 /// The body of an approval: empty, or JSON (`application/json`) of the
-/// form `{"names": [...]}`.
+/// form `{"names": [...], "digests": {...}}`.
 fn approve_body(headers: &HeaderMap, raw: &[u8]) -> ApiResult<ApproveBody> {
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Ok(ApproveBody::default());
@@ -547,12 +610,7 @@ fn approve_body(headers: &HeaderMap, raw: &[u8]) -> ApiResult<ApproveBody> {
             "the body must be JSON: send Content-Type: application/json",
         ));
     }
-    let refuse = |why: String| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!(r#"the body is not {{"names": ["NAME", ...]}}: {why}"#),
-        )
-    };
+    let refuse = bad_approval;
     // An object only: serde would also read a struct from an array, and
     // `[]` must not read as "approve everything".
     match serde_json::from_slice(raw).map_err(|e| refuse(e.to_string()))? {

@@ -20,7 +20,7 @@ use serde_json::Value;
 use super::backend::BackendId;
 use super::lists::{Item, Kind};
 use super::{Effect, Hub};
-use crate::monitor::{ActionError, Change, DefinitionKind, EventKind, Quarantined};
+use crate::monitor::{ActionError, Change, DefinitionKind, EventKind, Pick, Quarantined};
 use crate::pins::{Defs, Edit, PinFile};
 use mcpvisor_config::PinPolicy;
 
@@ -375,23 +375,30 @@ impl Hub {
                         .approved(&b.plan.name, h.kind, &h.name),
                     &h.offered,
                 ),
+                digest: crate::pins::digest(&h.offered),
             })
             .collect()
     }
 
-    /// A person approves `names` of `server` (all it holds when empty):
-    /// the view and the store take them, and the lists are merged again
-    /// (each changed list told once).
+    /// A person approves the definitions `picks` names of `server` (all it
+    /// holds when empty): the view and the store take them, and the lists
+    /// are merged again (each changed list told once). A pick with a
+    /// digest takes only the held definition of that name and digest;
+    /// when none has it (the definition changed again since the person
+    /// saw it), nothing is approved.
     pub(crate) fn approve(
         &mut self,
         server: &str,
-        names: Vec<String>,
+        picks: Vec<Pick>,
     ) -> Result<Vec<String>, ActionError> {
         let Some(id) = self.find(server) else {
             return Err(ActionError::NoSuchServer(server.to_owned()));
         };
         let held = &self.backends.by_id[&id].held;
-        if let Some(missing) = names.iter().find(|n| !held.iter().any(|h| h.name == **n)) {
+        if let Some(missing) = picks
+            .iter()
+            .find(|p| !held.iter().any(|h| h.name == p.name))
+        {
             let what = if held.is_empty() {
                 "nothing is held back".to_owned()
             } else {
@@ -399,13 +406,42 @@ impl Hub {
                 format!("held back: {}", names.join(", "))
             };
             return Err(ActionError::Refused(format!(
-                "the server `{server}` holds nothing named `{missing}` back ({what})"
+                "the server `{server}` holds nothing named `{}` back ({what})",
+                missing.name
             )));
         }
-        let chosen: Vec<HeldDef> = held
+        let digests: Vec<(&HeldDef, String)> = held
             .iter()
-            .filter(|h| names.is_empty() || names.contains(&h.name))
-            .cloned()
+            .map(|h| (h, crate::pins::digest(&h.offered)))
+            .collect();
+        for pick in &picks {
+            let Some(seen) = &pick.digest else { continue };
+            if !digests
+                .iter()
+                .any(|(h, d)| h.name == pick.name && d == seen)
+            {
+                let now: Vec<&str> = digests
+                    .iter()
+                    .filter(|(h, _)| h.name == pick.name)
+                    .map(|(_, d)| d.as_str())
+                    .collect();
+                return Err(ActionError::Refused(format!(
+                    "`{}` of server `{server}` changed again since it was shown (shown: {seen}, offered now: {}); nothing was approved: look at its diff again (mcpvisor tools diff {server}, or the server's page) and approve what it shows now",
+                    pick.name,
+                    now.join(", ")
+                )));
+            }
+        }
+        // Under a name picked with digests, only the definitions shown.
+        let chosen: Vec<HeldDef> = digests
+            .iter()
+            .filter(|(h, d)| {
+                picks.is_empty()
+                    || picks
+                        .iter()
+                        .any(|p| p.name == h.name && p.digest.as_ref().is_none_or(|seen| seen == d))
+            })
+            .map(|(h, _)| (*h).clone())
             .collect();
         let mut approved: Vec<String> = Vec::new();
         for h in &chosen {

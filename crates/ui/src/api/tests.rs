@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use axum::body::{Body, to_bytes};
 use axum::http::{Method, Request, StatusCode, header};
 use mcpvisor_gateway::Control;
-use mcpvisor_gateway::monitor::{ActionError, Monitor, Query};
+use mcpvisor_gateway::monitor::{ActionError, Monitor, Pick, Query};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tower::ServiceExt as _;
@@ -16,12 +16,15 @@ use crate::{Limits, UiConfig, auth::Token};
 const TOKEN: &str = "test-token-0123456789abcdef";
 /// The held-back definitions of the scripted server `gh`.
 const HELD: [&str; 2] = ["create_issue", "search"];
+/// The digests of what [`HELD`] offer now.
+const DIGESTS: [&str; 2] = ["0123456789ab", "ba9876543210"];
 
-/// The approvals the scripted hub was asked for: (server, names).
-type Asked = Arc<Mutex<Vec<(String, Vec<String>)>>>;
+/// The approvals the scripted hub was asked for: (server, picks).
+type Asked = Arc<Mutex<Vec<(String, Vec<Pick>)>>>;
 
 /// A router over a hub that knows one server, `gh`, holding back [`HELD`]:
-/// it approves names among them (all for none) and refuses any other.
+/// it approves names among them (all for none), each with its digest in
+/// [`DIGESTS`] or none, and refuses any other.
 fn ui() -> (axum::Router, Asked) {
     let (control, mut queries) = mpsc::channel(8);
     let (monitor, _tap) = Monitor::new(control);
@@ -37,12 +40,27 @@ fn ui() -> (axum::Router, Asked) {
                 .push((server.clone(), names.clone()));
             let answer = if server != "gh" {
                 Err(ActionError::NoSuchServer(server))
-            } else if let Some(other) = names.iter().find(|n| !HELD.contains(&n.as_str())) {
-                Err(ActionError::Refused(format!("{other:?} is not held back")))
+            } else if let Some(other) = names.iter().find(|p| !HELD.contains(&p.name.as_str())) {
+                Err(ActionError::Refused(format!(
+                    "{:?} is not held back",
+                    other.name
+                )))
+            } else if let Some(stale) = names.iter().find(|p| {
+                p.digest.as_ref().is_some_and(|d| {
+                    let i = HELD.iter().position(|n| *n == p.name).unwrap_or(0);
+                    d != DIGESTS[i]
+                })
+            }) {
+                Err(ActionError::Refused(format!(
+                    "{:?} changed again since it was shown",
+                    stale.name
+                )))
             } else if names.is_empty() {
                 Ok(HELD.iter().map(|n| (*n).to_owned()).collect())
             } else {
-                Ok(names)
+                let mut approved: Vec<String> = names.into_iter().map(|p| p.name).collect();
+                approved.dedup();
+                Ok(approved)
             };
             let _ = reply.send(answer);
         }
@@ -84,8 +102,22 @@ async fn send(router: &axum::Router, req: Request<Body>) -> (StatusCode, Value) 
     )
 }
 
+/// What the hub was asked, each pick as NAME or NAME@DIGEST.
 fn asked(a: &Asked) -> Vec<(String, Vec<String>)> {
-    a.lock().expect("the log of approvals").clone()
+    a.lock()
+        .expect("the log of approvals")
+        .iter()
+        .map(|(server, picks)| {
+            let picks = picks
+                .iter()
+                .map(|p| match &p.digest {
+                    Some(d) => format!("{}@{d}", p.name),
+                    None => p.name.clone(),
+                })
+                .collect();
+            (server.clone(), picks)
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -99,6 +131,79 @@ async fn the_names_given_are_approved_and_answered() {
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body, json!({"approved": ["search"]}));
     assert_eq!(asked(&hub), [("gh".to_owned(), vec!["search".to_owned()])]);
+}
+
+#[tokio::test]
+async fn the_digests_shown_go_with_their_names_and_a_stale_one_is_409() {
+    let (ui, hub) = ui();
+    // One digest, or several for a name (a tool and a prompt of one name).
+    let (status, body) = send(
+        &ui,
+        json_post(
+            "/api/servers/gh/approve",
+            &json!({"names": ["search", "create_issue"], "digests": {"search": DIGESTS[1], "create_issue": [DIGESTS[0]]}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"approved": ["search", "create_issue"]}));
+    let (status, body) = send(
+        &ui,
+        json_post(
+            "/api/servers/gh/approve",
+            &json!({"names": ["search"], "digests": {"search": "000000000000"}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("changed again"),
+        "{body}"
+    );
+    assert_eq!(
+        asked(&hub),
+        [
+            (
+                "gh".to_owned(),
+                vec![
+                    format!("search@{}", DIGESTS[1]),
+                    format!("create_issue@{}", DIGESTS[0])
+                ]
+            ),
+            ("gh".to_owned(), vec!["search@000000000000".to_owned()]),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn digests_that_do_not_go_with_the_names_are_refused_before_the_hub() {
+    let (ui, hub) = ui();
+    for body in [
+        // A digest of a name not given: never "approve everything".
+        json!({"digests": {"search": DIGESTS[1]}}),
+        json!({"names": ["search"], "digests": {"create_issue": DIGESTS[0]}}),
+        // Not a digest's form.
+        json!({"names": ["search"], "digests": {"search": "BA9876543210"}}),
+        json!({"names": ["search"], "digests": {"search": "ba98"}}),
+        json!({"names": ["search"], "digests": {"search": []}}),
+        json!({"names": ["search"], "digests": {"search": 12}}),
+        json!({"names": ["search"], "digests": ["ba9876543210"]}),
+    ] {
+        let (status, answer) = send(&ui, json_post("/api/servers/gh/approve", &body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert!(
+            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{answer}"
+        );
+    }
+    assert!(
+        asked(&hub).is_empty(),
+        "the hub was asked: {:?}",
+        asked(&hub)
+    );
 }
 
 #[tokio::test]
