@@ -390,13 +390,29 @@ fn write_held(out: &mut String, held: &Held) {
     let names: Vec<String> = held
         .items
         .iter()
-        .map(|h| format!("{}@{}", h.name, h.digest))
+        .map(|h| shell_word(&format!("{}@{}", h.name, h.digest)))
         .collect();
     let _ = writeln!(
         out,
-        "approve with: mcpvisor tools approve {server} {}\n",
+        "approve with: mcpvisor tools approve {} {}\n",
+        shell_word(server),
         names.join(" ")
     );
+}
+
+/// `s` as one word of a shell command: as it is when no shell reads any
+/// of its characters specially, else in single quotes. A resource
+/// template's name is its URI template (`search://{?q}`, `...?a=1&b=2`):
+/// pasted bare, a `&` or `?` would run something else.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.,:/@%+=".contains(&b));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
 }
 
 /// Starts the server, reads its tools, prompts and resource templates,
@@ -461,4 +477,41 @@ async fn read_server(def: &ServerDef, limit: Duration) -> Result<[Vec<Value>; 3]
         .unwrap_or_else(|_| Err(format!("it did not answer within {limit:?} (--timeout)")));
     conn.close().await;
     lists.map_err(|e| format!("server `{name}`: cannot read what it offers: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_approve_command_quotes_a_name_a_shell_would_read() {
+        assert_eq!(shell_word("add@0123456789ab"), "add@0123456789ab");
+        assert_eq!(shell_word("my-server.v2"), "my-server.v2");
+        assert_eq!(
+            shell_word("https://x/{id}?a=1&b=2@0123456789ab"),
+            "'https://x/{id}?a=1&b=2@0123456789ab'"
+        );
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+        let held = Held {
+            server: "calc".into(),
+            source: Source::Gateway,
+            items: vec![HeldItem {
+                kind: DefinitionKind::ResourceTemplate,
+                name: "search://{?q}".into(),
+                change: Change::New,
+                approved: None,
+                offered: serde_json::json!({"uriTemplate": "search://{?q}"}),
+                digest: "0123456789ab".into(),
+            }],
+        };
+        let mut out = String::new();
+        write_held(&mut out, &held);
+        assert!(
+            out.contains(
+                "approve with: mcpvisor tools approve calc 'search://{?q}@0123456789ab'\n"
+            ),
+            "{out}"
+        );
+    }
 }
