@@ -4,9 +4,12 @@
 //! checked over everything each front client saw.
 //!
 //! The hub runs in this process; each server is a real
-//! `mcpvisor-fake-worker` under its own session. A third of the seeds
-//! drive [`Hub::run`] with one handshake-era client on a pipe. The others
-//! drive [`Hub::serve`] with two or three fronts on channels, at least one
+//! `mcpvisor-fake-worker` under its own session, of either era as the seed
+//! draws it: a `--modern` worker is of 2026-07-28 alone (found by the
+//! gateway's `server/discover`, driven with the envelope, its health
+//! checked by discovery), the others of the handshake era. A third of the
+//! seeds drive [`Hub::run`] with one handshake-era client on a pipe. The
+//! others drive [`Hub::serve`] with two or three fronts on channels, at least one
 //! of each era: a handshake-era front initializes first, a 2026-07-28
 //! front never does and puts the `_meta` envelope on every request, asks
 //! `server/discover` where the other pings, and must get `resultType`
@@ -81,13 +84,22 @@ fn fake_worker() -> PathBuf {
 }
 
 /// One server: the fake worker under a session with short bounds, so that
-/// hangs time out and crashed workers come back within a seed.
-fn plan(name: &str, worker: &Path, ack_cancels: bool, crash_loop_exits: u32) -> ServerPlan {
-    let args = if ack_cancels {
-        vec!["--ack-cancels".to_owned()]
-    } else {
-        Vec::new()
-    };
+/// hangs time out and crashed workers come back within a seed; a
+/// `modern` one is of 2026-07-28 alone.
+fn plan(
+    name: &str,
+    worker: &Path,
+    ack_cancels: bool,
+    modern: bool,
+    crash_loop_exits: u32,
+) -> ServerPlan {
+    let mut args = Vec::new();
+    if ack_cancels {
+        args.push("--ack-cancels".to_owned());
+    }
+    if modern {
+        args.push("--modern".to_owned());
+    }
     let session = mcpvisor_session::Config {
         request_timeout: Duration::from_millis(1500),
         cancel_grace: Duration::from_millis(300),
@@ -289,7 +301,7 @@ async fn greet(d: &mut Driver, at: usize) {
 /// front's), and a call waits for the client's retry longer than the
 /// others' calls wait for anything.
 fn oracle(worker: &Path) -> ServerPlan {
-    let mut plan = plan(ORACLE, worker, false, 1000);
+    let mut plan = plan(ORACLE, worker, false, false, 1000);
     plan.per_client = true;
     plan.session.request_timeout = Duration::from_secs(10);
     plan
@@ -304,7 +316,7 @@ async fn run_seed(seed: u64, worker: &Path) {
     let crash_loop_exits = if crash_loops { 3 } else { 1000 };
     let mut plans: Vec<ServerPlan> = names
         .iter()
-        .map(|name| plan(name, worker, rng.bool(), crash_loop_exits))
+        .map(|name| plan(name, worker, rng.bool(), rng.bool(), crash_loop_exits))
         .collect();
     // A third of the seeds speak stdio, the rest through fronts of both
     // eras at once, with the bridged calls' server.
@@ -384,8 +396,14 @@ async fn run_seed(seed: u64, worker: &Path) {
             .count()
     };
     let eras: Vec<Era> = d.fronts.iter().map(|f| f.era).collect();
+    let modern: Vec<&str> = d
+        .plans
+        .iter()
+        .filter(|p| p.def.args.iter().any(|a| a == "--modern"))
+        .map(|p| p.name.as_str())
+        .collect();
     eprintln!(
-        "seed {seed}: {transport:?} {eras:?}: {} calls ({} cancelled, {} under an id in flight on another front, {} bridged), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
+        "seed {seed}: {transport:?} {eras:?}, 2026-07-28 servers {modern:?}: {} calls ({} cancelled, {} under an id in flight on another front, {} bridged), {} crashes, kills and restarts; {} results, {} lost, {} not started, {} progress",
         d.calls.len(),
         d.calls.iter().filter(|c| c.barrier.is_some()).count(),
         d.shared_ids,
