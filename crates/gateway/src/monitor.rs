@@ -23,6 +23,10 @@ use crate::hub::Control;
 
 /// How long a query waits for the hub before it gives up.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an approval waits for its answer: the hub answers once the pin
+/// store has it, which may wait for another process's edit
+/// (`pins::LOCK_WAIT`).
+pub const APPROVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Events kept per server for its page.
 pub const EVENTS_KEPT: usize = 100;
 /// Crashes kept per server for its page, each with its stderr tail.
@@ -472,7 +476,8 @@ impl Monitor {
     /// held-back definition of it when `picks` is empty), as `mcpvisor
     /// tools approve` does: the hub writes the approvals to the pin store
     /// and lets the definitions through, its clients told once per list
-    /// that changed. Answers the names approved. A name that is not held
+    /// that changed. Answers the names approved, once the pin store has
+    /// them (one that could not be written is undone and refused). A name that is not held
     /// back, or whose definition's digest is not the one picked (it
     /// changed again since it was shown), is refused
     /// ([`ActionError::Refused`]) and nothing is approved.
@@ -482,7 +487,8 @@ impl Monitor {
         picks: Vec<Pick>,
     ) -> Result<Vec<String>, ActionError> {
         let server = server.to_owned();
-        self.ask(|tx| Query::Approve(server, picks, tx)).await?
+        self.ask_within(APPROVE_TIMEOUT, |tx| Query::Approve(server, picks, tx))
+            .await?
     }
 
     /// The hub's events from now on.
@@ -494,12 +500,21 @@ impl Monitor {
         &self,
         query: impl FnOnce(oneshot::Sender<T>) -> Query,
     ) -> Result<T, ActionError> {
+        self.ask_within(QUERY_TIMEOUT, query).await
+    }
+
+    /// [`Monitor::ask`], waiting up to `limit` for the answer.
+    async fn ask_within<T>(
+        &self,
+        limit: Duration,
+        query: impl FnOnce(oneshot::Sender<T>) -> Query,
+    ) -> Result<T, ActionError> {
         let (tx, rx) = oneshot::channel();
         let sent = self
             .control
             .send_timeout(Control::Query(query(tx)), QUERY_TIMEOUT);
         sent.await.map_err(|_| ActionError::Gone)?;
-        match tokio::time::timeout(QUERY_TIMEOUT, rx).await {
+        match tokio::time::timeout(limit, rx).await {
             Ok(Ok(answer)) => Ok(answer),
             _ => Err(ActionError::Gone),
         }

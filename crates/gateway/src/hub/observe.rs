@@ -260,10 +260,7 @@ impl Hub {
                 let answer = self.act(&name, action);
                 let _ = tx.send(answer);
             }
-            Query::Approve(name, names, tx) => {
-                let answer = self.approve(&name, names);
-                let _ = tx.send(answer);
-            }
+            Query::Approve(name, picks, tx) => self.approve(&name, picks, tx),
         }
     }
 

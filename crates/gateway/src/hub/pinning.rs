@@ -26,6 +26,12 @@ use mcpvisor_config::PinPolicy;
 
 /// JSON-RPC error code of a call to a held-back tool or prompt.
 pub const HELD_BACK: i64 = -32012;
+/// Most approvals waiting for the pin store to confirm their write; one
+/// past it is answered at once.
+const APPROVALS_WAITING: usize = 64;
+
+/// The answer to a person's approval ([`crate::monitor::Monitor::approve`]).
+pub(crate) type ApproveReply = tokio::sync::oneshot::Sender<Result<Vec<String>, ActionError>>;
 
 /// What the shell does with the pin store for the core, in order.
 #[derive(Debug)]
@@ -66,6 +72,9 @@ pub(crate) struct Pinning {
     pub view: PinFile,
     /// What was last written as held back, by server.
     written_pending: HashMap<String, Defs>,
+    /// Approvals answered once the store confirms (or refuses) their edit:
+    /// its number, the names approved, where the answer goes.
+    approvals: Vec<(u64, Vec<String>, ApproveReply)>,
 }
 
 impl Default for Pinning {
@@ -77,6 +86,7 @@ impl Default for Pinning {
             next_seq: 0,
             view: PinFile::default(),
             written_pending: HashMap::default(),
+            approvals: Vec::new(),
         }
     }
 }
@@ -133,8 +143,9 @@ impl Hub {
             .unwrap_or(self.settings.pin_default)
     }
 
-    /// Applies an edit to the view and asks the shell to write it.
-    fn edit_pins(&mut self, edit: Edit) {
+    /// Applies an edit to the view and asks the shell to write it; answers
+    /// its number.
+    fn edit_pins(&mut self, edit: Edit) -> u64 {
         let p = &mut self.catalog.pins;
         p.next_seq += 1;
         p.view.apply(&edit);
@@ -142,6 +153,7 @@ impl Hub {
         self.effects
             .list
             .push(Effect::Pins(PinJob::Edit(p.next_seq, edit)));
+        p.next_seq
     }
 
     /// The store changed on disk: read it again.
@@ -154,6 +166,10 @@ impl Hub {
     /// The shell read or wrote the store.
     pub(crate) fn on_pins(&mut self, read: PinsRead) {
         let mut dropped = None;
+        let failed_why = read
+            .failed
+            .as_ref()
+            .map(|(seq, _, why)| (*seq, why.clone()));
         if let Some((seq, edit, why)) = read.failed {
             let message = format!("the pin store was not written: {why}");
             tracing::warn!(server = %edit.server(), "{message}");
@@ -165,6 +181,21 @@ impl Hub {
         let p = &mut self.catalog.pins;
         p.unconfirmed
             .retain(|(seq, _)| *seq > read.through && Some(*seq) != dropped);
+        // The approvals whose edit is done are answered: approved, or not
+        // written (the view drops it below, so it is held back again).
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut p.approvals)
+            .into_iter()
+            .partition(|(seq, _, _)| *seq <= read.through || Some(*seq) == dropped);
+        p.approvals = waiting;
+        for (seq, names, reply) in done {
+            let answer = match &failed_why {
+                Some((failed, why)) if *failed == seq => Err(ActionError::Refused(format!(
+                    "the approval could not be written to the pin store ({why}), so nothing was approved; fix that and approve again"
+                ))),
+                _ => Ok(names),
+            };
+            let _ = reply.send(answer);
+        }
         match read.file {
             Ok(file) => {
                 p.readable = true;
@@ -213,7 +244,7 @@ impl Hub {
             if !defs.is_empty() {
                 tracing::info!(server = %server, "{} {}s approved on first sight (pin: tofu)", defs.len(), dk.noun());
             }
-            self.edit_pins(Edit::Approve {
+            let _ = self.edit_pins(Edit::Approve {
                 server,
                 defs,
                 seen: vec![dk],
@@ -350,7 +381,7 @@ impl Hub {
             .pins
             .written_pending
             .insert(server.to_owned(), pending.clone());
-        self.edit_pins(Edit::Pending {
+        let _ = self.edit_pins(Edit::Pending {
             server: server.to_owned(),
             pending,
         });
@@ -380,17 +411,35 @@ impl Hub {
             .collect()
     }
 
-    /// A person approves the definitions `picks` names of `server` (all it
-    /// holds when empty): the view and the store take them, and the lists
-    /// are merged again (each changed list told once). A pick with a
-    /// digest takes only the held definition of that name and digest;
-    /// when none has it (the definition changed again since the person
-    /// saw it), nothing is approved.
-    pub(crate) fn approve(
+    /// A person approves the definitions `picks` names of `server`:
+    /// answered once the pin store has the approval (or could not take
+    /// it: then it is undone, and the answer says so).
+    pub(crate) fn approve(&mut self, server: &str, picks: Vec<Pick>, reply: ApproveReply) {
+        match self.approve_now(server, picks) {
+            Ok((names, Some(seq))) if self.catalog.pins.approvals.len() < APPROVALS_WAITING => {
+                self.catalog.pins.approvals.push((seq, names, reply));
+            }
+            Ok((names, _)) => {
+                let _ = reply.send(Ok(names));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
+    /// Approves the definitions `picks` names of `server` (all it holds
+    /// when empty): the view and the store take them, and the lists are
+    /// merged again (each changed list told once). A pick with a digest
+    /// takes only the held definition of that name and digest; when none
+    /// has it (the definition changed again since the person saw it),
+    /// nothing is approved. Answers the names, and the number of the
+    /// store's edit when one was made.
+    fn approve_now(
         &mut self,
         server: &str,
         picks: Vec<Pick>,
-    ) -> Result<Vec<String>, ActionError> {
+    ) -> Result<(Vec<String>, Option<u64>), ActionError> {
         let Some(id) = self.find(server) else {
             return Err(ActionError::NoSuchServer(server.to_owned()));
         };
@@ -450,13 +499,13 @@ impl Hub {
             }
         }
         if chosen.is_empty() {
-            return Ok(approved);
+            return Ok((approved, None));
         }
         let listed: Vec<String> = chosen
             .iter()
             .map(|h| format!("{} `{}`", h.kind.noun(), h.name))
             .collect();
-        self.edit_pins(Edit::Approve {
+        let seq = self.edit_pins(Edit::Approve {
             server: server.to_owned(),
             defs: chosen
                 .into_iter()
@@ -468,7 +517,7 @@ impl Hub {
         tracing::info!(server = %server, "{message}");
         self.record(id, EventKind::Approved, message);
         self.remerge_all();
-        Ok(approved)
+        Ok((approved, Some(seq)))
     }
 
     /// The refusal of a call to a held-back tool or prompt, by its exposed

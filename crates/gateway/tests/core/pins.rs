@@ -409,3 +409,41 @@ async fn what_a_stopped_gateway_held_is_cleared_when_the_next_holds_nothing() {
     );
     p.gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_approval_the_store_cannot_take_is_refused_and_undone() {
+    let servers = Servers::default();
+    let mut p = pinned(&servers, PinPolicy::Tofu).await;
+    assert_eq!(p.front.tools().await, ["a__echo", "a__add"]);
+    servers.edit("a", |s| {
+        s.descriptions.insert("add".into(), "Changed.".into());
+    });
+    tell_changed(&servers);
+    until("the pending definition is written", || {
+        p.store
+            .load()
+            .expect("reads")
+            .server("a")
+            .is_some_and(|s| s.pending.tools.is_some())
+    })
+    .await;
+    assert_eq!(p.front.tools().await, ["a__echo"]);
+    // The store stops reading as one (a hand edit gone wrong): the
+    // approval cannot be written, and is not answered as made.
+    std::fs::write(p.store.file(), "{\"format\": 1, \"servers\": ").expect("spoil the store");
+    let err = p
+        .monitor
+        .approve("a", vec!["add".into()])
+        .await
+        .expect_err("an approval the store does not have");
+    assert!(
+        err.to_string()
+            .contains("could not be written to the pin store"),
+        "{err}"
+    );
+    // Undone: still held back.
+    assert_eq!(p.front.tools().await, ["a__echo"]);
+    let refused = p.front.call("a__add", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32012, "{refused}");
+    p.gw.shutdown().await;
+}
