@@ -320,7 +320,12 @@ async fn held(def: &ServerDef, file: &PinFile, common: &Common) -> Result<Held, 
             items,
         });
     }
-    let lists = read_server(def, common.timeout).await?;
+    // Nothing written by a gateway: the server itself is asked.
+    let lists = read_server(def, common.timeout).await.map_err(|e| {
+        format!(
+            "{e} (no gateway has written what it holds back of `{server}`, so it was started from the config to read what it offers; fix its entry, or run this while serve runs it)"
+        )
+    })?;
     let mut items = Vec::new();
     for (kind, list) in DefinitionKind::ALL.into_iter().zip(lists) {
         // What serve approves on first sight is not held.

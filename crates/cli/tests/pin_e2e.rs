@@ -711,7 +711,11 @@ fn diff_of_every_server_goes_on_past_one_that_cannot_start() {
         out.contains("server `calc`: tool `add` changed since it was approved"),
         "what could be read is printed: {out}\n{err}"
     );
-    assert!(err.contains("server `broken`"), "{err}");
+    assert!(
+        err.contains("server `broken`")
+            && err.contains("no gateway has written what it holds back of `broken`"),
+        "{err}"
+    );
     assert!(!err.contains("server `calc`"), "{err}");
 }
 
