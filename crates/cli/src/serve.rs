@@ -27,6 +27,11 @@ use crate::ui::UiPlan;
 use crate::watchers::ServerWatchers;
 
 /// `--public-url`: an http:// or https:// URL, kept without a trailing `/`.
+fn parse_replica_id(s: &str) -> Result<String, String> {
+    mcpvisor_gateway::check_replica_id(s)?;
+    Ok(s.to_owned())
+}
+
 fn parse_public_url(s: &str) -> Result<String, String> {
     let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || !url.has_host() {
@@ -102,6 +107,9 @@ pub struct ServeArgs {
     /// How servers' tool, prompt and resource template definitions are pinned, for entries without a "pin": tofu (what a server first offers is approved; later changes are held back until `mcpvisor tools approve`), strict (even the first), off.
     #[arg(long, value_name = "POLICY", default_value = "tofu", value_parser = crate::tools::parse_pin)]
     pub pin: mcpvisor_config::PinPolicy,
+    /// This replica's name behind a load balancer: written in clear in the requestState of a multi-round call's input-required result (the balancer sends the retry to the replica it names) and in the Mcp-Replica header of responses to 2026-07-28 requests. 1 to 64 ASCII letters, digits, - and _ (default: 16 random hex digits, new at every start).
+    #[arg(long, value_name = "ID", value_parser = parse_replica_id)]
+    pub replica_id: Option<String>,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
     #[command(flatten)]
@@ -141,7 +149,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
     let Some(runtime) = crate::runtime() else {
         return ExitCode::FAILURE;
     };
-    let http = match args.http.config(
+    let mut http = match args.http.config(
         args.sup.max_message_bytes,
         args.sup.max_in_flight as usize,
         args.ui.is_some(),
@@ -149,6 +157,13 @@ pub fn main(args: ServeArgs) -> ExitCode {
         Ok(http) => http,
         Err(e) => return crate::refuse(e),
     };
+    if let Some((_, cfg)) = &mut http {
+        // Checked to be letters, digits, - and _: a valid header value.
+        cfg.replica = settings
+            .replica_id
+            .as_deref()
+            .and_then(|id| axum::http::HeaderValue::from_str(id).ok());
+    }
     let ui = match args.ui {
         Some(addr) => {
             match UiPlan::new(addr, args.http.auth_token_file.as_deref(), &args.configs) {
@@ -464,6 +479,11 @@ fn load(args: &ServeArgs) -> Result<(Settings, Vec<ServerPlan>), String> {
         audit: None,
         pins: pin_store(args, &plans)?,
         pin_default: args.pin,
+        replica_id: Some(
+            args.replica_id
+                .clone()
+                .unwrap_or_else(mcpvisor_gateway::random_replica_id),
+        ),
     };
     Ok((settings, plans))
 }

@@ -55,4 +55,7 @@ pub mod search;
 
 #[doc(hidden)]
 pub use hub::Spawners;
-pub use hub::{Cached, Control, Hub, Outcome, ReloadCause, ServerPlan, Settings};
+pub use hub::{
+    Cached, Control, Hub, Outcome, ReloadCause, ServerPlan, Settings, check_replica_id,
+    random_replica_id,
+};

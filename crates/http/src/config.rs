@@ -76,6 +76,11 @@ pub struct HttpConfig {
     /// only its priming event. `None`: streams stay open until their
     /// response.
     pub sse_poll: Option<Duration>,
+    /// The replica id of this process (`serve --replica-id`), sent as the
+    /// `Mcp-Replica` header of every response to a 2026-07-28 request, so
+    /// that a balancer (or a person) can tell which replica answered, and
+    /// holds a call that goes on in another round. `None`: no header.
+    pub replica: Option<axum::http::HeaderValue>,
 }
 
 impl Default for HttpConfig {
@@ -102,6 +107,7 @@ impl Default for HttpConfig {
             ready: None,
             sse_retry: Duration::from_secs(1),
             sse_poll: None,
+            replica: None,
         }
     }
 }

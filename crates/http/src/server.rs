@@ -31,6 +31,8 @@ use crate::{legacy, modern, sse};
 // Header names as `HeaderName`s: a look-up by a `&str` checks and
 // lower-cases the name first, on every request.
 static SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+/// Which replica answered a 2026-07-28 request (see `HttpConfig::replica`).
+static REPLICA: HeaderName = HeaderName::from_static("mcp-replica");
 pub(crate) static PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 static LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
@@ -577,14 +579,16 @@ async fn post_inner(
         sse: sse_ok,
         polls: false,
     };
-    Ok(
-        match exchange_stateless(shared, id, line, accepts, listen).await {
-            // The revision's errors have their own statuses; on a stream the
-            // status was sent before the answer was known.
-            Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
-            answer => answer.into_response(),
-        },
-    )
+    let mut resp = match exchange_stateless(shared, id, line, accepts, listen).await {
+        // The revision's errors have their own statuses; on a stream the
+        // status was sent before the answer was known.
+        Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
+        answer => answer.into_response(),
+    };
+    if let Some(replica) = &shared.cfg.cfg.replica {
+        resp.headers_mut().insert(&REPLICA, replica.clone());
+    }
+    Ok(resp)
 }
 
 /// The front of one stateless request (see [`Shared::open_stateless`]).

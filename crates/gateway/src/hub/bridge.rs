@@ -19,10 +19,14 @@
 //! retry).
 //!
 //! The `requestState` is opaque to the client and signed (HMAC-SHA256 with a
-//! key drawn when the process starts). It names the call's gateway id, its
-//! round, the era, an expiry and this process's replica id: never payload.
-//! A state that is tampered with, from another process, expired, of a round
-//! that is over or of a call that has ended is refused with -32602.
+//! key drawn when the process starts):
+//! `mcpvisor1.REPLICA.HEX(gid.round.era.expiry).HEX(MAC)`. It names this
+//! process's replica id in clear, so that a balancer can send the retry to
+//! the replica that holds the call (`serve --replica-id`), then, in hex, the
+//! call's gateway id, its round, the era and an expiry: never payload. The
+//! MAC covers the replica id too. A state that is tampered with, from
+//! another process, expired, of a round that is over or of a call that has
+//! ended is refused with -32602.
 //!
 //! Bounds: a round waits at most the server's request timeout; then the
 //! server's requests get an error (-32001) and its call a cancel. At most
@@ -49,6 +53,40 @@ pub(crate) const MAX_BRIDGED: usize = 1024;
 /// not is not the gateway's to continue (a 2026-07-28 server's own state
 /// passes through).
 const PREFIX: &str = "mcpvisor1.";
+/// The longest replica id.
+const MAX_REPLICA_ID: usize = 64;
+
+/// Whether `id` can be a replica id (`serve --replica-id`): 1 to 64 ASCII
+/// letters, digits, `-` or `_`, so that it reads the same in a
+/// `requestState`, an HTTP header and a balancer's server name. The error
+/// says what is wrong in words.
+pub fn check_replica_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_REPLICA_ID {
+        return Err(format!(
+            "a replica id has 1 to {MAX_REPLICA_ID} characters; this one has {}",
+            id.len()
+        ));
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "a replica id is made of ASCII letters, digits, `-` and `_`; {c:?} is not one"
+        ));
+    }
+    Ok(())
+}
+
+/// A replica id nobody else has: 16 random hex digits.
+pub fn random_replica_id() -> String {
+    let mut replica = [0u8; 8];
+    if getrandom::fill(&mut replica).is_err() {
+        let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+        replica.copy_from_slice(&Sha256::digest(seed.as_bytes())[..8]);
+    }
+    hex(&replica)
+}
 
 /// The client capabilities a 2026-07-28 call declared in its `_meta`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -105,19 +143,17 @@ pub(crate) struct Bridges {
 impl Default for Bridges {
     fn default() -> Self {
         let mut key = [0u8; 32];
-        let mut replica = [0u8; 8];
         // Without the system's randomness, the states of this process
         // cannot be trusted: a key nobody can know is still drawn, from
         // the time and the process, and every state fails verification
         // after a restart anyway.
-        if getrandom::fill(&mut key).is_err() || getrandom::fill(&mut replica).is_err() {
+        if getrandom::fill(&mut key).is_err() {
             let seed = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
             key.copy_from_slice(&Sha256::digest(seed.as_bytes()));
-            replica.copy_from_slice(&key[..8]);
         }
         Self {
             key,
-            replica: hex(&replica),
+            replica: random_replica_id(),
             origin: Instant::now(),
             calls: HashMap::default(),
         }
@@ -167,22 +203,37 @@ struct Claim {
 }
 
 impl Bridges {
+    /// Names the states this process signs with `id` (checked by
+    /// [`check_replica_id`]) in place of a random one.
+    pub(crate) fn set_replica(&mut self, id: &str) {
+        self.replica = id.to_owned();
+    }
+
     /// Signs a state for round `round` of call `gid`, good until `deadline`.
     fn sign(&self, gid: u64, round: u64, deadline: Instant) -> String {
         let expiry = deadline.saturating_duration_since(self.origin).as_millis();
-        let payload = format!("{gid}.{round}.2026-07-28.{expiry}.{}", self.replica);
-        let mac = hmac_sha256(&self.key, payload.as_bytes());
-        format!("{PREFIX}{}.{}", hex(payload.as_bytes()), hex(&mac))
+        let payload = format!("{gid}.{round}.2026-07-28.{expiry}");
+        let signed = format!("{}.{}", self.replica, hex(payload.as_bytes()));
+        let mac = hmac_sha256(&self.key, signed.as_bytes());
+        format!("{PREFIX}{signed}.{}", hex(&mac))
     }
 
     /// Reads a state this process signed; why not, in words for the client.
-    fn verify(&self, state: &str, now: Instant) -> Result<Claim, &'static str> {
+    fn verify(&self, state: &str, now: Instant) -> Result<Claim, String> {
         const BAD: &str = "requestState is not one mcpvisor handed out, or was changed";
         let rest = state.strip_prefix(PREFIX).ok_or(BAD)?;
-        let (payload, mac) = rest.split_once('.').ok_or(BAD)?;
+        let (signed, mac) = rest.rsplit_once('.').ok_or(BAD)?;
+        let (replica, payload) = signed.split_once('.').ok_or(BAD)?;
+        if replica != self.replica {
+            check_replica_id(replica).map_err(|_| BAD)?;
+            return Err(format!(
+                "requestState was handed out by mcpvisor replica `{replica}`, and this is `{}`: send the retry to that replica, or start the call over",
+                self.replica
+            ));
+        }
         let payload = unhex(payload).ok_or(BAD)?;
         let mac = unhex(mac).ok_or(BAD)?;
-        let expected = hmac_sha256(&self.key, &payload);
+        let expected = hmac_sha256(&self.key, signed.as_bytes());
         // Compared in full whatever differs first.
         let same = mac.len() == expected.len()
             && mac
@@ -191,23 +242,20 @@ impl Bridges {
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
         if !same {
-            return Err(BAD);
+            return Err(BAD.to_owned());
         }
         let payload = String::from_utf8(payload).map_err(|_| BAD)?;
         let parts: Vec<&str> = payload.split('.').collect();
-        let [gid, round, era, expiry, replica] = parts.as_slice() else {
-            return Err(BAD);
+        let [gid, round, era, expiry] = parts.as_slice() else {
+            return Err(BAD.to_owned());
         };
-        if *replica != self.replica {
-            return Err("requestState was handed out by another mcpvisor process");
-        }
         if *era != "2026-07-28" {
-            return Err(BAD);
+            return Err(BAD.to_owned());
         }
         let expiry: u64 = expiry.parse().map_err(|_| BAD)?;
         let now_ms = now.saturating_duration_since(self.origin).as_millis();
         if now_ms > u128::from(expiry) {
-            return Err("requestState has expired: the call it continues timed out");
+            return Err("requestState has expired: the call it continues timed out".to_owned());
         }
         Ok(Claim {
             gid: gid.parse().map_err(|_| BAD)?,
@@ -414,7 +462,7 @@ impl Hub {
         };
         let claim = match self.calls.bridges.verify(&state, Instant::now()) {
             Ok(claim) => claim,
-            Err(message) => return refuse(self, message),
+            Err(message) => return refuse(self, &message),
         };
         let Some(b) = self.calls.bridges.calls.get(&claim.gid) else {
             return refuse(
@@ -660,10 +708,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_state_verifies_until_it_expires_or_is_changed() {
-        let bridges = Bridges::default();
+        let mut bridges = Bridges::default();
+        bridges.set_replica("r1");
         let now = Instant::now();
         let state = bridges.sign(7, 2, now + std::time::Duration::from_secs(60));
-        assert!(state.starts_with(PREFIX));
+        assert!(state.starts_with("mcpvisor1.r1."), "{state}");
         assert_eq!(bridges.verify(&state, now), Ok(Claim { gid: 7, round: 2 }));
         // Another gid, same signature.
         let forged = state.replacen(&hex(b"7."), &hex(b"8."), 1);
@@ -682,8 +731,42 @@ mod tests {
                 .verify(&state, late)
                 .is_err_and(|e| e.contains("expired"))
         );
-        // Another process's.
+        // Another process's: one with a replica id of its own is named,
+        // one that took the same id (a restart) has another key.
         let other = Bridges::default();
-        assert!(other.verify(&state, now).is_err());
+        let refused = other
+            .verify(&state, now)
+            .expect_err("another replica refuses it");
+        assert!(refused.contains("replica `r1`"), "{refused}");
+        let mut restarted = Bridges::default();
+        restarted.set_replica("r1");
+        assert!(
+            restarted
+                .verify(&state, now)
+                .is_err_and(|e| e.contains("changed"))
+        );
+        // Another replica's name put in clear: the signature covers it.
+        let mut r2 = bridges;
+        let moved = state.replacen("mcpvisor1.r1.", "mcpvisor1.r2.", 1);
+        assert!(r2.verify(&moved, now).is_err());
+        r2.set_replica("r2");
+        assert!(r2.verify(&moved, now).is_err_and(|e| e.contains("changed")));
+        // A name that is not a replica id is not echoed.
+        let odd = state.replacen("mcpvisor1.r1.", "mcpvisor1.<b>.", 1);
+        assert!(r2.verify(&odd, now).is_err_and(|e| !e.contains("<b>")));
+    }
+
+    #[test]
+    fn replica_ids_are_letters_digits_dashes_and_underscores() {
+        for good in ["replica1", "a", "pod-7_b", &"x".repeat(64)] {
+            assert_eq!(check_replica_id(good), Ok(()), "{good}");
+        }
+        for bad in ["", "a.b", "a b", "é", "a/b", &"x".repeat(65)] {
+            assert!(check_replica_id(bad).is_err(), "{bad:?}");
+        }
+        let id = random_replica_id();
+        assert_eq!(id.len(), 16);
+        assert_eq!(check_replica_id(&id), Ok(()));
+        assert_ne!(id, random_replica_id());
     }
 }

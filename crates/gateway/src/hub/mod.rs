@@ -65,6 +65,7 @@ use tokio::time::Instant;
 
 use backend::{Backend, BackendId, Backends};
 pub use backend::{ServerPlan, Spawners};
+pub use bridge::{check_replica_id, random_replica_id};
 use calls::{Calls, FanOut, Held, Parked, Pending, Private, ServerReq, Wrap};
 use front_table::{Front, FrontInfo, FrontOut, Fronts};
 pub use lists::Cached;
@@ -107,6 +108,10 @@ pub struct Settings {
     pub pins: Option<crate::pins::PinStore>,
     /// The pin policy of entries that do not name one (`serve --pin`).
     pub pin_default: mcpvisor_config::PinPolicy,
+    /// This process's id in the `requestState`s it signs, which a balancer
+    /// routes a multi-round call's retry on (`serve --replica-id`; checked
+    /// by [`check_replica_id`]). `None`: a random one.
+    pub replica_id: Option<String>,
 }
 
 impl Default for Settings {
@@ -124,6 +129,7 @@ impl Default for Settings {
             audit: None,
             pins: None,
             pin_default: mcpvisor_config::PinPolicy::Tofu,
+            replica_id: None,
         }
     }
 }
@@ -463,10 +469,14 @@ impl Hub {
     /// whose end ends it.
     pub(crate) fn new(settings: Settings, primary: Option<FrontId>) -> Self {
         let cache = settings.cache_dir.clone().map(crate::cache::Cache::at);
+        let mut calls = Calls::default();
+        if let Some(id) = &settings.replica_id {
+            calls.bridges.set_replica(id);
+        }
         Hub {
             settings,
             backends: Backends::default(),
-            calls: Calls::default(),
+            calls,
             fronts: Fronts {
                 primary,
                 ..Fronts::default()
