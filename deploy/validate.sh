@@ -4,8 +4,9 @@
 #     (kubernetes-validate, installed into .cache/deploy/venv when missing);
 #   - both HAProxy configurations with `haproxy -c` (HAProxy must be
 #     installed: tests/lb/run.sh installs it);
-#   - that the in-cluster configuration routes exactly like the shipped one
-#     (the same stickiness, retry and check lines).
+#   - that the in-cluster configuration routes like the shipped one (the
+#     same stickiness, retry and check lines; the routing of multi-round
+#     retries by replica name is the shipped one's only).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -3,7 +3,7 @@
 
 Starts the replicas on loopback (each with a bearer token, so the balancer's
 probes are seen to need none) and HAProxy with `deploy/haproxy/haproxy.cfg`
-in front of them, then runs four phases over raw HTTP, seeing every status:
+in front of them, then runs five phases over raw HTTP, seeing every status:
 
   steady     50 sessions call at once; none is misrouted.
   kill       under load, one replica gets SIGKILL: only its sessions see
@@ -14,6 +14,13 @@ in front of them, then runs four phases over raw HTTP, seeing every status:
              started) gets its answer; sessions of a stopped replica end
              with 404 and start again elsewhere.
   stateless  2026-07-28 requests without a session spread over every replica.
+  multiround 2026-07-28 calls whose server asks the client mid-call (an
+             input-required round, then a retry) from many threads: every
+             retry reaches the replica that holds its call (the one its
+             requestState names) and completes with its own answer; with the
+             routing lines taken out of the config, retries that land
+             elsewhere are refused, never answered wrongly; a forged
+             replica name, or a replica that is gone, gets a clean refusal.
 
 Which replica answered is told by the backend's `whoami` tool: each replica
 runs its own fake worker, whose pid the test learns from the replica itself.
@@ -50,7 +57,7 @@ TOKEN = "lb-test-token"
 # Every wait in this file is bounded by this (or a stated smaller bound).
 WAIT = 30.0
 SESSIONS = 50
-PHASES = ("steady", "kill", "rolling", "stateless")
+PHASES = ("steady", "kill", "rolling", "stateless", "multiround")
 ACCEPT = "application/json, text/event-stream"
 TOOL_PREFIX = "worker__"
 
@@ -90,6 +97,8 @@ class Reply:
     # The JSON-RPC message answering it (result or error).
     answer: dict | None = None
     session: str | None = None
+    # The Mcp-Replica header: which replica answered a 2026-07-28 request.
+    replica: str | None = None
     error: str | None = None
 
 
@@ -117,6 +126,7 @@ def post(conn_box: list, host: str, port: int, body: dict, headers: dict, timeou
         return reply
     reply.status = resp.status
     reply.session = resp.getheader("mcp-session-id")
+    reply.replica = resp.getheader("mcp-replica")
     ctype = (resp.getheader("content-type") or "").split(";")[0].strip()
     try:
         if resp.status // 100 != 2:
@@ -216,6 +226,86 @@ def sleep_call(rid: int, ms: int) -> dict:
                        "_meta": {"progressToken": f"p{rid}"}}}
 
 
+def ask_call(rid: str) -> dict:
+    """A 2026-07-28 call of the worker's `ask` tool, which sends roots/list
+    to the client mid-call and answers with what the client said."""
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": TOOL_PREFIX + "ask", "arguments": {"method": "roots/list"},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS,
+                                 "io.modelcontextprotocol/clientCapabilities": {"roots": {}}}}}
+
+
+def ask_headers() -> dict:
+    return {**stateless_headers(), "mcp-name": TOOL_PREFIX + "ask"}
+
+
+def state_replica(state: object) -> str | None:
+    """The replica a gateway-signed requestState names (`mcpvisor1.ID.…`)."""
+    if isinstance(state, str) and state.startswith("mcpvisor1."):
+        return state.split(".")[1]
+    return None
+
+
+@dataclass
+class Trip:
+    """One multi-round call: its input-required round and its retry."""
+
+    outcome: str  # ok, refused, misanswered, error
+    signer: str | None = None  # the replica its requestState names
+    round_header: str | None = None  # Mcp-Replica of the round
+    retry_header: str | None = None  # Mcp-Replica of the retry's answer
+    detail: str = ""
+
+
+def round_trip(port: int, tag: str, forge: bool = False, before_retry=None) -> Trip:
+    """Calls `ask` through the balancer at `port`; answers its round with a
+    root of its own (`tag`) in a retry on a new connection. With `forge`,
+    the retry's state names another replica (its signature unchanged)."""
+    box = [None]
+    r = post(box, "127.0.0.1", port, ask_call(f"{tag}-a"), ask_headers())
+    close(box)
+    result = (r.answer or {}).get("result", {})
+    state = result.get("requestState")
+    requests = result.get("inputRequests") or {}
+    if result.get("resultType") != "input_required" or len(requests) != 1 or not isinstance(state, str):
+        return Trip("error", detail=f"no input-required round: {r.status} {r.answer} {r.error}")
+    trip = Trip("error", signer=state_replica(state), round_header=r.replica)
+    key = next(iter(requests))
+    if requests[key].get("method") != "roots/list":
+        trip.detail = f"the round asks {requests[key]}"
+        return trip
+    uri = f"file:///lb/{tag}"
+    retry = ask_call(f"{tag}-b")
+    if forge:
+        other = "replica2" if trip.signer == "replica1" else "replica1"
+        state = state.replace(f"mcpvisor1.{trip.signer}.", f"mcpvisor1.{other}.", 1)
+    retry["params"]["requestState"] = state
+    retry["params"]["inputResponses"] = {key: {"roots": [{"uri": uri, "name": tag}]}}
+    if before_retry is not None:
+        before_retry(trip)
+    r = post(box, "127.0.0.1", port, retry, ask_headers())
+    close(box)
+    trip.retry_header = r.replica
+    answer = r.answer or {}
+    if answer.get("error", {}).get("code") == -32602:
+        trip.outcome = "refused"
+        trip.detail = answer["error"].get("message", "")
+        return trip
+    text = ""
+    try:
+        text = answer["result"]["content"][0]["text"]
+    except (KeyError, IndexError, TypeError):
+        pass
+    if answer.get("result", {}).get("resultType") == "complete" and uri in text and f"{tag}-b" == answer.get("id"):
+        trip.outcome = "ok"
+    elif "result" in answer:
+        trip.outcome = "misanswered"
+        trip.detail = str(answer)[:200]
+    else:
+        trip.detail = f"{r.status} {answer} {r.error}"[:200]
+    return trip
+
+
 def pid_of(answer: dict | None) -> int | None:
     try:
         return json.loads(answer["result"]["content"][0]["text"])["pid"]
@@ -250,7 +340,7 @@ class Replica:
         self.proc = subprocess.Popen(
             [self.mcpvisor, "serve", "--config", str(self.config), "--no-watch",
              "--http", f"127.0.0.1:{self.port}", "--auth-token-file", str(self.token_file),
-             "--http-drain", "10s", "--http-drain-min", "3s"],
+             "--http-drain", "10s", "--http-drain-min", "3s", "--replica-id", self.name],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             env={**os.environ, "MCPVISOR_CACHE_DIR": str(self.work / f"cache{self.n}")},
         )
@@ -307,22 +397,25 @@ class Replica:
 
 
 class Balancer:
-    def __init__(self, port: int, replicas: list[Replica], work: Path):
+    def __init__(self, port: int, replicas: list[Replica], work: Path, cfg: Path = HAPROXY_CFG,
+                 log_name: str = "haproxy.log"):
         self.port = port
         self.replicas = replicas
         self.work = work
+        self.cfg = cfg
+        self.log_name = log_name
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         env = {**os.environ, "MCPVISOR_LB_BIND": f"127.0.0.1:{self.port}"}
         for r in self.replicas:
             env[f"MCPVISOR_REPLICA_{r.n}"] = f"127.0.0.1:{r.port}"
-        check = subprocess.run(["haproxy", "-c", "-f", str(HAPROXY_CFG)], env=env,
+        check = subprocess.run(["haproxy", "-c", "-f", str(self.cfg)], env=env,
                                capture_output=True, text=True, timeout=WAIT)
         if check.returncode != 0:
             raise Failed(f"haproxy -c refused the config:\n{check.stdout}{check.stderr}")
-        err = open(self.work / "haproxy.log", "wb")
-        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(HAPROXY_CFG)], env=env,
+        err = open(self.work / self.log_name, "wb")
+        self.proc = subprocess.Popen(["haproxy", "-db", "-f", str(self.cfg)], env=env,
                                      stdin=subprocess.DEVNULL, stdout=err, stderr=err)
         err.close()
         # Up once it routes to every replica.
@@ -338,7 +431,7 @@ class Balancer:
         rid = 0
         while time.monotonic() < deadline and not pids <= seen:
             if self.proc is not None and self.proc.poll() is not None:
-                raise Failed(f"haproxy exited with {self.proc.returncode}; see {self.work / 'haproxy.log'}")
+                raise Failed(f"haproxy exited with {self.proc.returncode}; see {self.work / self.log_name}")
             rid += 1
             r = post(box, "127.0.0.1", self.port, stateless_whoami(rid), stateless_headers(), timeout=5)
             pid = pid_of(r.answer)
@@ -744,6 +837,97 @@ class Test:
         check(outcomes == {"ok": 300}, f"stateless: all 300 answered: {dict(outcomes)}", self.failures)
         check(len([r for r in self.replicas if counts[r.name] >= 60]) == 3,
               f"stateless: spread over all three replicas: {dict(counts)}", self.failures)
+
+
+    def trips(self, port: int, label: str, threads: int, each: int) -> list[Trip]:
+        """`threads` clients make `each` multi-round calls one after another."""
+        trips: list[Trip] = []
+        lock = threading.Lock()
+
+        def worker(k: int) -> None:
+            for i in range(each):
+                t = round_trip(port, f"{label}-{k}-{i}")
+                with lock:
+                    trips.append(t)
+
+        pool = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(timeout=4 * WAIT)
+        if any(t.is_alive() for t in pool):
+            raise Failed(f"multiround: a {label} client did not finish within its bound")
+        return trips
+
+    def multiround(self) -> None:
+        log("phase multiround: 2026-07-28 calls with an input-required round, round robin")
+        names = {r.name for r in self.replicas}
+        # One call at a time: a 2025 server shared by a replica's clients
+        # sends its roots/list with nothing that names the call it is for,
+        # and the gateway attributes it only while one call is in flight
+        # there (else the server is told -32021). Round robin then sends
+        # every retry to another replica than its round, unless routed.
+        trips = self.trips(self.lb.port, "routed", threads=1, each=45)
+        outcomes = collections.Counter(t.outcome for t in trips)
+        signers = collections.Counter(t.signer for t in trips)
+        self.report["multiround"] = {"calls": len(trips), "outcomes": dict(outcomes),
+                                     "rounds_per_replica": dict(sorted(signers.items(), key=str))}
+        check(outcomes == {"ok": len(trips)},
+              f"multiround: all {len(trips)} calls complete with their own answer: {dict(outcomes)} "
+              f"{[t.detail for t in trips if t.outcome != 'ok'][:3]}", self.failures)
+        check(len([n for n in names if signers[n] > 0]) == 3,
+              f"multiround: the rounds come from all three replicas: {dict(signers)}", self.failures)
+        check(all(t.round_header == t.signer and t.retry_header == t.signer for t in trips),
+              "multiround: each round's Mcp-Replica names the replica its requestState names, "
+              "and its retry is answered there", self.failures)
+
+        # A forged replica name: the retry goes to the replica it names,
+        # which refuses it (its signature does not match).
+        t = round_trip(self.lb.port, "forged", forge=True)
+        check(t.outcome == "refused" and t.retry_header is not None and t.retry_header != t.signer,
+              f"multiround: a requestState whose replica name was changed is refused there (-32602): "
+              f"{t.outcome} from {t.retry_header}, signed by {t.signer}: {t.detail}", self.failures)
+
+        # The replica holding the call is gone: the retry is refused by
+        # another one, at once (the client starts over).
+        victims: list[Replica] = []
+
+        def kill_signer(trip: Trip) -> None:
+            victim = next(r for r in self.replicas if r.name == trip.signer)
+            victim.kill()
+            victims.append(victim)
+
+        t0 = time.monotonic()
+        t = round_trip(self.lb.port, "gone", before_retry=kill_signer)
+        took = time.monotonic() - t0
+        check(t.outcome == "refused" and t.retry_header not in (None, t.signer) and took < 10,
+              f"multiround: a retry whose replica is gone is refused by another (-32602) in {took:.1f}s: "
+              f"{t.outcome} from {t.retry_header}, signed by {t.signer}: {t.detail}", self.failures)
+        for victim in victims:
+            victim.start()
+        self.lb.wait_routes(set(self.replicas))
+
+        # Without the routing lines, round robin sends retries elsewhere:
+        # they are refused, never answered with another call's result.
+        plain = self.work / "haproxy-no-routing.cfg"
+        plain.write_text("".join(line for line in HAPROXY_CFG.read_text().splitlines(keepends=True)
+                                 if "txn.replica" not in line and "txn.state" not in line))
+        lb = Balancer(free_port(), self.replicas, self.work, cfg=plain, log_name="haproxy-no-routing.log")
+        try:
+            lb.start()
+            trips = self.trips(lb.port, "unrouted", threads=1, each=15)
+        finally:
+            lb.stop()
+        outcomes = collections.Counter(t.outcome for t in trips)
+        self.report["multiround"]["without_routing"] = dict(outcomes)
+        elsewhere = [t for t in trips if t.retry_header != t.signer]
+        check(set(outcomes) <= {"ok", "refused"} and outcomes["refused"] > 0,
+              f"multiround: without the routing lines some retries are refused, none answered wrongly: "
+              f"{dict(outcomes)}", self.failures)
+        check(all((t.retry_header != t.signer) == (t.outcome == "refused") for t in trips)
+              and all("replica `" in t.detail for t in elsewhere),
+              "multiround: exactly the retries that reached another replica are refused, naming the "
+              "replica that holds the call", self.failures)
 
 
 # ------------------------------------------------------------------ bench
