@@ -64,6 +64,9 @@ pub struct RunArgs {
     pub sup: Supervision,
     #[command(flatten)]
     pub http: crate::http::HttpArgs,
+    /// With --http: the era the server is driven in: auto (asked server/discover: 2026-07-28 if it offers it, else the handshake), 2025-11-25 (never asked: initialized, for a server whose tools ask the client the old way), 2026-07-28 (one that does not answer as 2026-07-28 fails to start). Default: the entry's "era" with --config, else auto.
+    #[arg(long, value_name = "ERA", value_parser = parse_era, requires = "http")]
+    pub era: Option<mcpvisor_config::EraChoice>,
     /// Also watch this file or directory (recursive) for changes; repeatable.
     #[arg(long, value_name = "PATH")]
     pub watch: Vec<PathBuf>,
@@ -429,6 +432,15 @@ pub fn parse_header(s: &str) -> Result<(String, String), String> {
         return Err(format!("the value of {name:?} has a line break or NUL"));
     }
     Ok((name.to_owned(), value.trim_start().to_owned()))
+}
+
+fn parse_era(s: &str) -> Result<mcpvisor_config::EraChoice, String> {
+    mcpvisor_config::EraChoice::parse(s).ok_or_else(|| {
+        format!(
+            "expected one of {}",
+            mcpvisor_config::EraChoice::NAMES.join(", ")
+        )
+    })
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {

@@ -28,6 +28,15 @@ pub fn main(args: RunArgs) -> ExitCode {
         Err(e) => return crate::refuse(e),
     };
     if let Some((addr, cfg)) = http {
+        let mut resolved = resolved;
+        if let Some(era) = args.era {
+            if resolved.server.spec.def.is_remote() {
+                return crate::refuse(
+                    "--era is for a stdio server: a remote server's connection finds its era",
+                );
+            }
+            resolved.server.spec.def.era = era;
+        }
         return http_main(addr, cfg, resolved, reload_plan, runtime);
     }
     let outcome = runtime.block_on(async move {

@@ -70,8 +70,8 @@ pub use report::{
 pub use sandbox::Sandbox;
 pub use secrets::{Secret, SecretsError};
 pub use server::{
-    ConfigEntry, ConfigError, ConfigFile, Dialect, PinPolicy, RemoteTransport, RestartMode,
-    ServerDef, SessionMode, StartMode, Supervision, Timer, ToolFilter, ToolOverride,
+    ConfigEntry, ConfigError, ConfigFile, Dialect, EraChoice, PinPolicy, RemoteTransport,
+    RestartMode, ServerDef, SessionMode, StartMode, Supervision, Timer, ToolFilter, ToolOverride,
     UnsupportedServer,
 };
 pub use set::{Member, ServerSet, SetError, SkipReason, Skipped};

@@ -10,7 +10,7 @@
 //!
 //! Each entry has `command`, `args`, `env` and `cwd`, and may carry
 //! mcpvisor's own fields: `env_file` (or VS Code's `envFile`), `env_keys`,
-//! `init_timeout`, `auth_timeout`, `disabled`, `pin` ([`PinPolicy`]), `tools`
+//! `init_timeout`, `auth_timeout`, `disabled`, `pin` ([`PinPolicy`]), `era` ([`EraChoice`]), `tools`
 //! (`{"allow": [...], "deny": [...], "override": {NAME: {...}}}`, see
 //! [`ToolFilter`] and [`ToolOverride`]), `sandbox` ([`crate::sandbox`]) and the supervision overrides of
 //! [`Supervision`] (`restart`, `request_timeout`, `idle_timeout`, `start`,
@@ -107,6 +107,54 @@ pub struct ServerDef {
     /// How `serve` pins what the server offers (`pin`); `None` leaves it
     /// to `serve --pin`.
     pub pin: Option<PinPolicy>,
+    /// Which protocol era the gateway drives a stdio server in (`era`).
+    pub era: EraChoice,
+}
+
+/// Which protocol era the gateway drives a stdio server in (`"era"` in an
+/// entry, `run --http --era`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EraChoice {
+    /// Asked `server/discover` first: a server offering 2026-07-28 is
+    /// driven in that era, any other in the handshake era.
+    #[default]
+    Auto,
+    /// Never asked `server/discover`: sent `initialize` and driven in the
+    /// handshake era, even when it also serves 2026-07-28.
+    Handshake,
+    /// Asked `server/discover`, and driven in 2026-07-28; a server that
+    /// does not answer as one fails to start rather than being initialized.
+    Modern,
+}
+
+impl EraChoice {
+    /// The names, as written in a config entry and on the command line.
+    pub const NAMES: [&'static str; 3] = ["auto", "2025-11-25", "2026-07-28"];
+
+    /// The choice a name stands for.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "auto" => Some(Self::Auto),
+            "2025-11-25" => Some(Self::Handshake),
+            "2026-07-28" => Some(Self::Modern),
+            _ => None,
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Handshake => "2025-11-25",
+            Self::Modern => "2026-07-28",
+        }
+    }
+}
+
+impl fmt::Display for EraChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// How the gateway treats a server's tool, prompt and resource template
@@ -575,6 +623,7 @@ impl fmt::Debug for ServerDef {
             .field("extra", &Redacted(self.extra.keys()))
             .field("source", &self.source)
             .field("pin", &self.pin)
+            .field("era", &self.era)
             .finish()
     }
 }

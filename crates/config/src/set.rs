@@ -293,6 +293,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         extra: _,
         source: _,
         pin,
+        era,
     } = a;
     *name == b.name
         && *command == b.command
@@ -311,6 +312,7 @@ fn same_server(a: &ServerDef, b: &ServerDef) -> bool {
         && *transport == b.transport
         && *headers == b.headers
         && *pin == b.pin
+        && *era == b.era
 }
 
 /// The loaded file that `def` would serve, if it starts this gateway:

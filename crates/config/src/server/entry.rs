@@ -11,8 +11,8 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::{
-    Format, PinPolicy, RemoteTransport, ServerDef, ToolFilter, ToolOverride, UnsupportedServer,
-    supervision,
+    EraChoice, Format, PinPolicy, RemoteTransport, ServerDef, ToolFilter, ToolOverride,
+    UnsupportedServer, supervision,
 };
 use crate::duration::{parse_duration, seconds};
 use crate::sandbox::Sandbox;
@@ -41,6 +41,7 @@ const KNOWN: &[&str] = &[
     "auth_timeout",
     "disabled",
     "pin",
+    "era",
     "tools",
     "sandbox",
     "url",
@@ -160,6 +161,21 @@ pub(super) fn parse(
         })?),
     };
 
+    let era = match fields.string("era")? {
+        None => EraChoice::Auto,
+        Some(_) if remote => {
+            return Err(
+                "a remote server (\"url\") has no \"era\": its connection finds its era".to_owned(),
+            );
+        }
+        Some(name) => EraChoice::parse(name).ok_or_else(|| {
+            format!(
+                "\"era\" is {name:?}; expected one of {}",
+                EraChoice::NAMES.join(", ")
+            )
+        })?,
+    };
+
     Ok(Entry::Stdio(ServerDef {
         name: name.to_owned(),
         command,
@@ -186,6 +202,7 @@ pub(super) fn parse(
             .collect(),
         source: None,
         pin,
+        era,
     }))
 }
 

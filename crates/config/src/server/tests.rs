@@ -928,3 +928,44 @@ fn pin_policy_in_json_and_toml() -> Result<(), ConfigError> {
     );
     Ok(())
 }
+
+#[test]
+fn era_in_json_and_toml() -> Result<(), ConfigError> {
+    let json = parse_at(
+        "c.json",
+        r#"{"mcpServers": {"a": {"command": "x", "era": "2025-11-25"}, "b": {"command": "y", "era": "2026-07-28"}, "c": {"command": "z", "era": "auto"}, "d": {"command": "w"}}}"#,
+    )?;
+    let toml = parse_at(
+        "c.toml",
+        "[mcp_servers.a]\ncommand = \"x\"\nera = \"2025-11-25\"\n[mcp_servers.b]\ncommand = \"y\"\nera = \"2026-07-28\"\n[mcp_servers.c]\ncommand = \"z\"\nera = \"auto\"\n[mcp_servers.d]\ncommand = \"w\"\n",
+    )?;
+    for file in [&json, &toml] {
+        assert_eq!(file.get("a")?.era, EraChoice::Handshake);
+        assert_eq!(file.get("b")?.era, EraChoice::Modern);
+        assert_eq!(file.get("c")?.era, EraChoice::Auto);
+        assert_eq!(file.get("d")?.era, EraChoice::Auto, "probed by default");
+        assert!(!file.get("a")?.extra.contains_key("era"));
+    }
+    assert_eq!(
+        error(
+            "config.json",
+            r#"{"mcpServers": {"a": {"command": "x", "era": "2025-06-18"}}}"#
+        ),
+        "config.json: server \"a\": \"era\" is \"2025-06-18\"; expected one of auto, 2025-11-25, 2026-07-28"
+    );
+    assert_eq!(
+        error(
+            "config.toml",
+            "[mcp_servers.a]\ncommand = \"x\"\nera = 2025\n"
+        ),
+        "config.toml: server \"a\": \"era\" must be a string"
+    );
+    assert_eq!(
+        error(
+            "config.json",
+            r#"{"mcpServers": {"a": {"url": "https://example.com/mcp", "era": "2025-11-25"}}}"#
+        ),
+        "config.json: server \"a\": a remote server (\"url\") has no \"era\": its connection finds its era"
+    );
+    Ok(())
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mcpvisor_config::ServerDef;
+use mcpvisor_config::{EraChoice, ServerDef};
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Inlet, Link, ServerSpawner};
@@ -213,7 +213,10 @@ pub(crate) struct Live {
 /// the handshake era expect. A server of both eras is driven in the
 /// newest: its discovery names 2026-07-28, and the SDKs that serve both
 /// choose the era per connection (a process that answered a discovery
-/// refuses `initialize`), so one process cannot be driven in both. A remote server is always sent `initialize`:
+/// refuses `initialize`), so one process cannot be driven in both. Its
+/// entry may choose instead ([`EraChoice`]): `"2025-11-25"` is never
+/// probed and always initialized; `"2026-07-28"` is probed, and fails to
+/// start when it does not answer as 2026-07-28. A remote server is always sent `initialize`:
 /// its session finds its era itself (see `mcpvisor-remote`) and presents it
 /// to the gateway in the handshake era.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -750,7 +753,9 @@ impl Hub {
             readies: 0,
         });
         tracing::info!(server = %b.plan.name, "starting");
-        if b.plan.def.is_remote() {
+        // An entry may keep a server of both eras in the handshake era,
+        // for what it does only there (its own requests to the client).
+        if b.plan.def.is_remote() || b.plan.def.era == EraChoice::Handshake {
             self.send_initialize(id);
         } else {
             self.send_probe(id, false);
@@ -814,6 +819,8 @@ impl Hub {
                 id,
                 "its new process did not answer server/discover within 10 s",
             );
+        } else if self.era_choice(id) == EraChoice::Modern {
+            self.not_modern(id, "it did not answer server/discover within 10 s");
         } else {
             tracing::info!(server = %name, "no answer to server/discover within {PROBE_TIMEOUT:?}: sending initialize");
             self.send_initialize(id);
@@ -828,6 +835,7 @@ impl Hub {
             return;
         };
         let name = b.plan.name.clone();
+        let choice = b.plan.def.era;
         let Run::Live(live) = &mut b.run else {
             return;
         };
@@ -838,6 +846,13 @@ impl Hub {
             .get("result")
             .and_then(|r| mcpvisor_jsonrpc::era::discovered(r, mcpvisor_jsonrpc::era::MODERN));
         match (init, again) {
+            (None, false) if choice == EraChoice::Modern => {
+                let why = match answer.get("error").and_then(|e| e.get("code")) {
+                    Some(code) => format!("it answered server/discover with error {code}"),
+                    None => "its server/discover result does not offer 2026-07-28".to_owned(),
+                };
+                self.not_modern(id, &why);
+            }
             (Some(init), false) => self.ready_modern(id, init),
             (Some(init), true) => {
                 b.init = Some(init);
@@ -961,6 +976,14 @@ impl Hub {
         if let Some(obs) = self.counted(id) {
             obs.stats.error(code);
         }
+    }
+
+    /// The era its entry asks for (`"era"`).
+    fn era_choice(&self, id: BackendId) -> EraChoice {
+        self.backends
+            .by_id
+            .get(&id)
+            .map_or(EraChoice::Auto, |b| b.plan.def.era)
     }
 
     pub(crate) fn backend_name(&self, id: BackendId) -> String {
@@ -1677,23 +1700,50 @@ impl Hub {
                     || "its initialize failed".to_owned(),
                     |r| format!("its initialize failed: {r}"),
                 );
-                // A session that failed has said so itself, and its
-                // report is the better one.
-                let told = matches!(live.phase, Phase::Failed(_));
-                if !told {
-                    live.phase = Phase::Failed(data);
-                }
-                let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
-                if !told {
-                    self.record(id, EventKind::Failed, reason);
-                }
-                self.arm_health(id);
-                for gid in queued {
-                    self.answer_not_started(gid, &format!("the server `{name}` could not start"));
-                }
-                self.remerge_all();
+                self.start_failed(id, data, reason);
             }
         }
+    }
+
+    /// A backend that could not be started as asked: its tools are
+    /// withdrawn, what waited for it is refused, and `reason` is recorded
+    /// (`data` is the refusal's `error.data` until it is retried).
+    fn start_failed(&mut self, id: BackendId, data: Value, reason: String) {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return;
+        };
+        let name = b.plan.name.clone();
+        let Run::Live(live) = &mut b.run else {
+            return;
+        };
+        // A session that failed has said so itself, and its report is the
+        // better one.
+        let told = matches!(live.phase, Phase::Failed(_));
+        if !told {
+            live.phase = Phase::Failed(data);
+        }
+        let queued: Vec<u64> = b.queue.drain(..).map(|(gid, _)| gid).collect();
+        if !told {
+            self.record(id, EventKind::Failed, reason);
+        }
+        self.arm_health(id);
+        for gid in queued {
+            self.answer_not_started(gid, &format!("the server `{name}` could not start"));
+        }
+        self.remerge_all();
+    }
+
+    /// A server whose entry asks for 2026-07-28 (`"era": "2026-07-28"`)
+    /// that did not answer its probe as one: it fails to start, saying
+    /// `why`, rather than being initialized in the handshake era.
+    fn not_modern(&mut self, id: BackendId, why: &str) {
+        let name = self.backend_name(id);
+        let reason = format!(
+            "its entry asks for era 2026-07-28, but {why}; set \"era\" to \"auto\" or \"2025-11-25\" to drive it in the handshake era"
+        );
+        tracing::warn!(server = %name, "{reason}; its tools are withdrawn");
+        let data = serde_json::json!({"reason": reason, "server": name});
+        self.start_failed(id, data, reason);
     }
 
     /// Sends what waited for the backend to be ready. A request its

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use mcpvisor_config::EraChoice;
+use mcpvisor_gateway::Settings;
+use mcpvisor_gateway::monitor::{Monitor, ServerState};
+use mcpvisor_jsonrpc::NOT_STARTED;
+
 use crate::support::{Discover, Gateway, Script, Servers, WAIT, answered_by, plan, until};
 
 const VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -212,6 +217,89 @@ async fn a_server_that_does_not_answer_the_probe_is_initialized_after_ten_second
     let call = received(&servers, "slow", "tools/call").remove(0);
     assert!(call["params"].get("_meta").is_none(), "{call}");
     gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_of_era_2025_11_25_is_initialized_without_a_probe() {
+    let servers = Servers::default();
+    // A server of both eras: probed, it would be driven in 2026-07-28.
+    servers.script(
+        "both",
+        Script {
+            tools: vec!["echo".into(), "crash".into()],
+            discover: Discover::ModernAfter(Duration::ZERO),
+            ..Script::default()
+        },
+    );
+    let mut both = plan("both");
+    both.def.era = EraChoice::Handshake;
+    let mut gw = Gateway::start(&servers, vec![both]);
+    let mut front = gw.client().await;
+    assert_eq!(front.tools().await, ["both__echo", "both__crash"]);
+    let methods = servers.methods("both");
+    assert_eq!(
+        methods[..2],
+        ["initialize", "notifications/initialized"],
+        "{methods:?}"
+    );
+    let r = front.call("both__echo", json!({})).await;
+    assert_eq!(answered_by(&r).0, "both");
+    assert!(r["result"].get("resultType").is_none(), "{r}");
+    let call = received(&servers, "both", "tools/call").remove(0);
+    assert!(call["params"].get("_meta").is_none(), "{call}");
+    // Its next process is given the handshake again, never a probe.
+    let _ = front.call("both__crash", json!({})).await;
+    until("the next worker initialized", || {
+        servers.count("both", "initialize") == 2
+    })
+    .await;
+    let r = front.call("both__echo", json!({})).await;
+    assert_eq!(answered_by(&r).1, servers.spawned("both")[1], "{r}");
+    assert_eq!(servers.count("both", "server/discover"), 0);
+    gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_entry_of_era_2026_07_28_fails_to_start_when_the_server_is_not_of_it() {
+    let servers = Servers::default();
+    // -32601, as the handshake era answers an unknown method.
+    servers.script("old", Script::default());
+    servers.script("new", modern());
+    let (control, control_rx) = tokio::sync::mpsc::channel(16);
+    let (monitor, tap) = Monitor::new(control);
+    let settings = Settings {
+        monitor: Some(tap),
+        ..Settings::default()
+    };
+    let plans = ["old", "new"].map(|name| {
+        let mut p = plan(name);
+        p.def.era = EraChoice::Modern;
+        p
+    });
+    let mut gw = Gateway::start_with_control(&servers, plans.into(), settings, control_rx);
+    let mut front = gw.client().await;
+    // Not initialized in the handshake era in its place: it offers nothing.
+    assert_eq!(front.tools().await, ["new__echo", "new__ask", "new__crash"]);
+    assert_eq!(servers.methods("old"), ["server/discover"]);
+    let page = monitor.server("old").await.expect("asked").expect("a page");
+    assert_eq!(page.status.state, ServerState::Failed);
+    let detail = page.status.detail.expect("a reason");
+    assert!(
+        detail
+            .contains("asks for era 2026-07-28, but it answered server/discover with error -32601"),
+        "{detail}"
+    );
+    // A call by its name is refused as not started, saying why.
+    let r = front.call("old__echo", json!({})).await;
+    assert_eq!(r["error"]["code"], NOT_STARTED, "{r}");
+    let message = r["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("it answered server/discover with error -32601"),
+        "{message}"
+    );
+    assert_eq!(servers.count("old", "initialize"), 0);
+    let r = front.call("new__echo", json!({})).await;
+    assert_eq!(answered_by(&r).0, "new");
 }
 
 #[tokio::test(start_paused = true)]
