@@ -472,3 +472,68 @@ fn a_per_client_server_logs_at_its_own_client_s_level() {
     drop(p);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A server of both eras, as the SDKs that serve both behave: it answers
+/// `server/discover` naming 2026-07-28, and refuses `initialize` once it
+/// has. It writes each method it gets to `$METHODS`.
+const BOTH_ERAS: &str = r#"
+id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
+discovered=
+while IFS= read -r line; do
+  printf '%s\n' "$line" | sed -n 's/.*"method": *"\([^"]*\)".*/\1/p' >> "$METHODS"
+  case "$line" in
+    *'"server/discover"'*)
+      discovered=1
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"supportedVersions":["2025-11-25","2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"both","version":"0"}}}\n' "$(id_of "$line")" ;;
+    *'"initialize"'*)
+      if [ -n "$discovered" ]; then
+        printf '{"jsonrpc":"2.0","id":%s,"error":{"code":-32600,"message":"this connection is of 2026-07-28"}}\n' "$(id_of "$line")"
+      else
+        printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"both","version":"0"}}}\n' "$(id_of "$line")"
+      fi ;;
+    *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"work","description":"answers","inputSchema":{"type":"object"}}]}}\n' "$(id_of "$line")" ;;
+    *'"method":"notifications/'*) ;;
+    *'"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$(id_of "$line")" ;;
+    *'"id"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
+  esac
+done
+"#;
+
+/// `run --http --era 2025-11-25`: a server of both eras is never asked
+/// `server/discover` (probed, `auto` drives it in 2026-07-28).
+#[test]
+fn era_2025_11_25_keeps_a_server_of_both_eras_in_the_handshake() {
+    let dir = support::temp_dir("era-flag");
+    let methods = dir.join("methods");
+    let args: Vec<String> = [
+        "run",
+        "--http",
+        "127.0.0.1:0",
+        "--era",
+        "2025-11-25",
+        "--",
+        "sh",
+        "-c",
+        BOTH_ERAS,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut p = Proc::spawn_with_env(&args, &[("METHODS", methods.display().to_string())]);
+    let addr = p.http_address();
+    let session = open_session(&addr);
+    let (head, body) = post(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"work","arguments":{}}}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(r#""text":"done""#), "{body}");
+    let seen = std::fs::read_to_string(&methods).expect("the methods it got");
+    let seen: Vec<&str> = seen.lines().collect();
+    assert_eq!(seen.first(), Some(&"initialize"), "{seen:?}");
+    assert!(!seen.contains(&"server/discover"), "{seen:?}");
+    assert!(seen.contains(&"tools/call"), "{seen:?}");
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
