@@ -6,48 +6,18 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Proc, fake_worker, temp_dir};
+use support::{fake_worker, serve_http, temp_dir};
 
 /// `_meta` of a 2026-07-28 request that declares `caps`.
 fn meta(caps: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": caps,
-        "io.modelcontextprotocol/clientInfo": {"name": "bridge-e2e", "version": "0"},
-    })
+    support::meta_2026("bridge-e2e", caps)
 }
 
 /// POSTs a 2026-07-28 `tools/call` of `docs__ask` with `params`; its answer.
 async fn call(http: &reqwest::Client, url: &str, id: &str, params: &Value) -> Value {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-    let resp = http
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json, text/event-stream")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "docs__ask")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the POST");
-    let kind = resp.headers()["content-type"]
-        .to_str()
-        .unwrap_or_default()
-        .to_owned();
-    let text = resp.text().await.expect("a body");
-    if kind.starts_with("text/event-stream") {
-        // The answer is the stream's last message.
-        let data = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .map(str::trim_start)
-            .rfind(|d| !d.is_empty())
-            .unwrap_or_default()
-            .to_owned();
-        return serde_json::from_str(&data).unwrap_or_else(|_| panic!("JSON: {text}"));
-    }
-    serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"))
+    let resp =
+        support::post_call(http, url, id, params, "application/json, text/event-stream").await;
+    support::answer(resp).await
 }
 
 /// `params` again, with the answers to `round`'s one request and its state.
@@ -71,15 +41,7 @@ async fn a_servers_request_mid_call_is_an_input_required_round_answered_by_the_r
         "command": fake_worker().display().to_string(),
     }}});
     std::fs::write(&config, text.to_string()).expect("config");
-    let mut p = Proc::spawn(&[
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--http".into(),
-        "127.0.0.1:0".into(),
-        "--pin".into(),
-        "off".into(),
-    ]);
+    let mut p = serve_http(&config, &[]);
     let url = format!("http://{}/mcp", p.http_address());
     let http = reqwest::Client::new();
 

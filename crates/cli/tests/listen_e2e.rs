@@ -9,39 +9,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::{Proc, WAIT, fake_worker, signal, temp_dir};
+use support::{WAIT, fake_worker, post_2026, serve_http, signal, temp_dir};
 
 const SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
 /// `_meta` of a 2026-07-28 request.
 fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "listen-e2e", "version": "0"},
-    })
-}
-
-/// A 2026-07-28 POST of `body` (method `method`, name `name` if any).
-fn post(
-    http: &reqwest::Client,
-    url: &str,
-    method: &str,
-    name: Option<&str>,
-    accept: &str,
-    body: &Value,
-) -> reqwest::RequestBuilder {
-    let mut req = http
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", accept)
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", method)
-        .body(body.to_string());
-    if let Some(name) = name {
-        req = req.header("Mcp-Name", name);
-    }
-    req
+    support::meta_2026("listen-e2e", json!({}))
 }
 
 /// The events of one SSE response, as JSON messages.
@@ -115,16 +89,9 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         ],
     }}});
     std::fs::write(&config, text.to_string()).expect("config");
-    let mut p = Proc::spawn(&[
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--http".into(),
-        "127.0.0.1:0".into(),
-        // Its server gains a tool below, which pinning would hold back.
-        "--pin".into(),
-        "off".into(),
-    ]);
+    // Its server gains a tool below, which pinning would hold back
+    // (`serve_http` runs it with `--pin off`).
+    let mut p = serve_http(&config, &[]);
     let url = format!("http://{}/mcp", p.http_address());
     let http = reqwest::Client::new();
     let both = "application/json, text/event-stream";
@@ -132,7 +99,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
     // The server's lists are read before anything listens.
     let list =
         json!({"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"_meta": meta()}});
-    let r = post(&http, &url, "tools/list", None, "application/json", &list)
+    let r = post_2026(&http, &url, "tools/list", None, "application/json", &list)
         .send()
         .await
         .expect("tools/list");
@@ -143,7 +110,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         "notifications": {"toolsListChanged": true, "resourceSubscriptions": ["mem://doc", "mem://none"]},
     }});
     // Without a stream to answer on, a listen is refused.
-    let refused = post(
+    let refused = post_2026(
         &http,
         &url,
         "subscriptions/listen",
@@ -156,7 +123,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
     .expect("refused");
     assert_eq!(refused.status(), 406);
 
-    let resp = post(&http, &url, "subscriptions/listen", None, both, &body)
+    let resp = post_2026(&http, &url, "subscriptions/listen", None, both, &body)
         .send()
         .await
         .expect("listen");
@@ -190,7 +157,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         "docs__notify",
         json!({"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}),
     );
-    let r = post(
+    let r = post_2026(
         &http,
         &url,
         "tools/call",
@@ -217,7 +184,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         "docs__notify",
         json!({"method": "notifications/resources/updated", "params": {"uri": "mem://other"}}),
     );
-    post(
+    post_2026(
         &http,
         &url,
         "tools/call",
@@ -230,7 +197,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
     .expect("notify other");
     std::fs::write(&tools, "first\nsecond\n").expect("tools file");
     let changed = call("c3", "docs__list_changed", json!({}));
-    post(
+    post_2026(
         &http,
         &url,
         "tools/call",
@@ -263,7 +230,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": {
         "_meta": meta(), "notifications": {"promptsListChanged": true},
     }});
-    let resp = post(&http, &url, "subscriptions/listen", None, both, &body)
+    let resp = post_2026(&http, &url, "subscriptions/listen", None, both, &body)
         .send()
         .await
         .expect("listen");

@@ -5,46 +5,23 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Proc, fake_worker, finish, mcpvisor, temp_dir};
+use support::{Proc, fake_worker, finish, mcpvisor, serve_http, temp_dir};
 
 /// A 2026-07-28 `tools/call` of `docs__ask` (roots/list mid-call) with
 /// `params` POSTed to `url`: the `Mcp-Replica` header and the JSON answer.
 async fn call(http: &reqwest::Client, url: &str, id: &str, params: &Value) -> (String, Value) {
-    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
-    let resp = http
-        .post(url)
-        .header("Content-Type", "application/json")
-        .header("Accept", "application/json")
-        .header("MCP-Protocol-Version", "2026-07-28")
-        .header("Mcp-Method", "tools/call")
-        .header("Mcp-Name", "docs__ask")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the POST");
+    let resp = support::post_call(http, url, id, params, "application/json").await;
     let replica = resp
         .headers()
         .get("mcp-replica")
         .and_then(|v| v.to_str().ok())
         .unwrap_or_default()
         .to_owned();
-    let text = resp.text().await.expect("a body");
-    let answer = serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"));
-    (replica, answer)
+    (replica, support::answer(resp).await)
 }
 
 fn serve(config: &std::path::Path, replica: &str) -> Proc {
-    Proc::spawn(&[
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--http".into(),
-        "127.0.0.1:0".into(),
-        "--pin".into(),
-        "off".into(),
-        "--replica-id".into(),
-        replica.into(),
-    ])
+    serve_http(config, &["--replica-id", replica])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 )]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
@@ -377,6 +377,99 @@ pub fn finish(mut child: Child, args: &[&str]) -> std::process::Output {
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().expect("output")
+}
+
+/// `mcpvisor serve --config <config> --http 127.0.0.1:0 --pin off`, then
+/// `extra`.
+pub fn serve_http(config: &Path, extra: &[&str]) -> Proc {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--http".into(),
+        "127.0.0.1:0".into(),
+        "--pin".into(),
+        "off".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Proc::spawn(&args)
+}
+
+/// `_meta` of a 2026-07-28 request from the client `client` that declares
+/// `caps`.
+pub fn meta_2026(client: &str, caps: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+        "io.modelcontextprotocol/clientInfo": {"name": client, "version": "0"},
+    })
+}
+
+/// A 2026-07-28 POST of `body` to `url`: method `method`, name `name` if
+/// any, accepting `accept`.
+pub fn post_2026(
+    http: &reqwest::Client,
+    url: &str,
+    method: &str,
+    name: Option<&str>,
+    accept: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    let mut req = http
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", accept)
+        .header("MCP-Protocol-Version", "2026-07-28")
+        .header("Mcp-Method", method)
+        .body(body.to_string());
+    if let Some(name) = name {
+        req = req.header("Mcp-Name", name);
+    }
+    req
+}
+
+/// POSTs a 2026-07-28 `tools/call` with `params` (its `Mcp-Name` is
+/// `params.name`), accepting `accept`.
+pub async fn post_call(
+    http: &reqwest::Client,
+    url: &str,
+    id: &str,
+    params: &Value,
+    accept: &str,
+) -> reqwest::Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    post_2026(
+        http,
+        url,
+        "tools/call",
+        params["name"].as_str(),
+        accept,
+        &body,
+    )
+    .send()
+    .await
+    .expect("the POST")
+}
+
+/// The JSON answer of a response: its body, or, for an event stream, the
+/// stream's last message.
+pub async fn answer(resp: reqwest::Response) -> Value {
+    let kind = resp.headers()["content-type"]
+        .to_str()
+        .unwrap_or_default()
+        .to_owned();
+    let text = resp.text().await.expect("a body");
+    if kind.starts_with("text/event-stream") {
+        let data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .map(str::trim_start)
+            .rfind(|d| !d.is_empty())
+            .unwrap_or_default()
+            .to_owned();
+        return serde_json::from_str(&data).unwrap_or_else(|_| panic!("JSON: {text}"));
+    }
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"))
 }
 
 /// A new, empty state directory (`XDG_STATE_HOME`) for one mcpvisor.
