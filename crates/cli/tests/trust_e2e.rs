@@ -23,6 +23,39 @@ fn serve(config: &Path, flags: &[&str]) -> Proc {
     )
 }
 
+/// `mcpvisor serve --config <config> --ui 127.0.0.1:0 <flags>`, with a
+/// runtime dir and a list cache of its own in `dir`; the gateway, and the
+/// UI's address and token as it printed them.
+fn serve_ui(dir: &Path, config: &Path, flags: &[&str]) -> (Proc, String, String) {
+    let runtime = dir.join("run");
+    std::fs::create_dir_all(&runtime).expect("runtime dir");
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--ui".into(),
+        "127.0.0.1:0".into(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let mut p = Proc::spawn_with_env(
+        &args,
+        &[
+            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
+            (
+                "MCPVISOR_CACHE_DIR",
+                dir.join("cache").display().to_string(),
+            ),
+        ],
+    );
+    let line = p.wait_stderr("mcpvisor: UI at ");
+    let url = line
+        .split_once("UI at http://")
+        .map(|(_, u)| u.trim())
+        .expect("a URL");
+    let (addr, token) = url.split_once("/?token=").expect("a token");
+    (p, addr.to_owned(), token.to_owned())
+}
+
 /// The gateway's `tools/list`, by exposed name.
 fn tools(p: &mut Proc) -> serde_json::Map<String, Value> {
     let r = p.request(json!("list"), "tools/list", json!({}));
@@ -97,34 +130,8 @@ fn an_override_for_a_tool_the_server_lacks_is_a_warning_event_of_the_server() {
     let entry = json!({"command": fake_worker(),
                        "tools": {"override": {"no_such_tool": {"title": "T"}}}});
     std::fs::write(&config, json!({"mcpServers": {"fake": entry}}).to_string()).expect("config");
-    let runtime = dir.join("run");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
-    let args: Vec<String> = [
-        "serve",
-        "--config",
-        &config.display().to_string(),
-        "--ui",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut p = Proc::spawn_with_env(
-        &args,
-        &[
-            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
-            (
-                "MCPVISOR_CACHE_DIR",
-                dir.join("cache").display().to_string(),
-            ),
-        ],
-    );
-    let line = p.wait_stderr("mcpvisor: UI at ");
-    let url = line
-        .split_once("UI at http://")
-        .map(|(_, u)| u.trim())
-        .expect("a URL");
-    let (addr, token) = url.split_once("/?token=").expect("a token");
+    let (mut p, addr, token) = serve_ui(&dir, &config, &[]);
+    let (addr, token) = (addr.as_str(), token.as_str());
     p.wait_stderr("tools.override names tools the server does not list: no_such_tool");
     let mut sock = std::net::TcpStream::connect(addr).expect("connect");
     sock.set_read_timeout(Some(support::WAIT)).expect("timeout");
@@ -428,34 +435,8 @@ fn metrics_count_each_tool_s_calls_by_outcome_with_their_latency() {
     use std::io::{Read as _, Write as _};
     let dir = temp_dir("trust-metrics");
     let config = audited_config(&dir);
-    let runtime = dir.join("run");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
-    let args: Vec<String> = [
-        "serve",
-        "--config",
-        &config.display().to_string(),
-        "--ui",
-        "127.0.0.1:0",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut p = Proc::spawn_with_env(
-        &args,
-        &[
-            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
-            (
-                "MCPVISOR_CACHE_DIR",
-                dir.join("cache").display().to_string(),
-            ),
-        ],
-    );
-    let line = p.wait_stderr("mcpvisor: UI at ");
-    let url = line
-        .split_once("UI at http://")
-        .map(|(_, u)| u.trim())
-        .expect("a URL");
-    let (addr, token) = url.split_once("/?token=").expect("a token");
+    let (mut p, addr, token) = serve_ui(&dir, &config, &[]);
+    let (addr, token) = (addr.as_str(), token.as_str());
     p.initialize();
     for id in 1..=2 {
         p.call(json!(id), "fake__echo", json!({"text": "x"}));
@@ -579,36 +560,12 @@ fn a_call_the_gateway_fails_for_its_stopped_server_is_audited_with_its_code() {
     let dir = temp_dir("trust-audit-stopped");
     let config = audited_config(&dir);
     let audit = dir.join("audit.jsonl");
-    let runtime = dir.join("run");
-    std::fs::create_dir_all(&runtime).expect("runtime dir");
-    let args: Vec<String> = [
-        "serve",
-        "--config",
-        &config.display().to_string(),
-        "--ui",
-        "127.0.0.1:0",
-        "--audit-log",
-        &audit.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut p = Proc::spawn_with_env(
-        &args,
-        &[
-            ("XDG_RUNTIME_DIR", runtime.display().to_string()),
-            (
-                "MCPVISOR_CACHE_DIR",
-                dir.join("cache").display().to_string(),
-            ),
-        ],
+    let (mut p, addr, token) = serve_ui(
+        &dir,
+        &config,
+        &["--audit-log", &audit.display().to_string()],
     );
-    let line = p.wait_stderr("mcpvisor: UI at ");
-    let url = line
-        .split_once("UI at http://")
-        .map(|(_, u)| u.trim())
-        .expect("a URL");
-    let (addr, token) = url.split_once("/?token=").expect("a token");
+    let (addr, token) = (addr.as_str(), token.as_str());
     p.initialize();
     // A call in the worker (it reports progress once it runs), then a
     // person stops the server.
