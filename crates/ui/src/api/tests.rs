@@ -120,6 +120,19 @@ fn asked(a: &Asked) -> Vec<(String, Vec<String>)> {
         .collect()
 }
 
+/// The answer says what is wrong, in its `error`.
+fn assert_names_an_error(answer: &Value) {
+    assert!(
+        answer["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{answer}"
+    );
+}
+
+/// The hub was asked to approve nothing.
+fn assert_not_asked(hub: &Asked) {
+    assert!(asked(hub).is_empty(), "the hub was asked: {:?}", asked(hub));
+}
+
 #[tokio::test]
 async fn the_names_given_are_approved_and_answered() {
     let (ui, hub) = ui();
@@ -194,16 +207,9 @@ async fn digests_that_do_not_go_with_the_names_are_refused_before_the_hub() {
     ] {
         let (status, answer) = send(&ui, json_post("/api/servers/gh/approve", &body)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
-        assert!(
-            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{answer}"
-        );
+        assert_names_an_error(&answer);
     }
-    assert!(
-        asked(&hub).is_empty(),
-        "the hub was asked: {:?}",
-        asked(&hub)
-    );
+    assert_not_asked(&hub);
 }
 
 #[tokio::test]
@@ -252,16 +258,9 @@ async fn a_body_that_is_not_the_names_is_refused_before_the_hub() {
     ] {
         let (status, answer) = send(&ui, post("/api/servers/gh/approve", content_type, body)).await;
         assert_eq!(status, want, "{body}: {answer}");
-        assert!(
-            answer["error"].as_str().is_some_and(|e| !e.is_empty()),
-            "{answer}"
-        );
+        assert_names_an_error(&answer);
     }
-    assert!(
-        asked(&hub).is_empty(),
-        "the hub was asked: {:?}",
-        asked(&hub)
-    );
+    assert_not_asked(&hub);
 }
 
 #[tokio::test]
@@ -319,11 +318,7 @@ async fn a_change_needs_the_token_and_with_the_cookie_the_csrf_token() {
         .body(Body::from("{}"))
         .expect("a request");
     assert_eq!(send(&ui, cookie).await.0, StatusCode::FORBIDDEN);
-    assert!(
-        asked(&hub).is_empty(),
-        "the hub was asked: {:?}",
-        asked(&hub)
-    );
+    assert_not_asked(&hub);
 
     // The page's own request: the cookie, its origin and its CSRF token.
     let page = Request::builder()
