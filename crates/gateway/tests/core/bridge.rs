@@ -27,6 +27,15 @@ fn all_caps() -> Value {
     json!({"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}})
 }
 
+/// A call whose server asks the client two `roots/list` together.
+fn two_roots_lists_together() -> Value {
+    let asks = json!([
+        {"method": "roots/list", "params": {}},
+        {"method": "roots/list", "params": {"_meta": {"n": 2}}},
+    ]);
+    ask_params(asks, true, all_caps())
+}
+
 /// The retry of `params` after `round`, answering each key of its
 /// `inputRequests` with `answer(method)`.
 fn retry(params: &Value, round: &Value, answer: impl Fn(&str) -> Value) -> Value {
@@ -207,11 +216,7 @@ async fn a_server_that_asks_again_gets_a_round_each_time_and_old_states_are_refu
 #[tokio::test(start_paused = true)]
 async fn requests_sent_together_are_all_answered_over_the_rounds() {
     let (gw, mut front) = gateway(None).await;
-    let asks = json!([
-        {"method": "roots/list", "params": {}},
-        {"method": "roots/list", "params": {"_meta": {"n": 2}}},
-    ]);
-    let params = ask_params(asks, true, all_caps());
+    let params = two_roots_lists_together();
     let mut answer = front.request("tools/call", params.clone()).await;
     let mut offered = 0;
     while is_round(&answer) {
@@ -393,11 +398,7 @@ async fn a_call_the_server_answers_before_the_retry_gives_the_retry_its_answer()
 #[tokio::test(start_paused = true)]
 async fn a_request_the_server_withdraws_is_not_offered_or_answered() {
     let (gw, mut front) = gateway(None).await;
-    let asks = json!([
-        {"method": "roots/list", "params": {}},
-        {"method": "roots/list", "params": {"_meta": {"n": 2}}},
-    ]);
-    let params = ask_params(asks, true, all_caps());
+    let params = two_roots_lists_together();
     let round = front.request("tools/call", params.clone()).await;
     assert!(is_round(&round), "{round}");
     // Both requests were sent before the round came back; the server now
