@@ -222,13 +222,13 @@ async fn a_lazy_server_s_lists_read_by_one_gateway_list_it_in_the_next_without_a
 
 // === parked lists ===
 
-#[tokio::test(start_paused = true)]
-async fn a_list_waits_for_a_starting_server_at_most_the_list_timeout() {
-    let servers = Servers::default();
+/// A gateway of `a` and of `slow`, whose server answers initialize after
+/// `delay`; a list waits for a starting server at most 5 s.
+fn with_a_slow_server(servers: &Servers, delay: Duration) -> Gateway {
     servers.script(
         "slow",
         Script {
-            initialize_delay: Some(Duration::from_secs(60)),
+            initialize_delay: Some(delay),
             ..Script::default()
         },
     );
@@ -236,7 +236,13 @@ async fn a_list_waits_for_a_starting_server_at_most_the_list_timeout() {
         list_timeout: Duration::from_secs(5),
         ..Settings::default()
     };
-    let mut gw = Gateway::start_with(&servers, vec![plan("a"), plan("slow")], settings);
+    Gateway::start_with(servers, vec![plan("a"), plan("slow")], settings)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_waits_for_a_starting_server_at_most_the_list_timeout() {
+    let servers = Servers::default();
+    let mut gw = with_a_slow_server(&servers, Duration::from_secs(60));
     let start = Instant::now();
     let mut front = gw.client().await;
     let took = start.elapsed();
@@ -269,18 +275,7 @@ async fn a_list_waits_for_a_starting_server_at_most_the_list_timeout() {
 #[tokio::test(start_paused = true)]
 async fn a_parked_list_is_answered_as_soon_as_its_servers_are_ready() {
     let servers = Servers::default();
-    servers.script(
-        "slow",
-        Script {
-            initialize_delay: Some(Duration::from_secs(2)),
-            ..Script::default()
-        },
-    );
-    let settings = Settings {
-        list_timeout: Duration::from_secs(5),
-        ..Settings::default()
-    };
-    let mut gw = Gateway::start_with(&servers, vec![plan("a"), plan("slow")], settings);
+    let mut gw = with_a_slow_server(&servers, Duration::from_secs(2));
     let start = Instant::now();
     let mut front = gw.client().await;
     let took = start.elapsed();
