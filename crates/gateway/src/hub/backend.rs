@@ -2228,6 +2228,14 @@ pub(crate) fn envelope_of(meta: &RawObject<'_>) -> Option<std::sync::Arc<str>> {
 
 /// Whether a server's answer is a 2026-07-28 `input_required` result.
 fn asks_for_input(line: &[u8]) -> bool {
+    // Nearly every answer asks for nothing: one fast scan says so, and the
+    // answer (then its result) is not read member by member. The value
+    // `input_required` is in the line as written unless a `\u` escape
+    // spells it, the only escape that makes a letter or `_`.
+    let find = |needle: &[u8]| memchr::memmem::find(line, needle).is_some();
+    if !find(b"input_required") && !find(b"\\u") {
+        return false;
+    }
     std::str::from_utf8(line)
         .ok()
         .and_then(RawObject::parse)
@@ -2269,4 +2277,23 @@ pub(super) fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_j
         _ => return None,
     };
     Some(serde_json::json!({ "requiredCapabilities": needed }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::asks_for_input;
+
+    #[test]
+    fn an_answer_asks_for_input_by_its_result_type_however_it_is_written() {
+        let asks = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{}}}"#;
+        assert!(asks_for_input(asks));
+        // Spelled with an escape, it still asks.
+        let escaped = br#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input\u005frequired"}}"#;
+        assert!(asks_for_input(escaped));
+        let done = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a\nb"}],"resultType":"complete"}}"#;
+        assert!(!asks_for_input(done));
+        // The words in a tool's text are not its result type.
+        let told = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"input_required"}]}}"#;
+        assert!(!asks_for_input(told));
+    }
 }
