@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use mcpvisor_jsonrpc::{NOT_STARTED, WORKER_LOST};
 use serde_json::{Value, json};
-use support::{Proc, WAIT, fake_worker, mcpvisor, signal, temp_dir, wait_gone};
+use support::{Proc, WAIT, fake_worker, mcpvisor, serve, signal, temp_dir, wait_gone};
 
 /// The fake worker's own tools, in its listing order.
 const BUILTIN_TOOLS: [&str; 12] = [
@@ -89,22 +89,6 @@ fn write_config(path: &Path, entries: &[Entry]) {
         .collect();
     let text = serde_json::to_string_pretty(&json!({ "mcpServers": servers })).expect("config");
     std::fs::write(path, text).expect("write config");
-}
-
-/// `mcpvisor serve --config <config> <flags>`, with a list cache of its
-/// own beside the config (never the user's).
-fn serve(config: &Path, flags: &[&str]) -> Proc {
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    args.extend(flags.iter().map(|s| s.to_string()));
-    let cache = config.with_file_name("cache");
-    Proc::spawn_with_env(
-        &args,
-        &[("MCPVISOR_CACHE_DIR", cache.display().to_string())],
-    )
 }
 
 /// A temp dir with a config of `entries`, and the gateway serving it.

@@ -6,22 +6,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use support::{Proc, fake_worker, temp_dir};
-
-/// `mcpvisor serve --config <config>`, with a list cache of its own.
-fn serve(config: &Path, flags: &[&str]) -> Proc {
-    let mut args: Vec<String> = vec![
-        "serve".into(),
-        "--config".into(),
-        config.display().to_string(),
-    ];
-    args.extend(flags.iter().map(|s| s.to_string()));
-    let cache = config.with_file_name("cache");
-    Proc::spawn_with_env(
-        &args,
-        &[("MCPVISOR_CACHE_DIR", cache.display().to_string())],
-    )
-}
+use support::{Proc, fake_worker, serve, temp_dir};
 
 /// `mcpvisor serve --config <config> --ui 127.0.0.1:0 <flags>`, with a
 /// runtime dir and a list cache of its own in `dir`; the gateway, and the

@@ -379,6 +379,22 @@ pub fn finish(mut child: Child, args: &[&str]) -> std::process::Output {
     child.wait_with_output().expect("output")
 }
 
+/// `mcpvisor serve --config <config> <flags>`, with a list cache of its
+/// own beside the config (never the user's).
+pub fn serve(config: &Path, flags: &[&str]) -> Proc {
+    let mut args: Vec<String> = vec![
+        "serve".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    let cache = config.with_file_name("cache");
+    Proc::spawn_with_env(
+        &args,
+        &[("MCPVISOR_CACHE_DIR", cache.display().to_string())],
+    )
+}
+
 /// `mcpvisor serve --config <config> --http 127.0.0.1:0 --pin off`, then
 /// `extra`.
 pub fn serve_http(config: &Path, extra: &[&str]) -> Proc {
