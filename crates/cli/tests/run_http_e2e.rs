@@ -276,14 +276,7 @@ fn open_session(addr: &str) -> String {
         None,
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
     );
-    let session = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}"));
+    let session = support::session_id(&head).unwrap_or_else(|| panic!("no session id in {head}"));
     post(
         addr,
         Some(&session),

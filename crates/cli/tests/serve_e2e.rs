@@ -1311,14 +1311,7 @@ fn many_http_sessions_call_one_server_at_once_and_each_gets_its_own_answers() {
         .map(|_| {
             let (head, body) = http_post(&addr, None, init);
             assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
-            let id = head
-                .lines()
-                .find_map(|l| {
-                    let (name, value) = l.split_once(':')?;
-                    name.eq_ignore_ascii_case("mcp-session-id")
-                        .then(|| value.trim().to_owned())
-                })
-                .expect("a session id");
+            let id = support::session_id(&head).expect("a session id");
             let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
             let (head, _) = http_post(&addr, Some(&id), note);
             assert!(head.starts_with("HTTP/1.1 202"), "{head}");

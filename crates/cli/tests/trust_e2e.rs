@@ -256,14 +256,8 @@ fn open_session(addr: &str, client: &str) -> String {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": client, "version": "1"}}});
     let (head, body) = post(addr, None, &init.to_string());
-    let session = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}\n{body}"));
+    let session =
+        support::session_id(&head).unwrap_or_else(|| panic!("no session id in {head}\n{body}"));
     post(
         addr,
         Some(&session),

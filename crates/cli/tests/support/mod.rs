@@ -395,6 +395,15 @@ pub fn serve(config: &Path, flags: &[&str]) -> Proc {
     )
 }
 
+/// The `Mcp-Session-Id` an HTTP answer's head names, if any.
+pub fn session_id(head: &str) -> Option<String> {
+    head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| value.trim().to_owned())
+    })
+}
+
 /// `mcpvisor serve --config <config> --http 127.0.0.1:0 --pin off`, then
 /// `extra`.
 pub fn serve_http(config: &Path, extra: &[&str]) -> Proc {
