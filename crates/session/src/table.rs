@@ -45,6 +45,11 @@ pub(crate) struct ClientReq {
     /// What it changes for the session, if the server accepts it.
     pub state: Option<Box<StateChange>>,
     pub progress_token: Option<Bytes>,
+    /// A standing request (`subscriptions/listen`, 2026-07-28): it is
+    /// answered only when the server ends it, and holds nothing up. It has
+    /// no deadline, a reload or the client's leaving does not wait for it,
+    /// and once cancelled it is done (a server need not answer it).
+    pub standing: bool,
     /// The request as workers see it (mcpvisor's id spliced in), kept until
     /// it ends: one of which no byte reached its generation is sent to the
     /// next.

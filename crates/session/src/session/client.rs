@@ -148,6 +148,7 @@ impl<S: Spawner> Session<S> {
                     filter_tools: !self.cfg.tools.is_open() && env.method() == "tools/list",
                     state: state_change(env.method(), line),
                     progress_token,
+                    standing: env.method() == STANDING,
                     line: spliced,
                     seq: 0,
                     idle_deadline: now + self.cfg.request_timeout,
@@ -227,6 +228,10 @@ impl<S: Spawner> Session<S> {
         self.send_to(server_req.generation, msg).await;
     }
 }
+
+/// The one standing request: a 2026-07-28 `subscriptions/listen`, whose
+/// stream of notifications lasts until one side ends it.
+pub(crate) const STANDING: &str = "subscriptions/listen";
 
 /// `params.name` of a `tools/call` (a second, small parse: only with a filter).
 fn tool_name(line: &[u8]) -> Option<String> {

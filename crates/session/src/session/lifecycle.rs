@@ -428,11 +428,14 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    /// Client requests (and private ones) a generation still holds.
+    /// Client requests (and private ones) a generation still holds. A
+    /// standing request is not held: a reload does not wait for a
+    /// subscription that lasts as long as the server does.
     pub(crate) fn held_by(&self, id: u64) -> usize {
         self.reqs
             .values()
             .filter(|r| r.generation == Some(id))
+            .filter(|r| r.client().is_none_or(|c| !c.standing))
             .count()
     }
 

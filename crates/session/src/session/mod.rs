@@ -564,12 +564,13 @@ impl<S: Spawner> Session<S> {
     }
 
     /// Client requests whose answers the client still waits for. Cancelled
-    /// requests and mcpvisor's own (a replay, a list read) do not count: a
-    /// client that has closed stdin has no use for them.
+    /// requests, standing ones (a subscription) and mcpvisor's own (a
+    /// replay, a list read) do not count: a client that has closed stdin
+    /// has no use for them.
     fn awaited(&self) -> usize {
         self.reqs
             .values()
-            .filter(|r| r.client().is_some_and(|c| !c.cancelled))
+            .filter(|r| r.client().is_some_and(|c| !c.cancelled && !c.standing))
             .count()
     }
 

@@ -203,7 +203,8 @@ impl<S: Spawner> Session<S> {
             .iter()
             .filter_map(|(wid, r)| {
                 let c = r.client()?;
-                (!c.cancelled && now >= c.idle_deadline.min(c.ceiling)).then_some(*wid)
+                let due = !c.cancelled && !c.standing && now >= c.idle_deadline.min(c.ceiling);
+                due.then_some(*wid)
             })
             .collect();
         for wid in due {
@@ -317,6 +318,7 @@ impl<S: Spawner> Session<S> {
             return;
         }
         c.cancelled = true;
+        let standing = c.standing;
         if let Some(key) = req.timer.take() {
             let _ = self.timers.try_remove(&key);
         }
@@ -325,6 +327,13 @@ impl<S: Spawner> Session<S> {
                 self.waiting
                     .retain(|w| !matches!(w, Waiting::Request(x) if *x == wid));
                 self.remove_req(wid);
+            }
+            // A cancelled subscription is over: its server owes no
+            // answer, so there is no grace to wait out.
+            Some(generation) if standing => {
+                self.remove_req(wid);
+                let note = build::cancelled(&wid.to_string(), reason);
+                self.send_to(generation, note).await;
             }
             Some(generation) => {
                 req.timer = Some(
