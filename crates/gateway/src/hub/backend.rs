@@ -202,6 +202,9 @@ pub(crate) struct Live {
     /// first is a new process (a restart, a reload), whose era is found
     /// again.
     pub readies: u64,
+    /// The gateway's `subscriptions/listen` at it, when it is of
+    /// 2026-07-28 (see `listen.rs`).
+    pub upstream: super::listen::Upstream,
 }
 
 /// The protocol era a live backend's process is driven in.
@@ -751,6 +754,7 @@ impl Hub {
             driven: Driven::Probing,
             probe: None,
             readies: 0,
+            upstream: super::listen::Upstream::Closed,
         });
         tracing::info!(server = %b.plan.name, "starting");
         // An entry may keep a server of both eras in the handshake era,
@@ -857,6 +861,7 @@ impl Hub {
             (Some(init), true) => {
                 b.init = Some(init);
                 self.read_lists(id);
+                self.listen_upstream(id);
             }
             (None, false) => {
                 tracing::debug!(server = %name, "not a 2026-07-28 server: sending initialize");
@@ -884,6 +889,7 @@ impl Hub {
         tracing::info!(server = %b.plan.name, "ready in {took} ms (2026-07-28)");
         self.flush_queue(id);
         self.read_lists(id);
+        self.listen_upstream(id);
         self.arm_health(id);
         self.arm_idle(id);
     }
@@ -1584,6 +1590,10 @@ impl Hub {
                 };
                 self.emit_to(front, out, Some(front_id));
             }
+            Some(Pending::Private {
+                what: Private::Listen,
+                ..
+            }) => self.upstream_answered(id, gid, line),
             Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line),
             None => {
                 // A call waiting for its client's retry keeps the answer.
@@ -1660,7 +1670,8 @@ impl Hub {
                 }
             }
             Private::SetLevel(f) => self.fanout_done(f),
-            Private::Quiet => {}
+            // Answered in `on_response`.
+            Private::Listen | Private::Quiet => {}
         }
     }
 
@@ -1979,6 +1990,9 @@ impl Hub {
                 let Some(uri) = params.str("uri") else { return };
                 let owner = self.backends.by_id.get(&id).and_then(Backend::owner);
                 self.tell_listens_updated(owner, &uri, &params);
+                // Heard on the gateway's own listen: its subscription id
+                // is the gateway's, not the fronts'.
+                let line = super::listen::without_subscription(line, &params);
                 // A 2026-07-28 front hears of it through its listens only.
                 let to: Vec<FrontId> = self
                     .fronts
@@ -1995,6 +2009,8 @@ impl Hub {
                 }
             }
             "notifications/tasks/status" | "notifications/tasks" => self.on_task_status(id, line),
+            // What a 2026-07-28 server grants of the gateway's own listen.
+            "notifications/subscriptions/acknowledged" => self.upstream_acknowledged(id, line),
             "notifications/cancelled" => {
                 // The backend withdrew one of its requests to the front.
                 let Some(rid) = env.request_id else { return };

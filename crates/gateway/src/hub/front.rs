@@ -149,6 +149,9 @@ impl Hub {
             return;
         }
         if let Some(backend) = self.backend_for_uri(uri) {
+            if self.driven(backend) == Some(super::backend::Driven::Modern) {
+                return self.relisten(backend);
+            }
             let params = json!({ "uri": uri }).to_string();
             self.send_private(
                 backend,

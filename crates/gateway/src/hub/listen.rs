@@ -6,9 +6,8 @@
 //! the client cancels it (`notifications/cancelled` naming its id), its
 //! front ends (an HTTP client closing the stream ends its front), or the
 //! gateway shuts down (then it is answered, a graceful end). It is never a
-//! request in flight towards a server: the servers it hears from are
-//! initialized in the handshake era, and it is fed from what they already
-//! tell the gateway.
+//! request in flight towards a server: it is fed from what the servers
+//! already tell the gateway.
 //!
 //! - The merged lists: when one changes, every listen that asked for that
 //!   list gets its `list_changed`, as a handshake-era client does.
@@ -19,6 +18,20 @@
 //!   session is new (a lazy start, a restart) is subscribed again to what
 //!   is held when it is ready. A per-client server's URIs are subscribed at
 //!   the front's own instance, uncounted.
+//!
+//! A server driven in 2026-07-28 has no `resources/subscribe` and tells of
+//! changes only on a listen of its own: when it is ready (at its start and
+//! at each new process) the gateway opens one `subscriptions/listen` there
+//! ([`Upstream`]), asking for the lists whose `listChanged` its discovery
+//! declares and, when it declares `resources.subscribe`, for the URIs held
+//! at it (the fronts' subscriptions and the listens', as counted above).
+//! What arrives on it is handled as a handshake-era server's notifications
+//! (a list read again and merged, an update for its holders). When the
+//! URIs held there change, the listen is replaced: the old one cancelled,
+//! a new one opened. One the server ends or refuses is not asked again
+//! until the server is next ready. It is never a call in flight: its
+//! session neither times it out nor waits for it to reload or stop, and
+//! it keeps no server from its idle stop.
 //!
 //! Every message on a listen's stream carries its request id in `_meta`
 //! (`io.modelcontextprotocol/subscriptionId`) and is queued as related to
@@ -31,7 +44,7 @@ use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, NOT_STARTED, build};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::backend::{Backend, BackendId, Phase, Run};
+use super::backend::{Backend, BackendId, Driven, Phase, Run};
 use super::lists::Kind as ListKind;
 use super::request::{Attempt, Era, FrontRequest};
 use super::{Held, Hub, Private};
@@ -44,6 +57,23 @@ pub(crate) const LISTENS_PER_FRONT: usize = 16;
 pub(crate) const URIS_PER_LISTEN: usize = 256;
 /// The `_meta` key naming the listen a message belongs to.
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The gateway's own `subscriptions/listen` at a server driven in
+/// 2026-07-28, one per process of it (kept in its `Live`, so that a stop
+/// leaves none behind).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) enum Upstream {
+    /// None open: the server is not of 2026-07-28, not ready yet, or
+    /// declares nothing to listen for.
+    #[default]
+    Closed,
+    /// Open under gateway id `gid`, asking for these URIs (sorted).
+    Open { gid: u64, uris: Vec<String> },
+    /// The server ended or refused it: not asked again until it is next
+    /// ready (a new process, a restart), so that a server that refuses
+    /// is not asked in a loop.
+    Ended,
+}
 
 /// One open `subscriptions/listen`, as acknowledged.
 #[derive(Debug)]
@@ -145,6 +175,9 @@ impl Hub {
         let mut seen = rustc_hash::FxHashSet::default();
         asked.retain(|u| seen.insert(u.clone()));
         let mut uris = Vec::with_capacity(asked.len());
+        // The front's own instances it subscribes at (their listens are
+        // replaced once this one is held).
+        let mut own = Vec::new();
         for uri in asked {
             let Some(backend) = self.backend_for_uri(&uri) else {
                 continue;
@@ -155,6 +188,9 @@ impl Hub {
             let held = if self.backends.by_id[&backend].plan.per_client {
                 let instance = self.serving(backend, front);
                 self.subscribe_at(instance, &uri);
+                if !own.contains(&instance) {
+                    own.push(instance);
+                }
                 (uri, instance, Hold::Own)
             } else {
                 self.hold_uri(backend, &uri);
@@ -199,6 +235,9 @@ impl Hub {
         if let Some(f) = self.fronts.open.get_mut(&front) {
             f.listens.push(listen);
         }
+        for instance in own {
+            self.relisten(instance);
+        }
     }
 
     /// Whether a front's id is that of one of its open listens.
@@ -235,6 +274,10 @@ impl Hub {
                     let owner = self.backends.by_id.get(&backend).and_then(Backend::owner);
                     let front_open = owner.is_some_and(|o| self.fronts.open.contains_key(&o));
                     if !front_open || self.subscribed_at(backend).contains(&uri) {
+                        continue;
+                    }
+                    if self.driven(backend) == Some(Driven::Modern) {
+                        self.relisten(backend);
                         continue;
                     }
                     let params = json!({ "uri": uri }).to_string();
@@ -349,6 +392,7 @@ impl Hub {
         *count += 1;
         if *count == 1 {
             self.subscribe_at(backend, uri);
+            self.relisten(backend);
         }
     }
 
@@ -361,6 +405,8 @@ impl Hub {
             return;
         };
         match &b.run {
+            // Its listen is replaced by the caller, once the URI is held.
+            Run::Live(live) if live.phase == Phase::Ready && live.driven == Driven::Modern => {}
             Run::Live(live) if live.phase == Phase::Ready => {
                 let params = json!({ "uri": uri }).to_string();
                 self.send_private(
@@ -421,4 +467,226 @@ impl Hub {
                 .collect(),
         }
     }
+}
+
+impl Hub {
+    // === the gateway's own listens at 2026-07-28 servers ===
+
+    /// The era a live backend is driven in.
+    pub(crate) fn driven(&self, backend: BackendId) -> Option<Driven> {
+        self.backends
+            .by_id
+            .get(&backend)
+            .and_then(Backend::live)
+            .map(|l| l.driven)
+    }
+
+    /// A 2026-07-28 backend's process is ready (its first readiness, or a
+    /// new process's discovery): its listen is opened afresh, whatever
+    /// became of the last one.
+    pub(crate) fn listen_upstream(&mut self, backend: BackendId) {
+        let ended = self
+            .backends
+            .by_id
+            .get_mut(&backend)
+            .and_then(Backend::live_mut)
+            .is_some_and(|live| {
+                let ended = live.upstream == Upstream::Ended;
+                if ended {
+                    live.upstream = Upstream::Closed;
+                }
+                ended
+            });
+        if ended {
+            tracing::debug!(server = %self.backend_name(backend), "ready again: its subscriptions/listen is opened again");
+        }
+        self.open_upstream(backend, true);
+    }
+
+    /// The URIs held at a backend may have changed: its listen is
+    /// replaced when they did (one the server ended stays ended).
+    pub(crate) fn relisten(&mut self, backend: BackendId) {
+        self.open_upstream(backend, false);
+    }
+
+    /// Opens a ready 2026-07-28 backend's listen, or replaces it when what
+    /// it asks for changed (`fresh`: a new process, where the old one is
+    /// gone with the process that held it).
+    fn open_upstream(&mut self, backend: BackendId, fresh: bool) {
+        let Some(b) = self.backends.by_id.get(&backend) else {
+            return;
+        };
+        let Some(live) = b.live() else { return };
+        if live.driven != Driven::Modern || live.phase != Phase::Ready {
+            return;
+        }
+        let declared = |pointer: &str| {
+            b.init
+                .as_ref()
+                .and_then(|i| i.pointer(pointer))
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false)
+        };
+        let lists = [
+            (
+                "toolsListChanged",
+                declared("/capabilities/tools/listChanged"),
+            ),
+            (
+                "promptsListChanged",
+                declared("/capabilities/prompts/listChanged"),
+            ),
+            (
+                "resourcesListChanged",
+                declared("/capabilities/resources/listChanged"),
+            ),
+        ];
+        let subscribes = declared("/capabilities/resources/subscribe");
+        let mut uris = if subscribes {
+            self.subscribed_at(backend)
+        } else {
+            Vec::new()
+        };
+        uris.sort();
+        let old = match &live.upstream {
+            Upstream::Ended => return,
+            Upstream::Open { gid, uris: held } if !fresh && *held == uris => return,
+            Upstream::Open { gid, .. } => Some(*gid),
+            Upstream::Closed => None,
+        };
+        let wanted = lists.iter().any(|(_, on)| *on) || !uris.is_empty();
+        if let Some(gid) = old {
+            // Forgotten first: whatever it still brings is not waited for.
+            self.take_pending(gid);
+            if !fresh {
+                self.cancel_on_backend(backend, gid, "the subscription is replaced");
+            }
+        }
+        let mut upstream = Upstream::Closed;
+        if wanted {
+            let mut filter = serde_json::Map::new();
+            for (name, on) in lists {
+                if on {
+                    filter.insert(name.to_owned(), json!(true));
+                }
+            }
+            if subscribes {
+                filter.insert("resourceSubscriptions".to_owned(), json!(uris));
+            }
+            let params = json!({ "notifications": filter }).to_string();
+            let sent = self.send_private(
+                backend,
+                Private::Listen,
+                "subscriptions/listen",
+                Some(&params),
+            );
+            upstream = match sent {
+                Some(gid) => Upstream::Open { gid, uris },
+                // Its session's queue is full: tried again at its next
+                // change or readiness.
+                None => Upstream::Closed,
+            };
+        }
+        if let Some(live) = self
+            .backends
+            .by_id
+            .get_mut(&backend)
+            .and_then(Backend::live_mut)
+        {
+            live.upstream = upstream;
+        }
+    }
+
+    /// The answer to the gateway's listen `gid` at a backend: the server
+    /// ended it (a result), refused it (an error), or its process ended
+    /// (the session's error). Said once; asked again at its next
+    /// readiness.
+    pub(crate) fn upstream_answered(&mut self, backend: BackendId, gid: u64, line: &[u8]) {
+        let name = self.backend_name(backend);
+        let Some(live) = self
+            .backends
+            .by_id
+            .get_mut(&backend)
+            .and_then(Backend::live_mut)
+        else {
+            return;
+        };
+        if !matches!(live.upstream, Upstream::Open { gid: open, .. } if open == gid) {
+            return;
+        }
+        live.upstream = Upstream::Ended;
+        match mcpvisor_jsonrpc::envelope::error_code(line) {
+            // Its process ended: the next one is listened to when ready.
+            Some(mcpvisor_jsonrpc::WORKER_LOST) => {
+                tracing::debug!(server = %name, "its subscriptions/listen ended with its process");
+            }
+            Some(code) => {
+                tracing::warn!(server = %name, code, "refused subscriptions/listen: its list changes and resource updates are not heard until it is ready again");
+            }
+            None => {
+                tracing::info!(server = %name, "ended its subscriptions/listen: its list changes and resource updates are not heard until it is ready again");
+            }
+        }
+    }
+
+    /// A 2026-07-28 server acknowledged a listen: what it grants of the
+    /// gateway's is logged (a URI it leaves out is not heard of); one of
+    /// an earlier listen is dropped.
+    pub(crate) fn upstream_acknowledged(&self, backend: BackendId, line: &[u8]) {
+        let Some(params) =
+            mcpvisor_jsonrpc::envelope::raw_params(line).and_then(|p| RawObject::parse(p.get()))
+        else {
+            return;
+        };
+        let of = params
+            .get("_meta")
+            .and_then(|m| RawObject::parse(m.get()))
+            .and_then(|m| m.get(META_SUBSCRIPTION))
+            .and_then(|id| id.get().parse::<u64>().ok());
+        let Some(Upstream::Open { gid, uris }) = self
+            .backends
+            .by_id
+            .get(&backend)
+            .and_then(Backend::live)
+            .map(|l| &l.upstream)
+        else {
+            return;
+        };
+        if of != Some(*gid) || !self.calls.pending.contains_key(gid) {
+            return;
+        }
+        #[derive(Deserialize, Default)]
+        #[serde(rename_all = "camelCase")]
+        struct Granted {
+            resource_subscriptions: Option<Vec<String>>,
+        }
+        let granted: Granted = params
+            .get("notifications")
+            .and_then(|n| serde_json::from_str(n.get()).ok())
+            .unwrap_or_default();
+        let kept = granted.resource_subscriptions.unwrap_or_default();
+        let left_out = uris.iter().filter(|u| !kept.contains(u)).count();
+        let name = self.backend_name(backend);
+        if left_out > 0 {
+            tracing::info!(server = %name, left_out, "its subscriptions/listen leaves out resources held there: their updates are not heard");
+        } else {
+            tracing::debug!(server = %name, "subscriptions/listen acknowledged");
+        }
+    }
+}
+
+/// A server's `notifications/resources/updated` as the handshake-era fronts
+/// get it: without the subscription id of the gateway's own listen, which
+/// means nothing to them (the line as it came when it has none).
+pub(crate) fn without_subscription(line: &Bytes, params: &RawObject<'_>) -> Bytes {
+    let Some(meta) = params.get("_meta").and_then(|m| RawObject::parse(m.get())) else {
+        return line.clone();
+    };
+    if meta.get(META_SUBSCRIPTION).is_none() {
+        return line.clone();
+    }
+    let rest = meta.write(&[(META_SUBSCRIPTION, None)]);
+    let meta = (rest != "{}").then_some(rest.as_str());
+    let params = params.write(&[("_meta", meta)]);
+    build::notification("notifications/resources/updated", Some(&params))
 }

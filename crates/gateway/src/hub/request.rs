@@ -403,6 +403,12 @@ impl Hub {
         if !needed {
             return self.reply(front, req, "{}");
         }
+        // A 2026-07-28 server has no subscribe: its listen is replaced.
+        let modern = self.driven(backend) == Some(super::backend::Driven::Modern);
+        if shared && modern && op != ResourceOp::Read {
+            self.relisten(backend);
+            return self.reply(front, req, "{}");
+        }
         let params = Params::Text(req.text.unwrap_or_default().to_owned());
         self.forward(front, backend, req, params);
     }

@@ -67,6 +67,23 @@ pub struct Script {
     pub descriptions: HashMap<String, String>,
     /// How it answers `server/discover`.
     pub discover: Discover,
+    /// How a 2026-07-28 server (`Discover::Modern`) takes
+    /// `subscriptions/listen`; anything but `Listens::No` declares
+    /// `tools.listChanged` (and with resources, `resources.subscribe` and
+    /// `listChanged`) in its discovery.
+    pub listens: Listens,
+}
+
+/// How a scripted 2026-07-28 server takes `subscriptions/listen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listens {
+    /// It declares nothing to listen for, and answers `-32601`.
+    No,
+    /// It acknowledges what it was asked for and holds the listen open
+    /// until it is cancelled.
+    Hold,
+    /// It answers every listen at once with `-32602`.
+    Refuse,
 }
 
 /// How a scripted server answers `server/discover`.
@@ -102,6 +119,7 @@ impl Default for Script {
             tasks: false,
             descriptions: HashMap::new(),
             discover: Discover::NotFound,
+            listens: Listens::No,
         }
     }
 }
@@ -390,9 +408,16 @@ async fn run_worker(
                 .to_string();
         match method.as_str() {
             "server/discover" => {
+                let mut capabilities = json!({"tools": {}});
+                if w.script.listens != Listens::No {
+                    capabilities["tools"] = json!({"listChanged": true});
+                    if !w.script.resources.is_empty() {
+                        capabilities["resources"] = json!({"subscribe": true, "listChanged": true});
+                    }
+                }
                 let discovered = json!({
                     "supportedVersions": ["2026-07-28"],
-                    "capabilities": {"tools": {}},
+                    "capabilities": capabilities,
                     "serverInfo": {"name": w.name, "version": "0"},
                 });
                 match w.script.discover {
@@ -418,6 +443,18 @@ async fn run_worker(
             }
             "initialize" | "ping" if modern => {
                 let _ = out.send(not_found);
+            }
+            "subscriptions/listen" if modern && w.script.listens == Listens::Refuse => {
+                let err = json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"no subscriptions here"}});
+                let _ = out.send(err.to_string());
+            }
+            "subscriptions/listen" if modern && w.script.listens == Listens::Hold => {
+                // Acknowledged, and held open: what it hears is pushed by
+                // the test, with this id in `_meta`.
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                        "notifications": msg["params"]["notifications"]}});
+                let _ = out.send(ack.to_string());
             }
             "tools/call" if modern && msg["params"]["name"] == "ask" => {
                 let params = &msg["params"];
