@@ -410,3 +410,59 @@ async fn a_new_generation_with_other_capabilities_is_reported_and_served() {
         "{text}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_listen_stands_without_a_deadline_and_holds_up_no_reload_nor_the_end() {
+    let spawner = TestSpawner::new(tools(&["a"]));
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    let listen = |id: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen",
+            "params": {"notifications": {"toolsListChanged": true}}})
+    };
+    c.send(listen("l1")).await;
+    // Far past the request timeout (30 s): no answer, nothing cancelled.
+    assert!(c.recv_within(Duration::from_secs(300)).await.is_none());
+    let cancels = |spawner: &TestSpawner| {
+        spawner
+            .received()
+            .iter()
+            .filter(|(_, m)| m["method"] == "notifications/cancelled")
+            .count()
+    };
+    assert_eq!(cancels(&spawner), 0);
+    // A reload replaces the worker at once: the listen, ended with its
+    // process, is answered as lost.
+    reload(&c).await;
+    let lost = c.recv().await;
+    assert_eq!(lost["id"], "l1", "{lost}");
+    assert_eq!(
+        lost["error"]["code"],
+        mcpvisor_jsonrpc::WORKER_LOST,
+        "{lost}"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(spawner.generations(), [1, 2]);
+    // A cancelled listen is over at once: its server owes no answer, and
+    // its id is free again (no grace to wait out).
+    c.send(listen("l2")).await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    c.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "l2"}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(cancels(&spawner), 1);
+    c.send(listen("l2")).await;
+    assert!(
+        c.recv_within(Duration::from_secs(5)).await.is_none(),
+        "the id was still taken"
+    );
+    // The client leaves with a listen open: the session ends without its
+    // drain (5 s).
+    let start = tokio::time::Instant::now();
+    c.close().await;
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+}

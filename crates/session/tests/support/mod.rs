@@ -389,7 +389,9 @@ async fn worker(
                 let _ = out_tx.send("this is not json".into());
                 let _ = out_tx.send(reply(json!({"generation": generation})));
             }
-            ("tools/call", "hang") => {}
+            // Held open, as a server holds a subscription until it is
+            // cancelled; never answered.
+            ("tools/call", "hang") | ("subscriptions/listen", _) => {}
             ("tools/call", "close_stdin") => {
                 let _ = out_tx.send(reply(json!({"generation": generation})));
                 close_stdin = true;
