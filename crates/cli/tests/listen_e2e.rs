@@ -255,3 +255,123 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
         asked.elapsed()
     );
 }
+
+/// What a 2026-07-28 server tells on the gateway's own listen reaches a
+/// 2026-07-28 client's listen: the fake worker with `--modern` has no
+/// `resources/subscribe` and tells of changes only on a listen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_over_http_hears_a_2026_server_through_the_gateway_s_own_listen() {
+    let dir = temp_dir("listen-modern");
+    let log = dir.join("docs.log");
+    let tools = dir.join("tools.txt");
+    std::fs::write(&tools, "first\n").expect("tools file");
+    let config = dir.join("mcp.json");
+    let text = json!({"mcpServers": {"docs": {
+        "command": fake_worker().display().to_string(),
+        "args": [
+            "--modern",
+            "--resource", "mem://doc", "--resource", "mem://other",
+            "--tools-file", tools.display().to_string(),
+            "--log-file", log.display().to_string(),
+        ],
+    }}});
+    std::fs::write(&config, text.to_string()).expect("config");
+    let mut p = serve_http(&config, &[]);
+    let url = format!("http://{}/mcp", p.http_address());
+    let http = reqwest::Client::new();
+    let both = "application/json, text/event-stream";
+
+    let list =
+        json!({"jsonrpc": "2.0", "id": "l", "method": "tools/list", "params": {"_meta": meta()}});
+    let r = post_2026(&http, &url, "tools/list", None, "application/json", &list)
+        .send()
+        .await
+        .expect("tools/list");
+    assert_eq!(r.status(), 200);
+    // Ready, it is listened to for the changes it declares.
+    until_logged(&log, "subscriptions/listen", 1);
+
+    let body = json!({"jsonrpc": "2.0", "id": "sub-1", "method": "subscriptions/listen", "params": {
+        "_meta": meta(),
+        "notifications": {"toolsListChanged": true, "resourceSubscriptions": ["mem://doc"]},
+    }});
+    let resp = post_2026(&http, &url, "subscriptions/listen", None, both, &body)
+        .send()
+        .await
+        .expect("listen");
+    assert_eq!(resp.status(), 200);
+    let mut events = Events::new(resp);
+    let ack = events.next().await;
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["mem://doc"]}),
+        "{ack}"
+    );
+    // The URI it holds replaces the gateway's listen there: the old one
+    // cancelled, a new one naming it.
+    until_logged(&log, "subscriptions/listen", 2);
+    until_logged(&log, "notifications/cancelled", 1);
+
+    let call = |id: &str, name: &str, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, "_meta": meta()}})
+    };
+    let notify = call(
+        "c1",
+        "docs__notify",
+        json!({"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}),
+    );
+    let r = post_2026(
+        &http,
+        &url,
+        "tools/call",
+        Some("docs__notify"),
+        both,
+        &notify,
+    )
+    .send()
+    .await
+    .expect("notify");
+    assert_eq!(r.status(), 200);
+    let heard = events.next().await;
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], "mem://doc", "{heard}");
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], "sub-1", "{heard}");
+
+    // Its tools change, told on the gateway's listen: read again, and the
+    // client's listen told.
+    std::fs::write(&tools, "first\nsecond\n").expect("tools file");
+    let changed = call("c2", "docs__list_changed", json!({}));
+    post_2026(
+        &http,
+        &url,
+        "tools/call",
+        Some("docs__list_changed"),
+        both,
+        &changed,
+    )
+    .send()
+    .await
+    .expect("list_changed");
+    let heard = events.next().await;
+    assert_eq!(
+        heard["method"], "notifications/tools/list_changed",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], "sub-1", "{heard}");
+    // The server never heard of the era it does not speak.
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.lines().all(|l| !l.starts_with("resources/subscribe")),
+        "{text}"
+    );
+    // The client goes: the gateway's listen is replaced by one without
+    // the URI.
+    drop(events);
+    until_logged(&log, "subscriptions/listen", 3);
+    signal(p.pid(), 15);
+    assert!(p.wait_exit(WAIT).success());
+}
