@@ -4,6 +4,10 @@ receives the typed events of a handshake-era server behind the gateway: a
 resource it named updated, the tool list changed. The server is mcpvisor's
 fake worker, which lists a resource, takes subscriptions and sends what its
 `notify` and `list_changed` tools are told to.
+
+And the other way round: a Python SDK server driven in 2026-07-28
+(`fixtures/listen_server.py`) tells of its changes only on a listen; the
+gateway opens one of its own there, and clients of both eras hear them.
 """
 
 from __future__ import annotations
@@ -11,7 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import sys
+
 import anyio
+import mcp.types as types
 import pytest
 from interop_util import connect, mcpvisor_bin, serve_params
 from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
@@ -69,3 +76,69 @@ async def test_listen_over_http(tmp_path: Path, errlog) -> None:
     async with http_front(serve_args(config), errlog, cwd=tmp_path) as front:
         async with http_client(front.url, STATELESS) as client:
             await _listen_and_hear(client, tools)
+
+
+LISTEN_SERVER = Path(__file__).parent / "fixtures" / "listen_server.py"
+
+
+def write_listen_server_config(tmp_path: Path) -> Path:
+    """A config with the Python SDK's listen server as `lst`, unpinned (it
+    gains a tool while served)."""
+    config = tmp_path / "mcp.json"
+    entry = {"command": sys.executable, "args": ["-u", str(LISTEN_SERVER)], "pin": "off"}
+    config.write_text(json.dumps({"mcpServers": {"lst": entry}}))
+    return config
+
+
+class Heard:
+    """The notifications a handshake-era client is sent: (method, uri)."""
+
+    def __init__(self) -> None:
+        self.notifications: list[tuple[str, str | None]] = []
+
+    async def __call__(self, message) -> None:
+        if isinstance(message, types.ServerNotification):
+            uri = getattr(getattr(message, "params", None), "uri", None)
+            self.notifications.append((message.method, None if uri is None else str(uri)))
+
+
+async def _until(what: str, done) -> None:
+    with anyio.fail_after(20):
+        while not done():
+            await anyio.sleep(0.05)
+
+
+async def test_a_2026_server_is_heard_by_clients_of_both_eras(tmp_path: Path, errlog) -> None:
+    config = write_listen_server_config(tmp_path)
+    heard = Heard()
+    # One gateway for both clients: over --http.
+    async with (
+        http_front(serve_args(config), errlog, cwd=tmp_path) as front,
+        http_client(front.url, STATELESS) as new,
+        http_client(front.url, "legacy", message_handler=heard) as old,
+    ):
+        assert new.session.protocol_version == STATELESS
+        assert {t.name for t in (await old.list_tools()).tools} == {"lst__touch", "lst__grow"}
+        # The handshake-era client subscribes as its era does; the server has
+        # no resources/subscribe, the gateway's own listen carries it.
+        await old.subscribe_resource("mem://note")
+        await new.list_tools()
+        async with new.listen(tools_list_changed=True, resource_subscriptions=["mem://note"]) as sub:
+            assert sub.honored.resource_subscriptions == ["mem://note"]
+            await new.call_tool("lst__touch", {})
+            with anyio.fail_after(20):
+                event = await anext(sub)
+            assert event == ResourceUpdated(uri="mem://note")
+            await _until(
+                "the old client told of the update",
+                lambda: ("notifications/resources/updated", "mem://note") in heard.notifications,
+            )
+            await old.call_tool("lst__grow", {})
+            with anyio.fail_after(20):
+                event = await anext(sub)
+            assert event == ToolsListChanged()
+            await _until(
+                "the old client told of the new tool",
+                lambda: ("notifications/tools/list_changed", None) in heard.notifications,
+            )
+        assert "lst__grown" in {t.name for t in (await old.list_tools()).tools}
