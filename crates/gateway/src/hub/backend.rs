@@ -1582,6 +1582,14 @@ impl Hub {
                 let out = rewrite::splice(line, raw_id, &front_id);
                 let out = match wrap {
                     Wrap::AsIs => out,
+                    // A 2026-07-28 server's own state goes out inside the
+                    // gateway's (see `bridge.rs`).
+                    Wrap::Modern { cacheable } if modern && asks_for_input(&out) => {
+                        match self.wrap_server_state(id, out) {
+                            Ok(out) => modern_answer(&out, cacheable),
+                            Err(refusal) => return self.emit_to(front, refusal, Some(front_id)),
+                        }
+                    }
                     Wrap::Modern { cacheable } => modern_answer(&out, cacheable),
                 };
                 let out = match tasks {

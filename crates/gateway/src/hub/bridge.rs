@@ -32,7 +32,27 @@
 //! server's requests get an error (-32001) and its call a cancel. At most
 //! [`MAX_ASKS`] requests wait per call and [`MAX_BRIDGED`] calls wait for a
 //! retry at once; a server request past either is refused.
+//!
+//! A 2026-07-28 server's own multi-round calls are not the bridge's to
+//! hold, but their retry must still reach the process that serves them
+//! (the server may sign its state with a key of its own process, or keep
+//! the call in memory). So its `requestState` goes to the client wrapped
+//! in one of the gateway's, of the same shape:
+//! `mcpvisor1.REPLICA.s.B64(server).B64(state).HEX(MAC)`, the replica in
+//! clear (one balancer rule routes both), the server's name and its state
+//! (the JSON text it wrote, base64url) under the MAC. The retry's state is
+//! unwrapped and the server gets its own back byte for byte; a retry that
+//! reaches another replica, or another server, is refused (-32602). Always
+//! wrapped, with or without `--replica-id`: one shape for clients and
+//! balancers, and a state is bound to the server that issued it even in
+//! one process. What it costs: a restart of the gateway ends the server's
+//! rounds in flight (the client starts the call over), as it ends the
+//! bridge's. At most [`MAX_SERVER_STATE`] bytes of a server's state are
+//! carried, so that a retry with its wrapped state fits a balancer's
+//! request buffer.
 
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::{Envelope, INVALID_PARAMS, REQUEST_TIMEOUT, build};
 use rustc_hash::FxHashMap as HashMap;
@@ -55,6 +75,17 @@ pub(crate) const MAX_BRIDGED: usize = 1024;
 const PREFIX: &str = "mcpvisor1.";
 /// The longest replica id.
 const MAX_REPLICA_ID: usize = 64;
+/// The longest `requestState` of a 2026-07-28 server's own that the
+/// gateway carries, as the JSON text the server wrote: wrapped (a third
+/// longer, base64url) it leaves room in a balancer's 32 kB request buffer
+/// for the rest of the retry.
+pub(crate) const MAX_SERVER_STATE: usize = 16 * 1024;
+/// The longest `requestState` a retry may bring back: a wrapped state of
+/// the longest server state, the longest replica id and a long server name
+/// fit well within it. Longer is refused before it is read.
+const MAX_STATE: usize = 32 * 1024;
+/// What marks a wrapped server state after the replica id.
+const SERVER_STATE: &str = "s.";
 
 /// Whether `id` can be a replica id (`serve --replica-id`): 1 to 64 ASCII
 /// letters, digits, `-` or `_`, so that it reads the same in a
@@ -197,9 +228,23 @@ struct Out {
 
 /// What a verified state names.
 #[derive(Debug, PartialEq, Eq)]
-struct Claim {
-    gid: u64,
-    round: u64,
+enum Claim {
+    /// A round of a bridged call of this process.
+    Call { gid: u64, round: u64 },
+    /// A 2026-07-28 server's own state (its JSON text, as it wrote it),
+    /// for a call to the server of that name.
+    Server { server: String, state: String },
+}
+
+/// What a 2026-07-28 request's `requestState` makes of it.
+pub(super) enum Retry {
+    /// It carries none of the gateway's: it goes on as it is.
+    NotOne,
+    /// Handled: the retry of a bridged call, or refused.
+    Done,
+    /// It continues a server's own call: `line` is the request with the
+    /// server's state in place of the gateway's, for `server` alone.
+    Server { line: Bytes, server: String },
 }
 
 impl Bridges {
@@ -213,7 +258,24 @@ impl Bridges {
     fn sign(&self, gid: u64, round: u64, deadline: Instant) -> String {
         let expiry = deadline.saturating_duration_since(self.origin).as_millis();
         let payload = format!("{gid}.{round}.2026-07-28.{expiry}");
-        let signed = format!("{}.{}", self.replica, hex(payload.as_bytes()));
+        self.signed(&hex(payload.as_bytes()))
+    }
+
+    /// Wraps `state`, the JSON text of a `requestState` that server
+    /// `server` handed out, in one of this process's. `Err`: it is longer
+    /// than [`MAX_SERVER_STATE`] (its length).
+    fn wrap(&self, server: &str, state: &str) -> Result<String, usize> {
+        if state.len() > MAX_SERVER_STATE {
+            return Err(state.len());
+        }
+        let payload = format!("{SERVER_STATE}{}.{}", B64.encode(server), B64.encode(state));
+        Ok(self.signed(&payload))
+    }
+
+    /// `mcpvisor1.REPLICA.PAYLOAD.HEX(MAC)`, the MAC over
+    /// `REPLICA.PAYLOAD`.
+    fn signed(&self, payload: &str) -> String {
+        let signed = format!("{}.{payload}", self.replica);
         let mac = hmac_sha256(&self.key, signed.as_bytes());
         format!("{PREFIX}{signed}.{}", hex(&mac))
     }
@@ -221,6 +283,12 @@ impl Bridges {
     /// Reads a state this process signed; why not, in words for the client.
     fn verify(&self, state: &str, now: Instant) -> Result<Claim, String> {
         const BAD: &str = "requestState is not one mcpvisor handed out, or was changed";
+        if state.len() > MAX_STATE {
+            return Err(format!(
+                "requestState has {} characters, more than any mcpvisor hands out ({MAX_STATE})",
+                state.len()
+            ));
+        }
         let rest = state.strip_prefix(PREFIX).ok_or(BAD)?;
         let (signed, mac) = rest.rsplit_once('.').ok_or(BAD)?;
         let (replica, payload) = signed.split_once('.').ok_or(BAD)?;
@@ -231,7 +299,6 @@ impl Bridges {
                 self.replica
             ));
         }
-        let payload = unhex(payload).ok_or(BAD)?;
         let mac = unhex(mac).ok_or(BAD)?;
         let expected = hmac_sha256(&self.key, signed.as_bytes());
         // Compared in full whatever differs first.
@@ -244,6 +311,20 @@ impl Bridges {
         if !same {
             return Err(BAD.to_owned());
         }
+        if let Some(wrapped) = payload.strip_prefix(SERVER_STATE) {
+            let (server, state) = wrapped.split_once('.').ok_or(BAD)?;
+            let text = |b64: &str| {
+                B64.decode(b64)
+                    .ok()
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .ok_or(BAD)
+            };
+            return Ok(Claim::Server {
+                server: text(server)?,
+                state: text(state)?,
+            });
+        }
+        let payload = unhex(payload).ok_or(BAD)?;
         let payload = String::from_utf8(payload).map_err(|_| BAD)?;
         let parts: Vec<&str> = payload.split('.').collect();
         let [gid, round, era, expiry] = parts.as_slice() else {
@@ -257,7 +338,7 @@ impl Bridges {
         if now_ms > u128::from(expiry) {
             return Err("requestState has expired: the call it continues timed out".to_owned());
         }
-        Ok(Claim {
+        Ok(Claim::Call {
             gid: gid.parse().map_err(|_| BAD)?,
             round: round.parse().map_err(|_| BAD)?,
         })
@@ -442,35 +523,66 @@ impl Hub {
     }
 
     /// A 2026-07-28 request carrying a `requestState` this gateway handed
-    /// out: the retry of a bridged call. `false`: not one.
-    pub(super) fn bridge_retry(&mut self, front: FrontId, req: &FrontRequest<'_>) -> bool {
-        if req.era != Era::Stateless {
-            return false;
+    /// out: the retry of a bridged call, handled here, or of a server's own
+    /// multi-round call, whose state is unwrapped for the server.
+    pub(super) fn bridge_retry(&mut self, front: FrontId, req: &FrontRequest<'_>) -> Retry {
+        // Unwrapped already: a state inside it is the server's own, even
+        // one that looks like the gateway's (an mcpvisor behind this one).
+        if req.era != Era::Stateless || req.state_of.is_some() {
+            return Retry::NotOne;
         }
         let Some(params) = &req.params else {
-            return false;
+            return Retry::NotOne;
         };
         let Some(state) = params.str("requestState") else {
-            return false;
+            return Retry::NotOne;
         };
         if !state.starts_with(PREFIX) {
-            return false;
+            return Retry::NotOne;
         }
+        match self.calls.bridges.verify(&state, Instant::now()) {
+            Ok(Claim::Call { gid, round }) => {
+                self.continue_bridged(front, req, params, gid, round);
+                Retry::Done
+            }
+            Ok(Claim::Server { server, state }) => {
+                let params = params.write(&[("requestState", Some(&state))]);
+                let line = std::str::from_utf8(req.line)
+                    .ok()
+                    .and_then(RawObject::parse)
+                    .map(|obj| Bytes::from(obj.write(&[("params", Some(&params))])));
+                match line {
+                    Some(line) => Retry::Server { line, server },
+                    None => Retry::NotOne,
+                }
+            }
+            Err(message) => {
+                self.reply_error(front, req, INVALID_PARAMS, &message);
+                Retry::Done
+            }
+        }
+    }
+
+    /// The client's retry of round `round` of bridged call `gid`: its
+    /// answers go to the server, and the retry stands for the call.
+    fn continue_bridged(
+        &mut self,
+        front: FrontId,
+        req: &FrontRequest<'_>,
+        params: &RawObject<'_>,
+        gid: u64,
+        round: u64,
+    ) {
         let refuse = |hub: &mut Self, message: &str| {
             hub.reply_error(front, req, INVALID_PARAMS, message);
-            true
         };
-        let claim = match self.calls.bridges.verify(&state, Instant::now()) {
-            Ok(claim) => claim,
-            Err(message) => return refuse(self, &message),
-        };
-        let Some(b) = self.calls.bridges.calls.get(&claim.gid) else {
+        let Some(b) = self.calls.bridges.calls.get(&gid) else {
             return refuse(
                 self,
                 "requestState names a call that has ended (answered, cancelled or timed out)",
             );
         };
-        if b.round != claim.round || b.out.is_none() {
+        if b.round != round || b.out.is_none() {
             return refuse(
                 self,
                 "requestState is of an earlier round of this call; retry with the latest one",
@@ -491,7 +603,6 @@ impl Hub {
             },
         };
         let backend = b.backend;
-        let gid = claim.gid;
         // Each answered request gets its result at the server; the rest
         // wait for the next round.
         let mut replies = Vec::new();
@@ -515,10 +626,10 @@ impl Hub {
         }
         // The retry stands for the call now.
         let Some(b) = self.calls.bridges.calls.get_mut(&gid) else {
-            return true;
+            return;
         };
         let Some(out) = b.out.take() else {
-            return true;
+            return;
         };
         let more = !b.queued.is_empty();
         let mut pending = out.pending;
@@ -548,7 +659,46 @@ impl Hub {
         } else if more {
             self.bridge_round(gid);
         }
-        true
+    }
+
+    /// A 2026-07-28 server's `input_required` answer `line` (the client's
+    /// id in place) to a 2026-07-28 client: its `requestState`, if it has
+    /// one, wrapped in one of the gateway's. `Err`: the error the client
+    /// gets instead, the state being longer than the gateway carries.
+    pub(super) fn wrap_server_state(
+        &mut self,
+        backend: BackendId,
+        line: Bytes,
+    ) -> Result<Bytes, Bytes> {
+        let text = std::str::from_utf8(&line).unwrap_or_default();
+        let Some(obj) = RawObject::parse(text) else {
+            return Ok(line);
+        };
+        let Some(result) = obj.get("result").and_then(|r| RawObject::parse(r.get())) else {
+            return Ok(line);
+        };
+        let Some(state) = result.get("requestState") else {
+            return Ok(line);
+        };
+        let server = self.backend_name(backend);
+        match self.calls.bridges.wrap(&server, state.get()) {
+            Ok(wrapped) => {
+                let result = result.with("requestState", &quote(&wrapped));
+                Ok(Bytes::from(obj.with("result", &result)))
+            }
+            Err(len) => {
+                let message = format!(
+                    "The MCP server `{server}` asked for more input with a requestState of {len} bytes, more than the {MAX_SERVER_STATE} mcpvisor carries to a client. The request did not complete."
+                );
+                let data = serde_json::json!({"reason": "requestState too long", "server": server});
+                let id = obj.get("id").map_or("null", |i| i.get());
+                let refusal =
+                    build::error(id, super::backend::INPUT_NOT_BRIDGED, &message, Some(&data));
+                tracing::info!(server = %server, "an input-required answer refused: its requestState has {len} bytes, more than {MAX_SERVER_STATE}");
+                self.count_error(backend, super::backend::INPUT_NOT_BRIDGED);
+                Err(refusal)
+            }
+        }
     }
 
     /// The server answered call `gid`, which waits for its client's retry:
@@ -713,7 +863,10 @@ mod tests {
         let now = Instant::now();
         let state = bridges.sign(7, 2, now + std::time::Duration::from_secs(60));
         assert!(state.starts_with("mcpvisor1.r1."), "{state}");
-        assert_eq!(bridges.verify(&state, now), Ok(Claim { gid: 7, round: 2 }));
+        assert_eq!(
+            bridges.verify(&state, now),
+            Ok(Claim::Call { gid: 7, round: 2 })
+        );
         // Another gid, same signature.
         let forged = state.replacen(&hex(b"7."), &hex(b"8."), 1);
         assert_ne!(forged, state);
@@ -754,6 +907,122 @@ mod tests {
         // A name that is not a replica id is not echoed.
         let odd = state.replacen("mcpvisor1.r1.", "mcpvisor1.<b>.", 1);
         assert!(r2.verify(&odd, now).is_err_and(|e| !e.contains("<b>")));
+    }
+
+    /// What `bridges` makes of its wrap of `state` from server `server`.
+    fn round_trip(bridges: &Bridges, server: &str, state: &str) -> Result<Claim, String> {
+        let wrapped = bridges.wrap(server, state).expect("within the limit");
+        assert!(wrapped.len() <= MAX_STATE, "{}", wrapped.len());
+        bridges.verify(&wrapped, Instant::now())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_state_comes_back_byte_for_byte() {
+        let mut bridges = Bridges::default();
+        bridges.set_replica("replica-1");
+        let long = format!("\"{}\"", "x".repeat(MAX_SERVER_STATE - 2));
+        let states = [
+            r#""opaque""#,
+            // Escapes kept as written, not re-encoded.
+            r#""a\/b \u00e9 \"q\" \\ \u0000 \ud83d\ude00 é 😀 .mcpvisor1.x.""#,
+            // Not a string: carried as it was written all the same.
+            r#"{"k": [1, 2.50, null]}"#,
+            r#""""#,
+            &long,
+        ];
+        for state in states {
+            let claim = round_trip(&bridges, "files", state);
+            assert_eq!(
+                claim,
+                Ok(Claim::Server {
+                    server: "files".to_owned(),
+                    state: state.to_owned()
+                }),
+                "{state}"
+            );
+        }
+        // A server name of any characters.
+        let claim = round_trip(&bridges, "ünï.code__x", r#""s""#);
+        assert!(
+            matches!(&claim, Ok(Claim::Server { server, .. }) if server == "ünï.code__x"),
+            "{claim:?}"
+        );
+        // The longest replica id, a long name and the longest state still
+        // come back.
+        let mut longest = Bridges::default();
+        longest.set_replica(&"r".repeat(MAX_REPLICA_ID));
+        assert!(round_trip(&longest, &"n".repeat(256), &long).is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_state_past_the_limit_is_not_wrapped() {
+        let bridges = Bridges::default();
+        let at = format!("\"{}\"", "y".repeat(MAX_SERVER_STATE - 2));
+        assert!(bridges.wrap("files", &at).is_ok());
+        let past = format!("\"{}\"", "y".repeat(MAX_SERVER_STATE - 1));
+        assert_eq!(bridges.wrap("files", &past), Err(MAX_SERVER_STATE + 1));
+        // A retry's state longer than any handed out is refused unread.
+        let huge = format!("{PREFIX}{}", "a".repeat(MAX_STATE));
+        let refused = bridges.verify(&huge, Instant::now()).expect_err("too long");
+        assert!(
+            refused.contains("more than any mcpvisor hands out"),
+            "{refused}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wrapped_state_changed_or_of_another_replica_is_refused() {
+        let mut bridges = Bridges::default();
+        bridges.set_replica("r1");
+        let now = Instant::now();
+        let wrapped = bridges.wrap("files", r#""state-1""#).expect("wrapped");
+        assert!(wrapped.starts_with("mcpvisor1.r1.s."), "{wrapped}");
+        // Each field in turn changed: the server's name, its state, the MAC.
+        let fields: Vec<&str> = wrapped.split('.').collect();
+        assert_eq!(fields.len(), 6, "{wrapped}");
+        for i in 3..6 {
+            let mut changed: Vec<String> = fields.iter().map(|f| (*f).to_owned()).collect();
+            let first = changed[i].remove(0);
+            changed[i].insert(0, if first == 'A' { 'B' } else { 'A' });
+            let changed = changed.join(".");
+            assert!(
+                bridges
+                    .verify(&changed, now)
+                    .is_err_and(|e| e.contains("changed")),
+                "field {i}: {changed}"
+            );
+        }
+        // Another server's state put in: the MAC covers which server.
+        let other = bridges.wrap("notes", r#""state-1""#).expect("wrapped");
+        let swapped = format!(
+            "{}.{}.{}.{}.{}.{}",
+            fields[0],
+            fields[1],
+            fields[2],
+            other.split('.').nth(3).unwrap_or_default(),
+            fields[4],
+            fields[5]
+        );
+        assert!(bridges.verify(&swapped, now).is_err());
+        // Another replica names the one that handed it out; a restarted
+        // one with the same id has another key.
+        let mut r2 = Bridges::default();
+        r2.set_replica("r2");
+        let refused = r2.verify(&wrapped, now).expect_err("another replica");
+        assert!(
+            refused.contains("replica `r1`") && refused.contains("`r2`"),
+            "{refused}"
+        );
+        let mut restarted = Bridges::default();
+        restarted.set_replica("r1");
+        assert!(
+            restarted
+                .verify(&wrapped, now)
+                .is_err_and(|e| e.contains("changed"))
+        );
+        // No expiry: the server's state says how long it holds.
+        let later = now + std::time::Duration::from_secs(86_400);
+        assert!(bridges.verify(&wrapped, later).is_ok());
     }
 
     #[test]

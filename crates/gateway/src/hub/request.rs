@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::backend::BackendId;
+use super::bridge::Retry;
 use super::front::{CALL_TOOL, LogLevel, SEARCH_TOOL, meta_is_modern, with_progress_token};
 use super::front::{Params, RESOURCE_NOT_FOUND, without_envelope, without_envelope_of};
 use super::lists::Kind as ListKind;
@@ -152,6 +153,9 @@ pub(crate) struct FrontRequest<'a> {
     /// once, for its era and, from a 2026-07-28 request, for the envelope
     /// the gateway takes off.
     pub meta: Option<RawObject<'a>>,
+    /// The server whose own `requestState` the request carries, unwrapped
+    /// from the gateway's: it may go to that server alone.
+    pub state_of: Option<&'a str>,
 }
 
 impl<'a> FrontRequest<'a> {
@@ -193,6 +197,7 @@ impl<'a> FrontRequest<'a> {
             text,
             params,
             meta,
+            state_of: None,
         })
     }
 
@@ -263,8 +268,12 @@ impl Hub {
 
     fn serve_request(&mut self, front: FrontId, req: &FrontRequest<'_>, attempt: Attempt) {
         // The retry of a call whose server asked the client something.
-        if self.bridge_retry(front, req) {
-            return;
+        match self.bridge_retry(front, req) {
+            Retry::NotOne => {}
+            Retry::Done => return,
+            Retry::Server { line, server } => {
+                return self.serve_unwrapped(front, req, &line, &server, attempt);
+            }
         }
         // A 2026-07-28 request before any handshake makes its front a
         // 2026-07-28 client.
@@ -308,6 +317,27 @@ impl Hub {
                 self.reply_error(front, req, METHOD_NOT_FOUND, &msg);
             }
         }
+    }
+
+    /// `req` as `line`, which carries the state it continues as `server`
+    /// handed it out. Parked, it waits as it came, to be unwrapped again.
+    fn serve_unwrapped(
+        &mut self,
+        front: FrontId,
+        req: &FrontRequest<'_>,
+        line: &Bytes,
+        server: &str,
+        attempt: Attempt,
+    ) {
+        let Ok(env) = Envelope::peek(line) else {
+            return;
+        };
+        let Some(mut unwrapped) = FrontRequest::read(line, &env, None) else {
+            return;
+        };
+        unwrapped.line = req.line;
+        unwrapped.state_of = Some(server);
+        self.serve_request(front, &unwrapped, attempt);
     }
 
     /// `tools/call` and `prompts/get`: to the server whose item has that
@@ -495,6 +525,15 @@ impl Hub {
         req: &FrontRequest<'_>,
         params: Params<'_>,
     ) {
+        if let Some(server) = req.state_of {
+            let name = self.backend_name(backend);
+            if name != server {
+                let msg = format!(
+                    "requestState continues a call to the server `{server}`, and this request goes to `{name}`: retry with the request it was given for, or start the call over"
+                );
+                return self.reply_error(front, req, INVALID_PARAMS, &msg);
+            }
+        }
         let backend = self.serving(backend, front);
         let gid = self.calls.next_id();
         let method = req.method();

@@ -358,6 +358,47 @@ async fn a_new_process_is_probed_again() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_servers_own_state_comes_back_to_it_even_when_it_looks_like_the_gateways() {
+    let servers = Servers::default();
+    servers.script("m", modern());
+    let mut gw = Gateway::start(&servers, vec![plan("m")]);
+    let mut client = gw.open().await;
+    let caps = json!({"elicitation": {"form": {}}});
+    // An mcpvisor behind this one hands out states of this shape: before
+    // the wrap, this gateway took the retry for its own and refused it.
+    let inner = "mcpvisor1.inner.7b7d.00ff";
+    let args = json!({"state": inner});
+    let params = json!({"name": "m__ask", "arguments": args});
+    let first = client
+        .request("tools/call", modern_params(params, caps.clone(), "c"))
+        .await;
+    let state = first["result"]["requestState"].as_str().unwrap_or_default();
+    assert!(state.starts_with("mcpvisor1.") && state != inner, "{first}");
+    let retry = json!({"name": "m__ask", "arguments": args, "requestState": state,
+        "inputResponses": {"name": {"action": "decline"}}});
+    let done = client
+        .request("tools/call", modern_params(retry, caps.clone(), "c"))
+        .await;
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    let retried = received(&servers, "m", "tools/call")
+        .into_iter()
+        .last()
+        .expect("the retry");
+    assert_eq!(retried["params"]["requestState"], inner, "{retried}");
+    // The inner state sent as it is, not wrapped: this gateway refuses it
+    // (its replica is not this one), and the server never sees it.
+    let bare = json!({"name": "m__ask", "arguments": args, "requestState": inner,
+        "inputResponses": {"name": {"action": "decline"}}});
+    let calls = received(&servers, "m", "tools/call").len();
+    let refused = client
+        .request("tools/call", modern_params(bare, caps, "c"))
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(received(&servers, "m", "tools/call").len(), calls);
+    gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_input_request_passes_to_a_2026_client_and_is_bridged_to_an_older_one() {
     let servers = Servers::default();
     servers.script("m", modern());
@@ -380,7 +421,13 @@ async fn an_input_request_passes_to_a_2026_client_and_is_bridged_to_an_older_one
         .await;
     let result = &first["result"];
     assert_eq!(result["resultType"], "input_required", "{first}");
-    assert_eq!(result["requestState"], "state-1");
+    // The server's state goes out inside the gateway's, naming the replica.
+    let state = result["requestState"].as_str().unwrap_or_default();
+    assert!(
+        state.starts_with("mcpvisor1.") && state.split('.').nth(2) == Some("s"),
+        "{first}"
+    );
+    assert!(!state.contains("state-1"), "{first}");
     assert_eq!(
         result["inputRequests"]["name"]["method"], "elicitation/create",
         "{first}"
@@ -391,7 +438,7 @@ async fn an_input_request_passes_to_a_2026_client_and_is_bridged_to_an_older_one
             "name": "m__ask",
             "arguments": {},
             "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
-            "requestState": "state-1",
+            "requestState": state,
         }),
         caps,
         "new",
@@ -402,6 +449,12 @@ async fn an_input_request_passes_to_a_2026_client_and_is_bridged_to_an_older_one
         done["result"]["structuredContent"]["responses"]["name"]["content"]["name"],
         "Ada"
     );
+    // The server got its own state back.
+    let retried = received(&servers, "m", "tools/call")
+        .into_iter()
+        .last()
+        .expect("the retry");
+    assert_eq!(retried["params"]["requestState"], "state-1", "{retried}");
 
     // A client of the handshake era is asked as that era asks: an
     // `elicitation/create` request; its answer goes back to the server in

@@ -96,7 +96,8 @@ pub enum Discover {
     /// A 2026-07-28 server: it lists that version, answers `ping` and
     /// `initialize` with `-32601`, every result carries `resultType`, and
     /// its tool `ask` answers `input_required` until its retry brings
-    /// `inputResponses` and `requestState`.
+    /// `inputResponses` and `requestState` (`state-1`, or its
+    /// `arguments.state`).
     Modern,
     /// A server of both eras that is slow to discover: its discovery
     /// names 2026-07-28, but comes only after this long; it answers
@@ -458,8 +459,10 @@ async fn run_worker(
             }
             "tools/call" if modern && msg["params"]["name"] == "ask" => {
                 let params = &msg["params"];
+                // `arguments.state`: the state to hand out and expect back.
+                let expected = params["arguments"]["state"].as_str().unwrap_or("state-1");
                 let answer = match (params.get("inputResponses"), params.get("requestState")) {
-                    (Some(responses), Some(state)) if state == "state-1" => reply(
+                    (Some(responses), Some(state)) if state == expected => reply(
                         json!({"content": [], "structuredContent": {"server": w.name, "worker": w.worker, "responses": responses}}),
                     ),
                     _ => {
@@ -473,7 +476,7 @@ async fn run_worker(
                         json!({"jsonrpc":"2.0","id":id,"result":{
                             "resultType": "input_required",
                             "inputRequests": asks,
-                            "requestState": "state-1",
+                            "requestState": expected,
                         }})
                         .to_string()
                     }
