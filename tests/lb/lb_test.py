@@ -3,7 +3,7 @@
 
 Starts the replicas on loopback (each with a bearer token, so the balancer's
 probes are seen to need none) and HAProxy with `deploy/haproxy/haproxy.cfg`
-in front of them, then runs five phases over raw HTTP, seeing every status:
+in front of them, then runs six phases over raw HTTP, seeing every status:
 
   steady     50 sessions call at once; none is misrouted.
   kill       under load, one replica gets SIGKILL: only its sessions see
@@ -21,6 +21,13 @@ in front of them, then runs five phases over raw HTTP, seeing every status:
              routing lines taken out of the config, retries that land
              elsewhere are refused, never answered wrongly; a forged
              replica name, or a replica that is gone, gets a clean refusal.
+  modern     the same for a 2026-07-28 server's own multi-round calls (the
+             fake worker's `confirm` under --modern, whose state only its
+             own process accepts): two rounds each, from many threads at
+             once; the gateway wraps the server's state with its replica,
+             every retry reaches the replica (and worker process) that
+             issued it; without the routing lines, exactly the retries that
+             land elsewhere are refused by the gateway, naming the replica.
 
 Which replica answered is told by the backend's `whoami` tool: each replica
 runs its own fake worker, whose pid the test learns from the replica itself.
@@ -57,9 +64,11 @@ TOKEN = "lb-test-token"
 # Every wait in this file is bounded by this (or a stated smaller bound).
 WAIT = 30.0
 SESSIONS = 50
-PHASES = ("steady", "kill", "rolling", "stateless", "multiround")
+PHASES = ("steady", "kill", "rolling", "stateless", "multiround", "modern")
 ACCEPT = "application/json, text/event-stream"
 TOOL_PREFIX = "worker__"
+# The 2026-07-28 server of each replica (the fake worker with --modern).
+MODERN_PREFIX = "modern__"
 
 
 def log(msg: str) -> None:
@@ -306,6 +315,84 @@ def round_trip(port: int, tag: str, forge: bool = False, before_retry=None) -> T
     return trip
 
 
+def confirm_call(rid: str, rounds: int) -> dict:
+    """A 2026-07-28 call of the modern worker's `confirm`: `rounds`
+    input-required rounds (roots/list) under the server's own state."""
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+            "params": {"name": MODERN_PREFIX + "confirm", "arguments": {"rounds": rounds},
+                       "_meta": {"io.modelcontextprotocol/protocolVersion": STATELESS,
+                                 "io.modelcontextprotocol/clientCapabilities": {"roots": {}}}}}
+
+
+def confirm_headers() -> dict:
+    return {**stateless_headers(), "mcp-name": MODERN_PREFIX + "confirm"}
+
+
+@dataclass
+class ModernTrip:
+    """One multi-round call of a 2026-07-28 server's own: its rounds and
+    retries, each on a new connection."""
+
+    outcome: str  # ok, refused, misanswered, error
+    signer: str | None = None  # the replica its (wrapped) requestState names
+    headers: list = field(default_factory=list)  # Mcp-Replica of each answer
+    pid: int | None = None  # the worker that answered the last retry
+    detail: str = ""
+
+
+def modern_trip(port: int, tag: str, rounds: int) -> ModernTrip:
+    """Calls `confirm` through the balancer at `port` and answers each of
+    its `rounds` rounds with a root of its own (`tag`)."""
+    box = [None]
+    uri = f"file:///lb/{tag}"
+    trip = ModernTrip("error")
+    call = confirm_call(f"{tag}-0", rounds)
+    for n in range(rounds + 1):
+        r = post(box, "127.0.0.1", port, call, confirm_headers())
+        close(box)
+        trip.headers.append(r.replica)
+        answer = r.answer or {}
+        if answer.get("error", {}).get("code") == -32602:
+            trip.outcome = "refused"
+            trip.detail = answer["error"].get("message", "")
+            return trip
+        result = answer.get("result", {})
+        if n == rounds:
+            break
+        state = result.get("requestState")
+        requests = result.get("inputRequests") or {}
+        if result.get("resultType") != "input_required" or list(requests) != ["roots"] or not isinstance(state, str):
+            trip.detail = f"round {n + 1}: {r.status} {str(answer)[:200]} {r.error}"
+            return trip
+        fields = state.split(".")
+        if len(fields) != 6 or fields[2] != "s":
+            trip.detail = f"round {n + 1}: not a wrapped state: {state[:80]}"
+            return trip
+        if trip.signer is None:
+            trip.signer = fields[1]
+        elif fields[1] != trip.signer:
+            trip.detail = f"round {n + 1} signed by {fields[1]}, the first by {trip.signer}"
+            return trip
+        call = confirm_call(f"{tag}-{n + 1}", rounds)
+        call["params"]["requestState"] = state
+        call["params"]["inputResponses"] = {"roots": {"roots": [{"uri": uri, "name": tag}]}}
+    said = {}
+    try:
+        said = json.loads(answer["result"]["content"][0]["text"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        pass
+    roots = (said.get("answers") or {}).get("roots", {}).get("roots") or [{}]
+    if result.get("resultType") == "complete" and said.get("round") == rounds and roots[0].get("uri") == uri:
+        trip.outcome = "ok"
+        trip.pid = said.get("pid")
+    elif "result" in answer:
+        trip.outcome = "misanswered"
+        trip.detail = str(answer)[:200]
+    else:
+        trip.detail = f"{r.status} {str(answer)[:200]} {r.error}"
+    return trip
+
+
 def pid_of(answer: dict | None) -> int | None:
     try:
         return json.loads(answer["result"]["content"][0]["text"])["pid"]
@@ -326,6 +413,7 @@ class Replica:
         self.work = work
         self.proc: subprocess.Popen | None = None
         self.worker_pid: int | None = None
+        self.modern_pid: int | None = None
         self.starts = 0
 
     @property
@@ -358,15 +446,19 @@ class Replica:
         else:
             raise Failed(f"{self.name} not ready within {WAIT}s: {dict(seen)}")
         self.worker_pid = self.ask_pid()
+        self.modern_pid = self.ask_pid(MODERN_PREFIX)
         return dict(seen)
 
-    def ask_pid(self) -> int:
+    def ask_pid(self, prefix: str = TOOL_PREFIX) -> int:
+        body = stateless_whoami(1)
+        body["params"]["name"] = prefix + "whoami"
+        headers = {**stateless_headers(), "mcp-name": prefix + "whoami"}
         box = [None]
-        r = post(box, "127.0.0.1", self.port, stateless_whoami(1), stateless_headers())
+        r = post(box, "127.0.0.1", self.port, body, headers)
         close(box)
         pid = pid_of(r.answer)
         if pid is None:
-            raise Failed(f"{self.name}: whoami gave {r}")
+            raise Failed(f"{self.name}: {prefix}whoami gave {r}")
         return pid
 
     def kill(self) -> None:
@@ -655,8 +747,10 @@ class Test:
         config = work / "mcp.json"
         # A second of initialize delay: /readyz is seen not ready while the
         # worker starts, and the balancer must wait for it.
-        config.write_text(json.dumps({"mcpServers": {"worker": {
-            "command": worker, "args": ["--initialize-delay", "1000"]}}}))
+        # Beside it, a server of 2026-07-28 (the modern phase).
+        config.write_text(json.dumps({"mcpServers": {
+            "worker": {"command": worker, "args": ["--initialize-delay", "1000"]},
+            "modern": {"command": worker, "args": ["--modern"]}}}))
         self.replicas = [Replica(n, free_port(), mcpvisor, config, token_file, work) for n in (1, 2, 3)]
         self.lb = Balancer(free_port(), self.replicas, work)
         self.failures: list[str] = []
@@ -928,6 +1022,71 @@ class Test:
               and all("replica `" in t.detail for t in elsewhere),
               "multiround: exactly the retries that reached another replica are refused, naming the "
               "replica that holds the call", self.failures)
+
+    def modern_trips(self, port: int, label: str, threads: int, each: int, rounds: int) -> list[ModernTrip]:
+        """`threads` clients at once make `each` calls of `confirm` one
+        after another."""
+        trips: list[ModernTrip] = []
+        lock = threading.Lock()
+
+        def worker(k: int) -> None:
+            for i in range(each):
+                t = modern_trip(port, f"{label}-{k}-{i}", rounds)
+                with lock:
+                    trips.append(t)
+
+        pool = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join(timeout=4 * WAIT)
+        if any(t.is_alive() for t in pool):
+            raise Failed(f"modern: a {label} client did not finish within its bound")
+        return trips
+
+    def modern(self) -> None:
+        log("phase modern: a 2026-07-28 server's own multi-round calls, round robin")
+        names = {r.name for r in self.replicas}
+        workers = {r.name: r.modern_pid for r in self.replicas}
+        # The server keeps nothing per call, so calls run at once; each
+        # has two rounds, so every call's retries cross the round robin
+        # twice.
+        trips = self.modern_trips(self.lb.port, "routed", threads=6, each=10, rounds=2)
+        outcomes = collections.Counter(t.outcome for t in trips)
+        signers = collections.Counter(t.signer for t in trips)
+        self.report["modern"] = {"calls": len(trips), "retries": 2 * len(trips), "outcomes": dict(outcomes),
+                                 "calls_per_replica": dict(sorted(signers.items(), key=str))}
+        check(outcomes == {"ok": len(trips)},
+              f"modern: all {len(trips)} calls complete, each round answered: {dict(outcomes)} "
+              f"{[t.detail for t in trips if t.outcome != 'ok'][:3]}", self.failures)
+        check(len([n for n in names if signers[n] > 0]) == 3,
+              f"modern: the calls start on all three replicas: {dict(signers)}", self.failures)
+        check(all(all(h == t.signer for h in t.headers) and t.pid == workers.get(t.signer) for t in trips),
+              "modern: every round and retry is answered (Mcp-Replica) by the replica its wrapped "
+              "requestState names, and by that replica's worker process", self.failures)
+
+        # Without the routing lines: the retries that land elsewhere are
+        # refused by the gateway there, naming the replica; none reaches a
+        # worker that did not sign its state.
+        plain = self.work / "haproxy-no-routing-modern.cfg"
+        plain.write_text("".join(line for line in HAPROXY_CFG.read_text().splitlines(keepends=True)
+                                 if "txn.replica" not in line and "txn.state" not in line))
+        lb = Balancer(free_port(), self.replicas, self.work, cfg=plain, log_name="haproxy-no-routing-modern.log")
+        try:
+            lb.start()
+            trips = self.modern_trips(lb.port, "unrouted", threads=3, each=5, rounds=1)
+        finally:
+            lb.stop()
+        outcomes = collections.Counter(t.outcome for t in trips)
+        self.report["modern"]["without_routing"] = dict(outcomes)
+        check(set(outcomes) <= {"ok", "refused"} and outcomes["refused"] > 0,
+              f"modern: without the routing lines some retries are refused, none answered wrongly: "
+              f"{dict(outcomes)}", self.failures)
+        check(all((t.headers[-1] != t.signer) == (t.outcome == "refused") for t in trips)
+              and all(f"replica `{t.signer}`" in t.detail for t in trips if t.outcome == "refused")
+              and all(t.pid == workers.get(t.signer) for t in trips if t.outcome == "ok"),
+              "modern: exactly the retries that reached another replica are refused, naming the "
+              "replica whose server gave the state", self.failures)
 
 
 # ------------------------------------------------------------------ bench

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The load-balancer tier: three `mcpvisor serve --http` replicas behind
 # HAProxy (deploy/haproxy/haproxy.cfg), on loopback, through a steady load, a
-# SIGKILL, a rolling restart, stateless requests and multi-round calls (see
-# lb_test.py).
+# SIGKILL, a rolling restart, stateless requests and multi-round calls, the
+# bridge's and a 2026-07-28 server's own (see lb_test.py).
 #
 #   tests/lb/run.sh [lb_test.py args...]     e.g. --phases rolling --keep
 #
