@@ -503,6 +503,38 @@ impl Hub {
         self.open_upstream(backend, true);
     }
 
+    /// A handshake-era client's `resources/subscribe` or `unsubscribe` to
+    /// a shared server, already counted: whether the gateway answers it
+    /// itself. A ready server of the handshake era is sent it (its answer
+    /// is the client's); one driven in 2026-07-28 has its listen replaced;
+    /// one not ready yet (idle, starting, its era being found) is told of
+    /// what is held when it is ready, as a listen's URIs are (an idle one
+    /// is started for a `subscribe`). A server that refuses requests, or
+    /// says it takes no subscriptions, is sent it too: its refusal is the
+    /// client's answer.
+    pub(crate) fn hold_for_server(&mut self, backend: BackendId, subscribe: bool) -> bool {
+        let Some(b) = self.backends.by_id.get(&backend) else {
+            return false;
+        };
+        if b.refusal().is_some() || !self.may_subscribe(backend) {
+            return false;
+        }
+        match b.live().map(|l| (&l.phase, l.driven)) {
+            Some((Phase::Ready, Driven::Handshake)) => false,
+            Some((Phase::Ready, _)) => {
+                self.relisten(backend);
+                true
+            }
+            Some(_) => true,
+            None => {
+                if subscribe {
+                    self.start_backend(backend);
+                }
+                true
+            }
+        }
+    }
+
     /// The URIs held at a backend may have changed: its listen is
     /// replaced when they did (one the server ended stays ended).
     pub(crate) fn relisten(&mut self, backend: BackendId) {

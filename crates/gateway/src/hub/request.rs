@@ -433,10 +433,10 @@ impl Hub {
         if !needed {
             return self.reply(front, req, "{}");
         }
-        // A 2026-07-28 server has no subscribe: its listen is replaced.
-        let modern = self.driven(backend) == Some(super::backend::Driven::Modern);
-        if shared && modern && op != ResourceOp::Read {
-            self.relisten(backend);
+        // Held by the gateway unless a ready server of the handshake era
+        // takes it now (see `listen.rs`).
+        let subscribe = op == ResourceOp::Subscribe;
+        if shared && op != ResourceOp::Read && self.hold_for_server(backend, subscribe) {
             return self.reply(front, req, "{}");
         }
         let params = Params::Text(req.text.unwrap_or_default().to_owned());

@@ -360,3 +360,91 @@ async fn a_listened_to_server_is_still_stopped_when_idle() {
     let tail = front.drain(Duration::from_secs(1)).await;
     assert_eq!(tools_changes(&tail), 0, "{tail:?}");
 }
+
+/// What a lazy server with resource `uri` left in the list cache: its
+/// discovery (or `initialize` result) declaring subscriptions.
+fn cached_with_resource(name: &str, uri: &str, modern: bool) -> mcpvisor_gateway::Cached {
+    let mut initialize = json!({
+        "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true, "listChanged": true}},
+        "serverInfo": {"name": name, "version": "0"},
+    });
+    if modern {
+        initialize["supportedVersions"] = json!(["2026-07-28"]);
+    } else {
+        initialize["protocolVersion"] = json!("2025-06-18");
+    }
+    mcpvisor_gateway::Cached::from_lists(&mcpvisor_gateway::cache::Lists {
+        initialize,
+        tools: vec![json!({"name": "echo", "inputSchema": {"type": "object"}})],
+        resources: vec![json!({"uri": uri, "name": uri})],
+        ..Default::default()
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscribe_to_a_server_not_started_is_held_until_it_is_ready_in_either_era() {
+    let servers = Servers::default();
+    modern(&servers, "m", &["mem://m"], Listens::Hold);
+    servers.script(
+        "h",
+        Script {
+            resources: vec!["mem://h".into()],
+            ..Script::default()
+        },
+    );
+    let lazy = |name: &str, uri: &str, modern: bool| {
+        let mut p = plan(name);
+        p.lazy = true;
+        p.cached = Some(cached_with_resource(name, uri, modern));
+        p
+    };
+    let mut gw = Gateway::start(
+        &servers,
+        vec![lazy("m", "mem://m", true), lazy("h", "mem://h", false)],
+    );
+    let mut old = gw.client().await;
+    assert!(servers.spawned("m").is_empty() && servers.spawned("h").is_empty());
+    // Answered by the gateway, and each server started for it.
+    for uri in ["mem://m", "mem://h"] {
+        let r = old
+            .request("resources/subscribe", json!({"uri": uri}))
+            .await;
+        assert_eq!(r["result"], json!({}), "{uri}: {r}");
+    }
+    // The 2026-07-28 one is listened to for it, never sent resources/subscribe.
+    let listen = nth_listen(&servers, "m", 1).await;
+    assert_eq!(
+        listen["params"]["notifications"]["resourceSubscriptions"],
+        json!(["mem://m"]),
+        "{listen}"
+    );
+    // The handshake-era one is subscribed once it is ready, once.
+    until("h subscribed", || {
+        servers.count("h", "resources/subscribe") == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(servers.count("h", "resources/subscribe"), 1);
+    assert_eq!(servers.count("m", "resources/subscribe"), 0);
+    // Both updates reach the client.
+    let updated = |uri: &str| json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": uri}});
+    servers.push("h", &updated("mem://h"));
+    servers.push(
+        "m",
+        &on_listen(
+            &listen,
+            "notifications/resources/updated",
+            json!({"uri": "mem://m"}),
+        ),
+    );
+    let mut heard = Vec::new();
+    while heard.len() < 2 {
+        let m = old.notification().await;
+        if m["method"] == "notifications/resources/updated" {
+            heard.push(m["params"]["uri"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    heard.sort();
+    assert_eq!(heard, ["mem://h", "mem://m"]);
+    gw.shutdown().await;
+}
