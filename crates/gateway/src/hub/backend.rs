@@ -203,8 +203,8 @@ pub(crate) struct Live {
     /// again.
     pub readies: u64,
     /// The gateway's `subscriptions/listen` at it, when it is of
-    /// 2026-07-28 (see `listen.rs`).
-    pub upstream: super::listen::Upstream,
+    /// 2026-07-28 (see `upstream.rs`).
+    pub upstream: super::upstream::Upstream,
 }
 
 /// The protocol era a live backend's process is driven in.
@@ -754,7 +754,7 @@ impl Hub {
             driven: Driven::Probing,
             probe: None,
             readies: 0,
-            upstream: super::listen::Upstream::Closed,
+            upstream: super::upstream::Upstream::Closed,
         });
         tracing::info!(server = %b.plan.name, "starting");
         // An entry may keep a server of both eras in the handshake era,
@@ -2000,7 +2000,7 @@ impl Hub {
                 self.tell_listens_updated(owner, &uri, &params);
                 // Heard on the gateway's own listen: its subscription id
                 // is the gateway's, not the fronts'.
-                let line = super::listen::without_subscription(line, &params);
+                let line = super::upstream::without_subscription(line, &params);
                 // A 2026-07-28 front hears of it through its listens only.
                 let to: Vec<FrontId> = self
                     .fronts

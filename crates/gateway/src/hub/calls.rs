@@ -198,7 +198,7 @@ pub(crate) enum Private {
     /// `logging/setLevel` fanned out; the front's answer goes when all came.
     SetLevel(u64),
     /// The gateway's `subscriptions/listen` at a 2026-07-28 server (see
-    /// `listen.rs`): answered only when it ends.
+    /// `upstream.rs`): answered only when it ends.
     Listen,
     /// A request whose answer nobody waits for (an unsubscribe after the
     /// last client left).

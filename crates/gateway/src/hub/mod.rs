@@ -53,6 +53,7 @@ mod request;
 mod shell;
 mod stdio;
 mod tasks;
+mod upstream;
 
 use std::collections::VecDeque;
 use std::time::Duration;

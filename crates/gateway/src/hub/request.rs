@@ -434,7 +434,7 @@ impl Hub {
             return self.reply(front, req, "{}");
         }
         // Held by the gateway unless a ready server of the handshake era
-        // takes it now (see `listen.rs`).
+        // takes it now (see `upstream.rs`).
         let subscribe = op == ResourceOp::Subscribe;
         if shared && op != ResourceOp::Read && self.hold_for_server(backend, subscribe) {
             return self.reply(front, req, "{}");
