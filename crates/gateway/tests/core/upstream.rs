@@ -448,3 +448,57 @@ async fn a_subscribe_to_a_server_not_started_is_held_until_it_is_ready_in_either
     assert_eq!(heard, ["mem://h", "mem://m"]);
     gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_per_client_2026_server_is_listened_to_at_the_client_s_own_instance() {
+    let servers = Servers::default();
+    modern(&servers, "own", &["mem://a"], Listens::Hold);
+    let mut own = plan("own");
+    own.per_client = true;
+    let mut gw = Gateway::start(&servers, vec![own]);
+    let mut front = gw.open().await;
+    let r = front.request_modern("tools/list", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    until("the template stopped", || servers.running("own").is_empty()).await;
+    let template = servers.spawned("own");
+    let id = front_listen(&mut front, json!({"resourceSubscriptions": ["mem://a"]})).await;
+    // Its own process is started and listened to for the URI.
+    until("its instance listened to for mem://a", || {
+        listens(&servers, "own").last().is_some_and(|l| {
+            l["params"]["notifications"]["resourceSubscriptions"] == json!(["mem://a"])
+        })
+    })
+    .await;
+    let [instance] = servers.running("own")[..] else {
+        panic!("one instance: {:?}", servers.running("own"));
+    };
+    assert!(!template.contains(&instance));
+    let upstream = listens(&servers, "own").pop().expect("a listen");
+    let updated = on_listen(
+        &upstream,
+        "notifications/resources/updated",
+        json!({"uri": "mem://a"}),
+    );
+    assert_eq!(servers.push("own", &updated), 1);
+    let heard = front.notification().await;
+    assert_eq!(heard["params"]["uri"], "mem://a", "{heard}");
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], id, "{heard}");
+    // The client's listen ends: the instance's listen is replaced by one
+    // without the URI, the old one cancelled.
+    let before = listens(&servers, "own").len();
+    front
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id}}))
+        .await;
+    let after = nth_listen(&servers, "own", before + 1).await;
+    assert_eq!(
+        after["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourcesListChanged": true, "resourceSubscriptions": []}),
+        "{after}"
+    );
+    until("the old listen cancelled", || {
+        cancelled(&servers, "own").contains(&upstream["id"])
+    })
+    .await;
+    assert_eq!(servers.count("own", "resources/subscribe"), 0);
+    gw.shutdown().await;
+}
