@@ -51,6 +51,9 @@ pub(crate) struct Fronts {
 pub(crate) struct Front {
     pub info: FrontInfo,
     pub out: FrontOut,
+    /// The resources it subscribed to with `resources/subscribe`: a shared
+    /// server's (counted in `Fronts::subscribed`), or a per-client server's
+    /// that the gateway holds for its instance (see `upstream.rs`).
     pub subscriptions: FxHashSet<String>,
     /// Its open `subscriptions/listen` requests (2026-07-28), at most
     /// [`LISTENS_PER_FRONT`](super::listen::LISTENS_PER_FRONT).

@@ -415,22 +415,32 @@ impl Hub {
         let Some(b) = self.backends.by_id.get(&backend) else {
             return Vec::new();
         };
-        match Backend::owner(b) {
-            // An instance: what its front's listens hold there.
-            Some(owner) => self
+        match b.role {
+            // An instance: what its front's listens hold there, and the
+            // subscriptions the gateway holds for its front (see
+            // `Hub::hold_at_own_instance`).
+            super::backend::Role::Instance { owner, template } => self
                 .fronts
                 .open
                 .get(&owner)
                 .map(|f| {
-                    f.listens
+                    let mut uris: Vec<String> = f
+                        .listens
                         .iter()
                         .flat_map(|l| &l.uris)
                         .filter(|(_, at, _)| *at == backend)
                         .map(|(u, _, _)| u.clone())
-                        .collect()
+                        .collect();
+                    for uri in &f.subscriptions {
+                        let there = self.backend_for_uri(uri) == Some(template);
+                        if there && !uris.contains(uri) {
+                            uris.push(uri.clone());
+                        }
+                    }
+                    uris
                 })
                 .unwrap_or_default(),
-            None => self
+            super::backend::Role::Shared | super::backend::Role::Template => self
                 .fronts
                 .subscribed
                 .keys()

@@ -436,7 +436,12 @@ impl Hub {
         // Held by the gateway unless a ready server of the handshake era
         // takes it now (see `upstream.rs`).
         let subscribe = op == ResourceOp::Subscribe;
-        if shared && op != ResourceOp::Read && self.hold_for_server(backend, subscribe) {
+        let held = match op {
+            ResourceOp::Read => false,
+            _ if shared => self.hold_for_server(backend, subscribe),
+            _ => self.hold_at_own_instance(front, backend, &uri, subscribe),
+        };
+        if held {
             return self.reply(front, req, "{}");
         }
         let params = Params::Text(req.text.unwrap_or_default().to_owned());

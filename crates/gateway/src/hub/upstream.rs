@@ -23,6 +23,7 @@ use serde_json::json;
 use super::backend::{Backend, BackendId, Driven, Phase};
 use super::listen::META_SUBSCRIPTION;
 use super::{Hub, Private};
+use crate::fronts::FrontId;
 use crate::raw::RawObject;
 
 /// The gateway's own `subscriptions/listen` at a server driven in
@@ -102,6 +103,65 @@ impl Hub {
             None => {
                 if subscribe {
                     self.start_backend(backend);
+                }
+                true
+            }
+        }
+    }
+
+    /// A handshake-era client's `resources/subscribe` or `unsubscribe` to
+    /// a per-client server (`template`): its own instance's. Whether the
+    /// gateway answers it itself, as [`Hub::hold_for_server`] says for a
+    /// shared server; what it holds is kept in the front's own
+    /// subscriptions (uncounted: no other front shares the process), which
+    /// its instance is told of when it is ready. An unsubscribe always
+    /// leaves that set.
+    pub(crate) fn hold_at_own_instance(
+        &mut self,
+        front: FrontId,
+        template: BackendId,
+        uri: &str,
+        subscribe: bool,
+    ) -> bool {
+        let instance = self.serving(template, front);
+        if instance == template {
+            return false;
+        }
+        if !subscribe {
+            if let Some(f) = self.fronts.open.get_mut(&front) {
+                f.subscriptions.remove(uri);
+            }
+        }
+        let Some(b) = self.backends.by_id.get(&instance) else {
+            return false;
+        };
+        if b.refusal().is_some() || !self.may_subscribe(instance) {
+            return false;
+        }
+        let hold = |hub: &mut Hub| {
+            if let Some(f) = hub.fronts.open.get_mut(&front) {
+                f.subscriptions.insert(uri.to_owned());
+            }
+        };
+        match b.live().map(|l| (&l.phase, l.driven)) {
+            Some((Phase::Ready, Driven::Handshake)) => false,
+            Some((Phase::Ready, _)) => {
+                if subscribe {
+                    hold(self);
+                }
+                self.relisten(instance);
+                true
+            }
+            Some(_) => {
+                if subscribe {
+                    hold(self);
+                }
+                true
+            }
+            None => {
+                if subscribe {
+                    hold(self);
+                    self.start_backend(instance);
                 }
                 true
             }

@@ -502,3 +502,55 @@ async fn a_per_client_2026_server_is_listened_to_at_the_client_s_own_instance() 
     assert_eq!(servers.count("own", "resources/subscribe"), 0);
     gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handshake_client_s_subscribe_to_its_own_2026_instance_is_held_by_its_listen() {
+    let servers = Servers::default();
+    modern(&servers, "own", &["mem://a"], Listens::Hold);
+    let mut own = plan("own");
+    own.per_client = true;
+    let mut gw = Gateway::start(&servers, vec![own]);
+    let mut old = gw.client().await;
+    assert_eq!(old.tools().await, ["own__echo", "own__crash"]);
+    until("the template stopped", || servers.running("own").is_empty()).await;
+    let r = old
+        .request("resources/subscribe", json!({"uri": "mem://a"}))
+        .await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    // Its own process, started for it, is listened to for the URI.
+    until("its instance listened to for mem://a", || {
+        listens(&servers, "own").last().is_some_and(|l| {
+            l["params"]["notifications"]["resourceSubscriptions"] == json!(["mem://a"])
+        })
+    })
+    .await;
+    let upstream = listens(&servers, "own").pop().expect("a listen");
+    let updated = on_listen(
+        &upstream,
+        "notifications/resources/updated",
+        json!({"uri": "mem://a"}),
+    );
+    assert_eq!(servers.push("own", &updated), 1);
+    let heard = loop {
+        let m = old.notification().await;
+        if m["method"] == "notifications/resources/updated" {
+            break m;
+        }
+    };
+    assert_eq!(heard["params"]["uri"], "mem://a", "{heard}");
+    // Unsubscribed: the listen no longer names it.
+    let before = listens(&servers, "own").len();
+    let r = old
+        .request("resources/unsubscribe", json!({"uri": "mem://a"}))
+        .await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    let after = nth_listen(&servers, "own", before + 1).await;
+    assert_eq!(
+        after["params"]["notifications"]["resourceSubscriptions"],
+        json!([]),
+        "{after}"
+    );
+    assert_eq!(servers.count("own", "resources/subscribe"), 0);
+    assert_eq!(servers.count("own", "resources/unsubscribe"), 0);
+    gw.shutdown().await;
+}
