@@ -113,6 +113,9 @@ pub struct ServerStatus {
     /// other server. Such a server's own row has no process: it is the
     /// template they are made from, and its counters are theirs together.
     pub instances: Vec<InstanceStatus>,
+    /// For a shared server of both eras, the second process that serves
+    /// the clients of the handshake era, once one of them used it.
+    pub twin: Option<TwinStatus>,
     /// While it is failed, restarting, or idle after it ended by itself:
     /// the last [`ROW_STDERR_LINES`] lines its last crash wrote to stderr,
     /// with every known secret replaced by `[redacted:NAME]`; empty
@@ -125,6 +128,14 @@ pub struct ServerStatus {
 
 /// Most stderr lines a row ([`ServerStatus::stderr`]) shows.
 pub const ROW_STDERR_LINES: usize = 3;
+
+/// The second process of a server of both eras, driven in 2025-11-25
+/// for the clients of that era (the row's own is driven in 2026-07-28).
+#[derive(Debug, Clone, Serialize)]
+pub struct TwinStatus {
+    pub state: ServerState,
+    pub pid: Option<u32>,
+}
 
 /// One client's own process of a per-client server.
 #[derive(Debug, Clone, Serialize)]

@@ -755,6 +755,10 @@
         if (i.in_flight) parts.push(`${i.in_flight} in flight`);
         rows.push([`Client ${i.client}`, parts.join(' · '), 'mono instance']);
       }
+      // A server of both eras: its process for the clients of 2025-11-25.
+      if (s.twin) {
+        rows.push(['2025-11-25 process', `pid ${fmtNum(s.twin.pid)} · ${s.twin.state.replace('_', ' ')}`, 'mono instance']);
+      }
       if (detail) {
         const codes = Object.entries(detail.errors_by_code || {});
         if (codes.length) rows.push(['Errors by code', codes.map(([c, n]) => `${c}: ${n}`).join(', '), 'mono']);

@@ -307,6 +307,7 @@ mod tests {
             errors: 2,
             in_flight: 1,
             instances: Vec::new(),
+            twin: None,
             stderr: Vec::new(),
             quarantined: 3,
             latency: Latency {

@@ -130,6 +130,12 @@ pub(crate) enum Role {
         /// The configured server it was made from.
         template: BackendId,
     },
+    /// The second process of a shared server of both eras, driven in the
+    /// handshake era for the fronts of that era (see `per_client.rs`).
+    Twin {
+        /// The configured server, driven in 2026-07-28.
+        primary: BackendId,
+    },
 }
 
 /// Whether a backend runs. A backend has a session ([`Live`]) exactly when
@@ -431,6 +437,8 @@ pub(crate) struct Backends {
     pub order: Vec<BackendId>,
     /// Per-client servers' instances, by (configured server, front).
     pub instances: HashMap<(BackendId, FrontId), BackendId>,
+    /// The twins of shared servers of both eras, by configured server.
+    pub twins: HashMap<BackendId, BackendId>,
     next: u64,
 }
 
@@ -462,6 +470,12 @@ pub(crate) struct Backend {
     /// Its definitions held back from the merged lists (see `pinning`),
     /// as of the last merge of each list.
     pub held: Vec<super::pinning::HeldDef>,
+    /// Driven in 2026-07-28 and not known to be of that era alone: the
+    /// fronts of the handshake era are served by its twin.
+    pub both_eras: bool,
+    /// A twin of it could not be initialized: it is of 2026-07-28 alone,
+    /// and no twin is tried again for this definition.
+    pub one_era: bool,
 }
 
 impl std::fmt::Debug for Backend {
@@ -534,6 +548,8 @@ impl Backend {
             epoch: 0,
             obs: Observed::default(),
             held: Vec::new(),
+            both_eras: false,
+            one_era: false,
         }
     }
 
@@ -591,15 +607,16 @@ impl Backend {
     pub fn owner(&self) -> Option<FrontId> {
         match self.role {
             Role::Instance { owner, .. } => Some(owner),
-            Role::Shared | Role::Template => None,
+            Role::Shared | Role::Template | Role::Twin { .. } => None,
         }
     }
 
     /// The backend whose row counts its calls: its template for a
-    /// per-client instance, else itself.
+    /// per-client instance, its configured server for a twin, else itself.
     pub fn counted_as(&self, id: BackendId) -> BackendId {
         match self.role {
             Role::Instance { template, .. } => template,
+            Role::Twin { primary } => primary,
             Role::Shared | Role::Template => id,
         }
     }
@@ -758,8 +775,12 @@ impl Hub {
         });
         tracing::info!(server = %b.plan.name, "starting");
         // An entry may keep a server of both eras in the handshake era,
-        // for what it does only there (its own requests to the client).
-        if b.plan.def.is_remote() || b.plan.def.era == EraChoice::Handshake {
+        // for what it does only there (its own requests to the client); a
+        // twin is that process for the clients of that era.
+        let handshake = matches!(b.role, Role::Twin { .. })
+            || b.plan.def.is_remote()
+            || b.plan.def.era == EraChoice::Handshake;
+        if handshake {
             self.send_initialize(id);
         } else {
             self.send_probe(id, false);
@@ -769,9 +790,14 @@ impl Hub {
     /// Sends a live backend the gateway's `initialize`: from now on it is
     /// driven in the handshake era.
     fn send_initialize(&mut self, id: BackendId) {
-        if let Some(live) = self.backends.by_id.get_mut(&id).and_then(Backend::live_mut) {
-            live.driven = Driven::Handshake;
+        if let Some(b) = self.backends.by_id.get_mut(&id) {
+            // Driven in the handshake era, it serves the clients of both.
+            b.both_eras = false;
+            if let Some(live) = b.live_mut() {
+                live.driven = Driven::Handshake;
+            }
         }
+        self.drop_twin(id, "its server is driven in the handshake era");
         let params = format!(
             r#"{{"protocolVersion":"{BACKEND_PROTOCOL}","capabilities":{BACKEND_CAPABILITIES},"clientInfo":{CLIENT_INFO}}}"#,
         );
@@ -849,6 +875,17 @@ impl Hub {
         let init = answer
             .get("result")
             .and_then(|r| mcpvisor_jsonrpc::era::discovered(r, mcpvisor_jsonrpc::era::MODERN));
+        // A server of 2026-07-28 may serve the handshake era too, in
+        // another process: its clients of that era get a twin (see
+        // `per_client.rs`), unless a twin's `initialize` was refused. Its
+        // discovery does not tell: the SDKs of both eras list only the
+        // versions of 2026-07-28 there. An entry that chose its era keeps
+        // it for every client.
+        let both = init.is_some() && choice == EraChoice::Auto && !b.one_era;
+        b.both_eras = both;
+        if !both {
+            self.drop_twin(id, "its server no longer speaks 2026-07-28");
+        }
         match (init, again) {
             (None, false) if choice == EraChoice::Modern => {
                 let why = match answer.get("error").and_then(|e| e.get("code")) {
@@ -859,7 +896,9 @@ impl Hub {
             }
             (Some(init), false) => self.ready_modern(id, init),
             (Some(init), true) => {
-                b.init = Some(init);
+                if let Some(b) = self.backends.by_id.get_mut(&id) {
+                    b.init = Some(init);
+                }
                 self.read_lists(id);
                 self.listen_upstream(id);
             }
@@ -1191,6 +1230,56 @@ impl Hub {
         }
     }
 
+    /// Routes a request that waited for another backend, where it was
+    /// counted already (see `Hub::queued_to_twin`): sent when the backend
+    /// is ready, queued while it starts, refused as it says when it
+    /// refuses.
+    pub(crate) fn route_moved(&mut self, id: BackendId, gid: u64, line: Bytes) {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return self.answer_not_started(gid, "its server was removed");
+        };
+        b.last_used = Instant::now();
+        b.in_flight += 1;
+        b.queue.push((gid, line));
+        match &b.run {
+            Run::Live(Live {
+                phase: Phase::Ready,
+                ..
+            }) => self.flush_queue(id),
+            Run::Live(Live {
+                phase: Phase::Starting,
+                ..
+            }) => {}
+            Run::Off(Off::Idle(_)) => self.start_backend(id),
+            Run::Off(Off::Disabled | Off::Stopped)
+            | Run::Live(Live {
+                phase: Phase::WaitingAuth(_) | Phase::Failed(_),
+                ..
+            }) => {
+                b.queue.retain(|(g, _)| *g != gid);
+                self.refuse_queued(id, gid);
+            }
+        }
+    }
+
+    /// Answers a front request held for a backend with `result`, the
+    /// gateway's own.
+    pub(crate) fn answer_held(&mut self, gid: u64, result: &str) {
+        if let Some(Pending::Front {
+            front,
+            id,
+            at,
+            audit,
+            ..
+        }) = self.take_pending(gid)
+        {
+            let text = String::from_utf8_lossy(&id).into_owned();
+            let answer = build::result(&text, result);
+            self.audit_answer(audit, at, &answer);
+            self.emit_to(front, answer, Some(id));
+        }
+    }
+
     /// Answers a front request that never reached its server.
     pub(crate) fn answer_not_started(&mut self, gid: u64, reason: &str) {
         if let Some(Pending::Front {
@@ -1388,6 +1477,17 @@ impl Hub {
             .is_none_or(|b| b.live().is_none())
         {
             return;
+        }
+        // A twin whose first process could not be initialized: a server of
+        // 2026-07-28 alone, whose session gave up on the handshake.
+        let twin_untried = self
+            .backends
+            .by_id
+            .get(&id)
+            .is_some_and(|b| matches!(b.role, Role::Twin { .. }) && b.init.is_none());
+        if twin_untried && matches!(event, E::Failed { .. }) {
+            self.observe_session(id, &event);
+            return self.twin_refused(id, "it could not be initialized");
         }
         self.observe_session(id, &event);
         if matches!(event, E::Ready { .. }) {
@@ -1706,6 +1806,14 @@ impl Hub {
                 self.arm_health(id);
                 self.arm_idle(id);
             }
+            None if matches!(b.role, Role::Twin { .. }) => {
+                let why = answer
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given")
+                    .to_owned();
+                self.twin_refused(id, &format!("its initialize was refused: {why}"));
+            }
             None => {
                 let data = answer
                     .get("error")
@@ -1768,6 +1876,7 @@ impl Hub {
     /// Sends what waited for the backend to be ready. A request its
     /// session's queue cannot take is refused as not started, never lost.
     fn flush_queue(&mut self, id: BackendId) {
+        self.queued_to_twin(id);
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -1786,14 +1895,21 @@ impl Hub {
         }
     }
 
-    /// Reads every list the backend declares, from the first page.
+    /// Reads every list the backend declares, from the first page. A
+    /// twin's are not read: the merged lists are its configured server's.
     pub(crate) fn read_lists(&mut self, id: BackendId) {
+        if self.twin_s_primary(id).is_some() {
+            return;
+        }
         for kind in KINDS {
             self.read_list(id, kind);
         }
     }
 
+    /// Reads one list again from the first page (a twin's change is read
+    /// from its configured server, whose lists are the merged ones).
     pub(crate) fn read_list(&mut self, id: BackendId, kind: ListKind) {
+        let id = self.twin_s_primary(id).unwrap_or(id);
         let Some(b) = self.backends.by_id.get(&id) else {
             return;
         };

@@ -149,10 +149,15 @@ impl Hub {
             return;
         }
         if let Some(backend) = self.backend_for_uri(uri) {
+            let params = json!({ "uri": uri }).to_string();
+            // A server of both eras holds its handshake-era clients' at its
+            // twin.
+            if let Some(twin) = self.backends.twins.get(&backend).copied() {
+                self.send_private(twin, Private::Quiet, "resources/unsubscribe", Some(&params));
+            }
             if self.driven(backend) == Some(super::backend::Driven::Modern) {
                 return self.relisten(backend);
             }
-            let params = json!({ "uri": uri }).to_string();
             self.send_private(
                 backend,
                 Private::Quiet,
@@ -278,7 +283,7 @@ impl Hub {
             .backends
             .order
             .iter()
-            .map(|id| *self.backends.instances.get(&(*id, front)).unwrap_or(id))
+            .map(|id| self.served_now(*id, front))
             .filter(|id| self.logs(*id))
             .collect();
         let fid = self.calls.next_fanout();

@@ -440,11 +440,16 @@ impl Hub {
                     uris
                 })
                 .unwrap_or_default(),
-            super::backend::Role::Shared | super::backend::Role::Template => self
+            // A twin holds what its configured server serves.
+            super::backend::Role::Shared
+            | super::backend::Role::Template
+            | super::backend::Role::Twin { .. } => self
                 .fronts
                 .subscribed
                 .keys()
-                .filter(|u| self.backend_for_uri(u) == Some(backend))
+                .filter(|u| {
+                    self.backend_for_uri(u) == Some(self.twin_s_primary(backend).unwrap_or(backend))
+                })
                 .cloned()
                 .collect(),
         }

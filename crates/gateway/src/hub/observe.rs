@@ -39,6 +39,10 @@ use super::{Effect, Hub, Timer};
 /// The shortest time between two counter-only updates of one server's row.
 pub(crate) const THROTTLE: Duration = Duration::from_millis(250);
 
+/// Where a twin's row key is kept among a row's instances' (no front is
+/// numbered so).
+const TWIN_ROW: u64 = u64::MAX;
+
 /// What the monitor keeps of one backend beyond its state: counters and
 /// history, and what was last published of it. Its state (running or not,
 /// its worker, a reload in progress) is the backend's own (`Run`), and a
@@ -287,6 +291,14 @@ impl Hub {
     /// per-client server.
     fn status(&self, id: BackendId) -> Option<ServerStatus> {
         let mut status = status_of(self.backends.by_id.get(&id)?);
+        let twin = self.backends.twins.get(&id);
+        if let Some(twin) = twin.and_then(|t| self.backends.by_id.get(t)) {
+            status.in_flight += twin.in_flight;
+            status.twin = Some(crate::monitor::TwinStatus {
+                state: state_of(twin),
+                pid: worker_of(twin).pid(),
+            });
+        }
         let rows: Vec<(u64, ServerStatus)> = self
             .clients_of(id)
             .into_iter()
@@ -585,7 +597,11 @@ impl Hub {
         }
         let mut now = None;
         for &id in &self.backends.order {
-            let instances = self.clients_of(id);
+            let mut instances = self.clients_of(id);
+            // A twin's changes show in its server's row too.
+            if let Some(twin) = self.backends.twins.get(&id) {
+                instances.push((TWIN_ROW, *twin));
+            }
             let instance_keys: Vec<(u64, RowKey)> = instances
                 .iter()
                 .filter_map(|(client, i)| Some((*client, row_key(self.backends.by_id.get(i)?))))
@@ -811,6 +827,7 @@ pub(crate) fn status_of(b: &Backend) -> ServerStatus {
         in_flight: b.in_flight,
         latency: b.obs.stats.latency_row(),
         instances: Vec::new(),
+        twin: None,
         stderr,
         quarantined: b.held.len(),
     }

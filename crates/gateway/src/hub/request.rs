@@ -434,11 +434,16 @@ impl Hub {
             return self.reply(front, req, "{}");
         }
         // Held by the gateway unless a ready server of the handshake era
-        // takes it now (see `upstream.rs`).
+        // takes it now (see `upstream.rs`). A handshake-era client of a
+        // server of both eras subscribes at its twin, where its calls run.
         let subscribe = op == ResourceOp::Subscribe;
+        let at = match self.twin_to_come(backend, front) {
+            true => self.serving(backend, front),
+            false => backend,
+        };
         let held = match op {
             ResourceOp::Read => false,
-            _ if shared => self.hold_for_server(backend, subscribe),
+            _ if shared => self.hold_for_server(at, subscribe),
             _ => self.hold_at_own_instance(front, backend, &uri, subscribe),
         };
         if held {

@@ -114,9 +114,21 @@ async fn a_2026_server_is_driven_with_the_envelope_and_checked_by_discovery() {
     let call = received(&servers, "m", "tools/call").remove(1);
     assert_eq!(meta(&call), &params["_meta"]);
 
-    let [serving] = servers.spawned("m")[..] else {
-        panic!("one process: {:?}", servers.spawned("m"));
+    // The first request of a client of the handshake era tried a process
+    // of that era, which a server of 2026-07-28 alone refuses: that one
+    // was sent `initialize` alone, and stopped.
+    let [serving, tried] = servers.spawned("m")[..] else {
+        panic!("two processes: {:?}", servers.spawned("m"));
     };
+    let methods: Vec<Value> = on_worker(&servers, "m", tried);
+    assert_eq!(
+        methods.iter().map(method_of).collect::<Vec<_>>(),
+        ["initialize"]
+    );
+    until("the tried process stopped", || {
+        servers.running("m") == [serving]
+    })
+    .await;
     // The gateway's own requests carry its own envelope; nothing of the
     // handshake era reaches the server.
     let seen = on_worker(&servers, "m", serving);
@@ -146,8 +158,8 @@ async fn a_2026_server_is_driven_with_the_envelope_and_checked_by_discovery() {
         servers.methods("m")
     );
     assert_eq!(servers.count("m", "ping"), 0);
-    // Answered, so it was never restarted.
-    assert_eq!(servers.spawned("m"), [serving]);
+    // Answered, so it was never restarted, and nothing was tried again.
+    assert_eq!(servers.spawned("m"), [serving, tried]);
     gw.shutdown().await;
 }
 
@@ -341,9 +353,10 @@ async fn a_new_process_is_probed_again() {
     // Its next process no longer speaks 2026-07-28: found by the probe, it
     // is started afresh and initialized.
     servers.edit("m", |s| s.discover = Discover::NotFound);
+    let initialized = servers.count("m", "initialize");
     let _ = front.call("m__crash", json!({})).await;
     until("a worker initialized", || {
-        servers.count("m", "initialize") == 1
+        servers.count("m", "initialize") == initialized + 1
     })
     .await;
     let r = front.call("m__echo", json!({})).await;

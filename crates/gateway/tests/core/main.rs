@@ -9,6 +9,7 @@ mod listen;
 mod pins;
 mod support;
 mod tasks;
+mod twin;
 mod upstream;
 
 use std::time::Duration;

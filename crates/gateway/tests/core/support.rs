@@ -103,6 +103,12 @@ pub enum Discover {
     /// names 2026-07-28, but comes only after this long; it answers
     /// everything else as a server of the handshake era.
     ModernAfter(Duration),
+    /// A server of both eras as their SDKs serve them: its discovery names
+    /// 2026-07-28 alone, and a worker's first word fixes its era
+    /// (one that answered a discovery is a [`Discover::Modern`] one and
+    /// refuses `initialize`; one that was initialized stays in the
+    /// handshake era).
+    Both,
 }
 
 impl Default for Script {
@@ -367,6 +373,9 @@ async fn run_worker(
     let mut lines = BufReader::new(stdin).lines();
     // A call of the tool `ask` that waits for the client's answers.
     let mut asking: Option<Asking> = None;
+    // Whether this worker speaks 2026-07-28 (a server of both eras: once
+    // it answered a discovery).
+    let mut modern_now = w.script.discover == Discover::Modern;
     while let Ok(Some(line)) = lines.next_line().await {
         let msg: Value = serde_json::from_str(&line).expect("the session wrote JSON");
         w.servers.lock().seen.push(Seen {
@@ -397,7 +406,7 @@ async fn run_worker(
             }
             continue;
         }
-        let modern = w.script.discover == Discover::Modern;
+        let modern = modern_now;
         let reply = |mut result: Value| {
             if modern {
                 result["resultType"] = json!("complete");
@@ -431,6 +440,13 @@ async fn run_worker(
                     }
                     Discover::Modern => {
                         let _ = out.send(reply(discovered));
+                    }
+                    Discover::Both => {
+                        modern_now = true;
+                        let mut both = discovered;
+                        both["resultType"] = json!("complete");
+                        let _ =
+                            out.send(json!({"jsonrpc":"2.0","id":id,"result":both}).to_string());
                     }
                     Discover::ModernAfter(delay) => {
                         let out = out.clone();
