@@ -468,7 +468,8 @@ fn a_per_client_server_logs_at_its_own_client_s_level() {
 
 /// A server of both eras, as the SDKs that serve both behave: it answers
 /// `server/discover` naming 2026-07-28, and refuses `initialize` once it
-/// has. It writes each method it gets to `$METHODS`.
+/// has. It writes each method it gets to `$METHODS`, and its tool says
+/// which era its process speaks.
 const BOTH_ERAS: &str = r#"
 id_of() { printf '%s\n' "$1" | sed -n 's/.*"id": *\([0-9][0-9]*\).*/\1/p'; }
 discovered=
@@ -486,14 +487,17 @@ while IFS= read -r line; do
       fi ;;
     *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"work","description":"answers","inputSchema":{"type":"object"}}]}}\n' "$(id_of "$line")" ;;
     *'"method":"notifications/'*) ;;
-    *'"tools/call"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done"}]}}\n' "$(id_of "$line")" ;;
+    *'"tools/call"'*)
+      era=2025-11-25; [ -n "$discovered" ] && era=2026-07-28
+      printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"done in %s"}]}}\n' "$(id_of "$line")" "$era" ;;
     *'"id"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{}}\n' "$(id_of "$line")" ;;
   esac
 done
 "#;
 
 /// `run --http --era 2025-11-25`: a server of both eras is never asked
-/// `server/discover` (probed, `auto` drives it in 2026-07-28).
+/// `server/discover` (with `auto`, the process it starts first is probed and
+/// driven in 2026-07-28).
 #[test]
 fn era_2025_11_25_keeps_a_server_of_both_eras_in_the_handshake() {
     let dir = support::temp_dir("era-flag");
@@ -521,12 +525,68 @@ fn era_2025_11_25_keeps_a_server_of_both_eras_in_the_handshake() {
         r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"work","arguments":{}}}"#,
     );
     assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
-    assert!(body.contains(r#""text":"done""#), "{body}");
+    assert!(body.contains(r#""text":"done in 2025-11-25""#), "{body}");
     let seen = std::fs::read_to_string(&methods).expect("the methods it got");
     let seen: Vec<&str> = seen.lines().collect();
     assert_eq!(seen.first(), Some(&"initialize"), "{seen:?}");
     assert!(!seen.contains(&"server/discover"), "{seen:?}");
     assert!(seen.contains(&"tools/call"), "{seen:?}");
+    drop(p);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A 2026-07-28 `tools/call` of `tool`, sessionless.
+fn post_2026_call(addr: &str, tool: &str) -> (String, String) {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(addr, &req, |_| false)
+}
+
+/// `run --http` over a server of both eras: a 2026-07-28 client is served
+/// by the discovered process, and a client of the handshake era by a
+/// second process of the server, initialized, started by its first call.
+#[test]
+fn each_era_s_client_is_served_by_a_process_of_its_era() {
+    let dir = support::temp_dir("twin");
+    let methods = dir.join("methods");
+    let args: Vec<String> = ["run", "--http", "127.0.0.1:0", "--", "sh", "-c", BOTH_ERAS]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let mut p = Proc::spawn_with_env(&args, &[("METHODS", methods.display().to_string())]);
+    let addr = p.http_address();
+    let read = || std::fs::read_to_string(&methods).unwrap_or_default();
+
+    let (head, body) = post_2026_call(&addr, "work");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(r#""text":"done in 2026-07-28""#), "{body}");
+    // No process of the handshake era for it.
+    let seen = read();
+    assert!(!seen.lines().any(|m| m == "initialize"), "{seen}");
+
+    let session = open_session(&addr);
+    let (head, body) = post(
+        &addr,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"work","arguments":{}}}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(r#""text":"done in 2025-11-25""#), "{body}");
+    let seen = read();
+    let count = |m: &str| seen.lines().filter(|l| *l == m).count();
+    // One discovery (the first process), one initialize (the second),
+    // and neither refused: the call was answered in its era.
+    assert!(count("server/discover") >= 1, "{seen}");
+    assert_eq!(count("initialize"), 1, "{seen}");
+    assert_eq!(count("tools/call"), 2, "{seen}");
+
+    let (_, body) = post_2026_call(&addr, "work");
+    assert!(body.contains(r#""text":"done in 2026-07-28""#), "{body}");
     drop(p);
     let _ = std::fs::remove_dir_all(&dir);
 }
