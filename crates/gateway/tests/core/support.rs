@@ -236,6 +236,15 @@ impl Servers {
             .count()
     }
 
+    /// Sends `message` as worker `worker` of `name` would; whether it runs.
+    pub fn push_to(&self, name: &str, worker: u64, message: &Value) -> bool {
+        let s = self.lock();
+        s.outs
+            .iter()
+            .filter(|(n, w, _)| n == name && *w == worker)
+            .any(|(_, _, out)| out.send(message.to_string()).is_ok())
+    }
+
     /// The hook that gives the hub these servers' workers.
     pub fn spawners(&self) -> Spawners {
         let servers = self.clone();

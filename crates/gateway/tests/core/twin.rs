@@ -10,7 +10,9 @@ use mcpvisor_gateway::monitor::{Monitor, ServerState};
 use mcpvisor_gateway::{Control, Settings};
 use mcpvisor_jsonrpc::{INVALID_PARAMS, WORKER_LOST};
 
-use crate::support::{Discover, Front, Gateway, Script, Servers, answered_by, plan, until};
+use crate::support::{
+    Discover, Front, Gateway, Listens, Script, Servers, answered_by, plan, until,
+};
 
 fn both() -> Script {
     Script {
@@ -283,5 +285,62 @@ async fn a_request_from_the_twin_goes_to_the_client_that_made_the_call() {
             "{seen:?}"
         );
     }
+    gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handshake_client_s_subscription_is_held_at_the_twin() {
+    let servers = Servers::default();
+    servers.script(
+        "d",
+        Script {
+            resources: vec!["mem://a".into()],
+            listens: Listens::Hold,
+            ..both()
+        },
+    );
+    let mut gw = Gateway::start(&servers, vec![plan("d")]);
+    let mut old = gw.client().await;
+    let r = old
+        .request("resources/subscribe", json!({"uri": "mem://a"}))
+        .await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    // The twin is started for it, and subscribed once it is initialized.
+    until("a twin subscribed", || {
+        servers.count("d", "resources/subscribe") == 1
+    })
+    .await;
+    let [_, twin] = servers.spawned("d")[..] else {
+        panic!("two processes: {:?}", servers.spawned("d"));
+    };
+    let on_twin = methods_of(&servers, "d", twin);
+    assert!(
+        on_twin.iter().any(|m| m == "resources/subscribe"),
+        "{on_twin:?}"
+    );
+
+    // What it tells of the URI reaches the client.
+    let updated = json!({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "mem://a"}});
+    assert!(servers.push_to("d", twin, &updated));
+    let heard = old.notification().await;
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], "mem://a", "{heard}");
+
+    // The client's unsubscribe reaches it too.
+    let r = old
+        .request("resources/unsubscribe", json!({"uri": "mem://a"}))
+        .await;
+    assert_eq!(r["result"], json!({}), "{r}");
+    until("the twin unsubscribed", || {
+        methods_of(&servers, "d", twin)
+            .iter()
+            .any(|m| m == "resources/unsubscribe")
+    })
+    .await;
+    // Told once, by the twin's start (never again by the request itself).
+    assert_eq!(servers.count("d", "resources/subscribe"), 1);
     gw.shutdown().await;
 }
