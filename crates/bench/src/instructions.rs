@@ -311,12 +311,28 @@ async fn measure_all(
                  {requests} requests and none",
                 scenario.name
             );
-            let empty = tracer
-                .count(bins, scenario, payload, concurrency, 0)
-                .await?;
-            let full = tracer
-                .count(bins, scenario, payload, concurrency, requests)
-                .await?;
+            // A state directory of this figure's own (the gateway keeps its
+            // pinned definitions there), written by a first run with no
+            // requests, whose count is not kept: the two counted runs then
+            // start alike, each reading the same store. Left to the counted
+            // runs, the first would write the store and the next read it,
+            // and the difference, a one-off, would be counted per request.
+            let state = tracer
+                .dir
+                .join(format!("{}-{payload}-c{concurrency}.state", scenario.name));
+            let _ = std::fs::remove_dir_all(&state);
+            std::fs::create_dir_all(&state)
+                .with_context(|| format!("cannot create {}", state.display()))?;
+            let run = Run {
+                state: &state,
+                concurrency,
+                payload,
+            };
+            if scenario.launch == Launch::Gateway {
+                tracer.count(bins, scenario, &run, 0, "prime").await?;
+            }
+            let empty = tracer.count(bins, scenario, &run, 0, "").await?;
+            let full = tracer.count(bins, scenario, &run, requests, "").await?;
             let per_request = full.saturating_sub(empty) as f64 / requests as f64;
             figures.push(Figure {
                 scenario: scenario.name.to_owned(),
@@ -329,6 +345,15 @@ async fn measure_all(
         }
     }
     Ok(figures)
+}
+
+/// What the runs counted for one figure share.
+#[derive(Debug, Clone, Copy)]
+struct Run<'a> {
+    /// The gateway's state directory (`XDG_STATE_HOME`).
+    state: &'a Path,
+    payload: usize,
+    concurrency: usize,
 }
 
 /// Runs scenarios under callgrind, its files in `dir`.
@@ -345,11 +370,16 @@ impl Tracer {
         &self,
         bins: &Binaries,
         scenario: &Scenario,
-        payload: usize,
-        concurrency: usize,
+        run: &Run<'_>,
         requests: u64,
+        tag: &str,
     ) -> anyhow::Result<u64> {
-        let label = format!("{}-{payload}-c{concurrency}-{requests}", scenario.name);
+        let Run {
+            state,
+            payload,
+            concurrency,
+        } = *run;
+        let label = format!("{}-{payload}-c{concurrency}-{requests}{tag}", scenario.name);
         // Held until the run is over: its config file and list cache.
         let served = match scenario.launch {
             Launch::Wrap | Launch::Relay => None,
@@ -361,6 +391,7 @@ impl Tracer {
         };
         let mut command = Command::new(&self.valgrind);
         command
+            .env("XDG_STATE_HOME", state)
             .arg("--tool=callgrind")
             .arg("--trace-children=no")
             .arg(flag(
