@@ -46,6 +46,10 @@ pub struct Outbound {
     /// (list changes, log messages): Streamable HTTP sends those on the
     /// standalone stream.
     pub related: Option<Bytes>,
+    /// `true` when the hub knows it is the response to `related`, so that
+    /// the front need not read the line to know; `false` says nothing (the
+    /// front reads the line).
+    pub response: bool,
 }
 
 /// A front's messages go to a writer as they are; `related` only picks a

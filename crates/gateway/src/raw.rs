@@ -79,6 +79,12 @@ impl<'a> RawObject<'a> {
         Some(Self::from_params(params))
     }
 
+    /// An object of the members a scan read (a `_meta` read with its
+    /// message's params: [`ParamsObject::meta`](mcpvisor_jsonrpc::envelope::ParamsObject)).
+    pub fn from_members(members: Vec<(Cow<'a, str>, Raw<'a>)>) -> Self {
+        Self { members }
+    }
+
     /// The object the scan read (see
     /// [`params_object`](mcpvisor_jsonrpc::envelope::params_object)), with
     /// its text.
@@ -115,6 +121,63 @@ impl<'a> RawObject<'a> {
             }
             _ => None,
         }
+    }
+
+    /// `text` (the text this object was read from) with several members
+    /// replaced (`Some`) or removed (`None`) where they are, every other
+    /// byte kept: the text between them is copied, not written member by
+    /// member. `None` when an edited member is absent or appears more than
+    /// once, or when two edits touch (then [`RawObject::write`] is the way).
+    pub fn spliced(&self, text: &str, edits: &[(&str, Option<&str>)]) -> Option<String> {
+        let base = text.as_ptr() as usize;
+        let span = |v: Raw<'_>| {
+            let start = (v.get().as_ptr() as usize).checked_sub(base)?;
+            let end = start + v.get().len();
+            (text.get(start..end) == Some(v.get())).then_some(start..end)
+        };
+        // (from, to, what goes there), in the order they lie.
+        let mut cuts: Vec<(usize, usize, &str)> = Vec::with_capacity(edits.len());
+        for &(key, value) in edits {
+            let mut found = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|(_, (k, _))| k == key);
+            let (Some((i, &(_, v))), None) = (found.next(), found.next()) else {
+                return None;
+            };
+            let at = span(v)?;
+            let cut = match (value, i) {
+                (Some(new), _) => (at.start, at.end, new),
+                // A later member goes with the comma before it.
+                (None, _) if i > 0 => (span(self.members[i - 1].1)?.end, at.end, ""),
+                // The first goes with the comma after it, or is all there was.
+                (None, _) => {
+                    let open = text.find('{')?;
+                    let after = text[at.end..].trim_start_matches([' ', '\n', '\t', '\r']);
+                    let end = text.len() - after.len();
+                    match after.as_bytes().first() {
+                        Some(b',') => (open + 1, end + 1, ""),
+                        _ => (open + 1, end, ""),
+                    }
+                }
+            };
+            cuts.push(cut);
+        }
+        cuts.sort_unstable_by_key(|c| c.0);
+        if cuts.windows(2).any(|w| w[0].1 > w[1].0) {
+            return None;
+        }
+        let added: usize = cuts.iter().map(|c| c.2.len()).sum();
+        let mut out = String::with_capacity(text.len() + added);
+        let mut at = 0;
+        for (from, to, new) in cuts {
+            out.push_str(&text[at..from]);
+            out.push_str(new);
+            at = to;
+        }
+        out.push_str(&text[at..]);
+        Some(out)
     }
 
     /// Writes the object back with `key` set to `value` (raw JSON): replaced
@@ -320,6 +383,50 @@ pub(crate) fn request_spans(id: u64, method: &str) -> Option<mcpvisor_jsonrpc::S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spliced_object_reads_as_the_written_one() {
+        let texts = [
+            r#"{"name":"a","arguments":{"x":1},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+            r#"{"_meta":{"k":1},"name":"a","arguments":{}}"#,
+            r#"{ "_meta" : {} , "name" : "a" }"#,
+            r#"{"name":"a","_meta":{}}"#,
+            r#"{"_meta":{}}"#,
+            r#"{"n\u0061me":"a","_meta":{},"z":[1,{"_meta":2}]}"#,
+        ];
+        let edits: [&[(&str, Option<&str>)]; 4] = [
+            &[("name", Some(r#""b__a""#)), ("_meta", None)],
+            &[("_meta", None)],
+            &[
+                ("name", Some("1")),
+                ("_meta", Some(r#"{"progressToken":7}"#)),
+            ],
+            &[("_meta", None), ("name", None)],
+        ];
+        let mut spliced_some = 0;
+        for text in texts {
+            let obj = RawObject::parse(text).expect("an object");
+            for edit in edits {
+                let written: serde_json::Value =
+                    serde_json::from_str(&obj.write(edit)).expect("JSON");
+                match obj.spliced(text, edit) {
+                    Some(out) => {
+                        spliced_some += 1;
+                        let read: serde_json::Value =
+                            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out}: {e}"));
+                        assert_eq!(read, written, "{text} {edit:?}");
+                    }
+                    // Only an absent or touching member leaves it to `write`.
+                    None => assert!(
+                        edit.iter().any(|(k, _)| obj.get(k).is_none())
+                            || edit.iter().all(|(_, v)| v.is_none()),
+                        "{text} {edit:?}"
+                    ),
+                }
+            }
+        }
+        assert!(spliced_some >= 10, "{spliced_some}");
+    }
 
     #[test]
     fn a_built_request_s_spans_are_where_its_envelope_lies() {

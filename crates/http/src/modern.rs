@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use base64::Engine as _;
 use mcpvisor_jsonrpc::envelope::{ParamsObject, raw_params};
-use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, build};
+use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, Raw, build};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -69,7 +69,7 @@ struct MetaFields<'a> {
 /// The `_meta` members of the request envelope, each as written (`null`
 /// as absent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Meta<'a> {
+pub(crate) struct Meta<'a> {
     version: Option<&'a str>,
     capabilities: Option<&'a str>,
 }
@@ -79,15 +79,26 @@ impl<'a> Meta<'a> {
     /// read. Read by the structural scan that reads messages, serde only
     /// for what the scan leaves to it; both read it alike.
     fn read(meta: &'a str) -> Option<Self> {
-        let Some(object) = mcpvisor_jsonrpc::envelope::object(meta) else {
-            let fields = serde_json::from_str::<MetaFields<'_>>(meta).ok()?;
-            return Some(Self {
-                version: fields.version.map(RawValue::get),
-                capabilities: fields.capabilities.map(RawValue::get),
-            });
+        Self::of(meta, None)
+    }
+
+    /// [`Meta::read`], from `kept` when given: the members of `meta` as
+    /// the envelope's scan read them on its way (see
+    /// [`ParamsObject::meta`]), for `meta` not to be read again.
+    fn of(meta: &'a str, kept: Option<&[(Cow<'a, str>, Raw<'a>)]>) -> Option<Self> {
+        let read;
+        let members = match kept {
+            Some(members) => members,
+            None => match mcpvisor_jsonrpc::envelope::object(meta) {
+                Some(object) => {
+                    read = object;
+                    &read.members[..]
+                }
+                None => return Self::by_serde(meta),
+            },
         };
         let (mut version, mut capabilities) = (None, None);
-        for (key, value) in &object.members {
+        for (key, value) in members {
             let slot = match key.as_ref() {
                 META_VERSION => &mut version,
                 META_CAPABILITIES => &mut capabilities,
@@ -97,12 +108,22 @@ impl<'a> Meta<'a> {
                 return None;
             }
         }
-        let present =
-            |v: Option<mcpvisor_jsonrpc::Raw<'a>>| v.filter(|v| !v.is_null()).map(|v| v.get());
+        let present = |v: Option<Raw<'a>>| v.filter(|v| !v.is_null()).map(|v| v.get());
         Some(Self {
             version: present(version),
             capabilities: present(capabilities),
         })
+    }
+
+    /// [`Meta::read`] for what the scan leaves to serde.
+    fn by_serde(meta: &'a str) -> Option<Self> {
+        {
+            let fields = serde_json::from_str::<MetaFields<'_>>(meta).ok()?;
+            Some(Self {
+                version: fields.version.map(RawValue::get),
+                capabilities: fields.capabilities.map(RawValue::get),
+            })
+        }
     }
 }
 
@@ -177,16 +198,30 @@ impl<'a> Params<'a> {
 /// `MCP-Protocol-Version` header names no handshake-era revision. Such a
 /// request is checked by [`check`]; any other goes the way of the
 /// handshake era.
-pub(crate) fn is_modern(headers: &HeaderMap, params: &Params<'_>) -> bool {
+///
+/// Also returns the `_meta` when it was read on the way (`Some(None)`: it
+/// is not an object the checks take), for [`check`] not to read it again.
+///
+/// `kept`: the members of `_meta` as the envelope's scan read them, when it
+/// did ([`ParamsObject::meta`]).
+pub(crate) fn is_modern<'a>(
+    headers: &HeaderMap,
+    params: &Params<'a>,
+    kept: Option<&[(Cow<'a, str>, Raw<'a>)]>,
+) -> (bool, Option<Option<Meta<'a>>>) {
     let header = header_str(headers, &PROTOCOL_VERSION);
-    if header.is_some_and(|v| !VERSIONS.contains(&v) || MODERN.contains(&v)) {
-        return true;
-    }
+    let by_header = header.is_some_and(|v| !VERSIONS.contains(&v) || MODERN.contains(&v));
     match params {
         Params::Object {
             meta: Some(meta), ..
-        } => Meta::read(meta).is_some_and(|m| m.version.is_some()),
-        _ => false,
+        } => {
+            let meta = Meta::of(meta, kept);
+            (
+                by_header || meta.is_some_and(|m| m.version.is_some()),
+                Some(meta),
+            )
+        }
+        _ => (by_header, None),
     }
 }
 
@@ -194,11 +229,14 @@ pub(crate) fn is_modern(headers: &HeaderMap, params: &Params<'_>) -> bool {
 /// gives: its `_meta`, its protocol version header against the body, the
 /// version, then `Mcp-Method` and `Mcp-Name`, then whether the method still
 /// exists. A refusal is the response to send.
-pub(crate) fn check(
+///
+/// `read`: the `_meta` as [`is_modern`] read it, when it did.
+pub(crate) fn check<'a>(
     headers: &HeaderMap,
     id: &str,
     method: &str,
-    params: &Params<'_>,
+    params: &Params<'a>,
+    read: Option<Option<Meta<'a>>>,
 ) -> Result<(), Response> {
     let invalid = |message: &str| {
         Err(refusal(
@@ -219,7 +257,7 @@ pub(crate) fn check(
             "params._meta is missing: a 2026-07-28 request carries its protocol version and client capabilities there",
         );
     };
-    let Some(meta) = Meta::read(meta) else {
+    let Some(meta) = read.unwrap_or_else(|| Meta::read(meta)) else {
         return invalid("params._meta must be an object");
     };
     let Some(version) = meta.version.and_then(as_str) else {
@@ -352,6 +390,28 @@ fn refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meta_kept_by_the_envelope_scan_reads_as_meta_read_again() {
+        for line in [
+            r#"{"id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":null}}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":{}}}"#,
+        ] {
+            let (_, scanned) =
+                mcpvisor_jsonrpc::Envelope::peek_with_params(line.as_bytes()).expect("an envelope");
+            let params = scanned.flatten().expect("params");
+            let kept = params.meta.as_deref().expect("kept");
+            let Params::Object {
+                meta: Some(meta), ..
+            } = Params::members(&params)
+            else {
+                panic!("{line}");
+            };
+            assert_eq!(Meta::of(meta, Some(kept)), Meta::read(meta), "{line}");
+        }
+    }
 
     #[test]
     fn base64_names_are_decoded() {

@@ -476,9 +476,13 @@ async fn post_inner(
     let id = env.id.map(|id| id.get().to_owned());
     let kind = env.kind;
     let params = (!has_session).then(|| modern::Params::of(&line, scanned.as_ref()));
-    let modern_era = params
+    let kept = scanned
         .as_ref()
-        .is_some_and(|params| modern::is_modern(headers, params));
+        .and_then(Option::as_ref)
+        .and_then(|p| p.meta.as_deref());
+    let (modern_era, meta) = params.as_ref().map_or((false, None), |params| {
+        modern::is_modern(headers, params, kept)
+    });
     let initialize = kind == Kind::Request && env.method() == "initialize" && !modern_era;
     if initialize {
         if has_session {
@@ -560,7 +564,7 @@ async fn post_inner(
         return Ok(StatusCode::ACCEPTED.into_response());
     };
     let params = params.unwrap_or(modern::Params::Missing);
-    modern::check(headers, &id, env.method(), &params)?;
+    modern::check(headers, &id, env.method(), &params, meta)?;
     if shared.draining.is_cancelled() {
         return Err(draining(Some(&id)));
     }
@@ -697,7 +701,8 @@ async fn exchange_stateless(
 /// puts those on its standalone stream, which a stateless client has not).
 fn stateless_event(msg: Outbound, seq: &mut u64) -> Option<Event> {
     msg.related.as_ref()?;
-    let response = Envelope::peek(&msg.line).is_ok_and(|e| e.kind == Kind::Response);
+    let response =
+        msg.response || Envelope::peek(&msg.line).is_ok_and(|e| e.kind == Kind::Response);
     *seq += 1;
     Some(Event {
         id: String::new(),

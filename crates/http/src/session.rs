@@ -432,8 +432,8 @@ impl Session {
             }
             return;
         }
-        let kind = Envelope::peek(&msg.line).map(|e| e.kind).ok();
-        let response = kind == Some(Kind::Response);
+        let response =
+            msg.response || Envelope::peek(&msg.line).is_ok_and(|e| e.kind == Kind::Response);
         let target = msg
             .related
             .as_ref()

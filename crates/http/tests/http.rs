@@ -66,12 +66,14 @@ async fn fake_hub(
                 let answer = Outbound {
                     line: result,
                     related: related.clone(),
+                    response: true,
                 };
                 let progress = move |n: u32| Outbound {
                     line: line_of(
                         &json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "t", "progress": n}}),
                     ),
                     related: related.clone(),
+                    response: false,
                 };
                 match method {
                     "progress" => {
@@ -85,6 +87,7 @@ async fn fake_hub(
                         out.send(Outbound {
                             line: changed,
                             related: None,
+                            response: false,
                         })
                         .await
                         .expect("front");
@@ -99,6 +102,7 @@ async fn fake_hub(
                             out.send(Outbound {
                                 line,
                                 related: None,
+                                response: false,
                             })
                             .await
                             .expect("front");
@@ -124,6 +128,7 @@ async fn fake_hub(
                                 out.send(Outbound {
                                     line,
                                     related: Some(Bytes::from(id.to_string())),
+                                    response: false,
                                 })
                                 .await
                                 .expect("front");
@@ -136,7 +141,13 @@ async fn fake_hub(
                             &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}}),
                         );
                         let related = Some(Bytes::from(id.to_string()));
-                        out.send(Outbound { line, related }).await.expect("front");
+                        out.send(Outbound {
+                            line,
+                            related,
+                            response: false,
+                        })
+                        .await
+                        .expect("front");
                     }
                     _ => out.send(answer).await.expect("front"),
                 }

@@ -32,6 +32,10 @@ pub struct Envelope<'a> {
     /// `params.progressToken` (progress notifications) or
     /// `params._meta.progressToken` (requests).
     pub progress_token: Option<Raw<'a>>,
+    /// Where a response's `result` value lies in its line (byte range),
+    /// when the reader knows: a peek always does; [`Spans::plain`], made
+    /// for a line mcpvisor wrote, does not. `None` also for no result.
+    pub result: Option<Range<usize>>,
 }
 
 /// Why a line is not a routable message.
@@ -53,8 +57,8 @@ struct Wire<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     params: Option<ParamsPeek<'a>>,
-    #[serde(default, deserialize_with = "skipped")]
-    result: Option<IgnoredAny>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
     #[serde(default, deserialize_with = "skipped")]
     error: Option<IgnoredAny>,
 }
@@ -210,7 +214,8 @@ pub(crate) struct Fields<'a> {
     pub id: Option<Raw<'a>>,
     pub method: Option<Cow<'a, str>>,
     pub params: ParamsFields<'a>,
-    pub result: bool,
+    /// Where the `result` value lies in the line.
+    pub result: Option<Range<usize>>,
     pub error: bool,
 }
 
@@ -246,7 +251,9 @@ impl<'a> Fields<'a> {
                 progress_token: params.progress_token.map(Raw::from),
                 meta_token: params.meta.and_then(|m| m.progress_token).map(Raw::from),
             },
-            result: wire.result.is_some(),
+            result: wire
+                .result
+                .map(|r| crate::rewrite::span_of(line, r.get().as_bytes())),
             error: wire.error.is_some(),
         })
     }
@@ -258,7 +265,7 @@ impl<'a> Fields<'a> {
             }
             (Some(_), Some(_)) => Kind::Request,
             (Some(_), None) => Kind::Notification,
-            (None, Some(_)) if self.result || self.error => Kind::Response,
+            (None, Some(_)) if self.result.is_some() || self.error => Kind::Response,
             (None, _) => return Err(EnvelopeError::Invalid("no method, result or error")),
         };
         let progress_token = match kind {
@@ -271,6 +278,7 @@ impl<'a> Fields<'a> {
             method: self.method,
             request_id: self.params.request_id,
             progress_token,
+            result: self.result,
         })
     }
 }
@@ -335,6 +343,7 @@ pub struct Spans {
     method: Option<Range<usize>>,
     request_id: Option<Range<usize>>,
     progress_token: Option<Range<usize>>,
+    result: Option<Range<usize>>,
 }
 
 impl Spans {
@@ -356,6 +365,7 @@ impl Spans {
             method,
             request_id: span(env.request_id),
             progress_token: span(env.progress_token),
+            result: env.result.clone(),
         })
     }
 
@@ -369,6 +379,7 @@ impl Spans {
             method,
             request_id: None,
             progress_token: None,
+            result: None,
         }
     }
 
@@ -385,6 +396,7 @@ impl Spans {
             shift(&mut self.method);
             shift(&mut self.request_id);
             shift(&mut self.progress_token);
+            shift(&mut self.result);
             self.id = Some(start..start + len);
         }
         self
@@ -415,6 +427,11 @@ impl Spans {
             method,
             request_id: raw(&self.request_id)?,
             progress_token: raw(&self.progress_token)?,
+            result: match &self.result {
+                Some(r) if r.end <= line.len() => Some(r.clone()),
+                Some(_) => return None,
+                None => None,
+            },
         })
     }
 }
@@ -445,6 +462,11 @@ pub struct ParamsObject<'a> {
     /// otherwise) and value as written, in order. A repeated name is kept
     /// as many times as it appears.
     pub members: Vec<(Cow<'a, str>, Raw<'a>)>,
+    /// The members of its `_meta` object, in the same form, when the scan
+    /// read them on the way: a message's `params` read with its envelope
+    /// ([`Envelope::peek_with_params`]), whose `_meta` is an object given
+    /// once. `None` otherwise (then read `_meta` from `members`).
+    pub meta: Option<Vec<(Cow<'a, str>, Raw<'a>)>>,
 }
 
 /// The `params` object of `line`, in the structural scan behind

@@ -244,8 +244,10 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 }
                 b"result" => {
                     once(&mut result)?;
+                    self.ws();
+                    let start = self.pos;
                     self.value()?;
-                    fields.result = true;
+                    fields.result = Some(start..self.pos);
                 }
                 b"error" => {
                     once(&mut error)?;
@@ -316,7 +318,11 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
             }
         }
         let text = self.text(start, self.pos)?;
-        Some(Some(ParamsObject { text, members }))
+        Some(Some(ParamsObject {
+            text,
+            members,
+            meta: None,
+        }))
     }
 
     /// A member's name, borrowed when it has no escapes, and its colon, up
@@ -362,6 +368,9 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         // Kept as `params_object` keeps them, when asked: every member in
         // order, a repeated name as many times as it appears.
         let mut members = KEEP.then(Vec::new);
+        // `_meta`'s members, kept with the rest; a repeated `_meta` keeps none.
+        let mut meta: Option<Vec<(Cow<'a, str>, Raw<'a>)>> = None;
+        let mut metas = 0;
         if !self.empty(b'}') {
             loop {
                 // A repeated member overwrites the earlier one, as in serde.
@@ -370,7 +379,12 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 match name {
                     b"requestId" => params.request_id = Some(self.raw()?),
                     b"progressToken" => params.progress_token = Some(self.raw()?),
-                    b"_meta" => params.meta_token = self.meta()?,
+                    b"_meta" => {
+                        metas += 1;
+                        let mut kept = KEEP.then(Vec::new);
+                        params.meta_token = self.meta(kept.as_mut())?;
+                        meta = kept.filter(|_| self.bytes.get(value) == Some(&b'{'));
+                    }
                     _ => self.value()?,
                 }
                 if let Some(members) = members.as_mut() {
@@ -385,14 +399,21 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         }
         if let Some(members) = members {
             let text = self.text(start, self.pos)?;
-            self.members = Some(ParamsObject { text, members });
+            self.members = Some(ParamsObject {
+                text,
+                members,
+                meta: meta.filter(|_| metas == 1),
+            });
         }
         Some(params)
     }
 
     /// `params._meta`: its `progressToken` (`null` is none), when it is an
-    /// object or null.
-    fn meta(&mut self) -> Option<Option<Raw<'a>>> {
+    /// object or null; its members go to `kept` when given.
+    fn meta(
+        &mut self,
+        mut kept: Option<&mut Vec<(Cow<'a, str>, Raw<'a>)>>,
+    ) -> Option<Option<Raw<'a>>> {
         match self.peek()? {
             b'{' => self.pos += 1,
             b'n' => return self.literal(b"null").map(|()| None),
@@ -404,7 +425,9 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         }
         let mut seen = false;
         loop {
-            if self.member()? == b"progressToken" {
+            let name = self.member()?;
+            let value = self.pos;
+            if name == b"progressToken" {
                 once(&mut seen)?;
                 token = match self.peek()? {
                     b'n' => self.literal(b"null").map(|()| None)?,
@@ -412,6 +435,11 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 };
             } else {
                 self.value()?;
+            }
+            if let Some(kept) = kept.as_deref_mut() {
+                let name = std::str::from_utf8(name).ok()?;
+                let value = self.text(value, self.pos).map(Raw::checked)?;
+                kept.push((Cow::Borrowed(name), value));
             }
             if !self.more()? {
                 return Some(token);
@@ -647,7 +675,7 @@ mod tests {
         Place<'a>,
         Place<'a>,
         Place<'a>,
-        bool,
+        Option<std::ops::Range<usize>>,
         bool,
     );
 
@@ -662,7 +690,7 @@ mod tests {
             raw(f.params.request_id),
             raw(f.params.progress_token),
             raw(f.params.meta_token),
-            f.result,
+            f.result.clone(),
             f.error,
         )
     }
@@ -945,6 +973,49 @@ mod tests {
             Err(e) => panic!("the params scan accepted a line serde rejects ({e}): {shown:?}"),
         }
         true
+    }
+
+    /// The `_meta` members kept by the envelope's scan are those `object`
+    /// reads from the `_meta` member's text, when kept at all.
+    #[test]
+    fn meta_members_kept_with_the_params_are_the_meta_object_s() {
+        let lines: &[&str] = &[
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"x":{}},"progressToken":3}}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":{}}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta": { "a" : [1,2] , "b":null } }}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":null}}"#,
+            r#"{"id":1,"method":"m","params":{"_meta":{"a":1},"_meta":{"b":2}}}"#,
+            r#"{"id":1,"method":"m","params":{"a":1}}"#,
+        ];
+        let mut kept = 0;
+        for line in lines {
+            let (_, params) = fields_and_params(line.as_bytes()).expect("scanned");
+            let params = params.expect("params");
+            let metas: Vec<_> = params
+                .members
+                .iter()
+                .filter(|(k, _)| k == "_meta")
+                .collect();
+            match &params.meta {
+                Some(meta) => {
+                    kept += 1;
+                    assert_eq!(metas.len(), 1, "{line}");
+                    let read = object(metas[0].1.get()).expect("an object");
+                    let a: Vec<_> = meta.iter().map(|(k, v)| (k.clone(), v.get())).collect();
+                    let b: Vec<_> = read
+                        .members
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.get()))
+                        .collect();
+                    assert_eq!(a, b, "{line}");
+                }
+                None => assert!(
+                    metas.len() != 1 || !metas[0].1.get().starts_with('{'),
+                    "{line}"
+                ),
+            }
+        }
+        assert_eq!(kept, 3);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One backend: a supervised session per configured server, and what the
 //! gateway knows of it.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -696,6 +697,13 @@ impl Backend {
     /// Live, and driven in the 2026-07-28 era.
     pub fn is_modern(&self) -> bool {
         self.live().is_some_and(|l| l.driven == Driven::Modern)
+    }
+
+    /// Whether it is ready and driven in the handshake era: a request
+    /// routed to it now goes to its server as it is.
+    pub fn is_ready_in_handshake(&self) -> bool {
+        self.live()
+            .is_some_and(|l| l.driven == Driven::Handshake && l.phase == Phase::Ready)
     }
 
     fn declares(&self, capability: &str) -> bool {
@@ -1686,17 +1694,28 @@ impl Hub {
                     // gateway's (see `bridge.rs`).
                     Wrap::Modern { cacheable } if modern && asks_for_input(&out) => {
                         match self.wrap_server_state(id, out) {
-                            Ok(out) => modern_answer(&out, cacheable),
+                            Ok(out) => modern_answer(&out, None, cacheable),
                             Err(refusal) => return self.emit_to(front, refusal, Some(front_id)),
                         }
                     }
-                    Wrap::Modern { cacheable } => modern_answer(&out, cacheable),
+                    Wrap::Modern { cacheable } => {
+                        // Where the result lies once the id is the client's.
+                        let at = rewrite::span(line, raw_id);
+                        let result = env.result.clone().map(|r| match r.start >= at.end {
+                            true => {
+                                r.start - at.len() + front_id.len()
+                                    ..r.end - at.len() + front_id.len()
+                            }
+                            false => r,
+                        });
+                        modern_answer(&out, result, cacheable)
+                    }
                 };
                 let out = match tasks {
                     true => self.expose_tasks_in(id, &out).unwrap_or(out),
                     false => out,
                 };
-                self.emit_to(front, out, Some(front_id));
+                self.answer_to(front, out, front_id);
             }
             Some(Pending::Private {
                 what: Private::Listen,
@@ -2293,8 +2312,12 @@ fn health_method(driven: Driven) -> &'static str {
 
 /// A routed answer for a 2026-07-28 client: its result gets that era's
 /// required members; an error passes as it is. The members are added at the
-/// end of the result, every other byte of the line kept.
-fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
+/// end of the result, every other byte of the line kept. `result`: where
+/// the result lies in `line`, when known.
+fn modern_answer(line: &Bytes, result: Option<Range<usize>>, cacheable: bool) -> Bytes {
+    if let Some(out) = result.and_then(|r| modern_answer_at(line, r, cacheable)) {
+        return out;
+    }
     let Some(text) = std::str::from_utf8(line).ok() else {
         return line.clone();
     };
@@ -2326,6 +2349,43 @@ fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
     out.extend_from_slice(added.as_bytes());
     out.extend_from_slice(&line[close..]);
     Bytes::from(out)
+}
+
+/// [`modern_answer`] without reading the result's members, for the usual
+/// result: an object in which no name of a member to add occurs at all,
+/// even quoted inside a value, and no `\u` escape (which could spell one).
+/// Then it lacks them all, and they go before its closing brace. `None`
+/// leaves the answer to the reading of its members.
+fn modern_answer_at(line: &Bytes, result: Range<usize>, cacheable: bool) -> Option<Bytes> {
+    let text = line.get(result.clone())?;
+    if text.first() != Some(&b'{') || text.last() != Some(&b'}') {
+        return None;
+    }
+    let (added, names): (&[u8], &[&[u8]]) = match cacheable {
+        false => (br#""resultType":"complete""#, &[br#""resultType""#]),
+        true => (
+            br#""resultType":"complete","ttlMs":0,"cacheScope":"private""#,
+            &[br#""resultType""#, br#""ttlMs""#, br#""cacheScope""#],
+        ),
+    };
+    let clear = names
+        .iter()
+        .copied()
+        .chain([&br"\u"[..]])
+        .all(|name| memchr::memmem::find(text, name).is_none());
+    if !clear {
+        return None;
+    }
+    let empty = text[1..text.len() - 1].iter().all(u8::is_ascii_whitespace);
+    let close = result.end - 1;
+    let mut out = Vec::with_capacity(line.len() + added.len() + 1);
+    out.extend_from_slice(&line[..close]);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(added);
+    out.extend_from_slice(&line[close..]);
+    Some(Bytes::from(out))
 }
 
 /// A front request's line as a backend driven as `driven` gets it, when
@@ -2421,7 +2481,9 @@ pub(super) fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_j
 
 #[cfg(test)]
 mod tests {
-    use super::asks_for_input;
+    use super::{asks_for_input, modern_answer};
+    use bytes::Bytes;
+    use mcpvisor_jsonrpc::Envelope;
 
     #[test]
     fn an_answer_asks_for_input_by_its_result_type_however_it_is_written() {
@@ -2435,5 +2497,37 @@ mod tests {
         // The words in a tool's text are not its result type.
         let told = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"input_required"}]}}"#;
         assert!(!asks_for_input(told));
+    }
+
+    #[test]
+    fn a_result_gets_the_same_members_whether_or_not_its_place_is_known() {
+        let lines: &[&str] = &[
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+            r#"{"result":{"content":[]},"jsonrpc":"2.0","id":"abc"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result": {"a":1} ,"x":2}"#,
+            // Has it already, or may have it: read member by member.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"result\u0054ype":"complete"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"resultType\""}]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":5,"contents":[]}}"#,
+            // Not an object: as it is.
+            r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#,
+        ];
+        for line in lines {
+            let line = Bytes::copy_from_slice(line.as_bytes());
+            let result = Envelope::peek(&line).expect("a message").result;
+            for cacheable in [false, true] {
+                let known = modern_answer(&line, result.clone(), cacheable);
+                let read = modern_answer(&line, None, cacheable);
+                assert_eq!(known, read, "{line:?} cacheable {cacheable}");
+                let value: serde_json::Value = serde_json::from_slice(&known).expect("JSON");
+                if value["result"].is_object() {
+                    assert!(value["result"]["resultType"].is_string(), "{known:?}");
+                }
+            }
+        }
     }
 }

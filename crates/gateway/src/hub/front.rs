@@ -687,6 +687,10 @@ pub(super) fn meta_is_modern(meta: Option<&RawObject<'_>>) -> bool {
 /// without the envelope members, with `progressToken` set to `token` when
 /// given; `None` when nothing is left, so that `_meta` goes.
 pub(super) fn without_envelope_of(meta: &RawObject<'_>, token: Option<&str>) -> Option<String> {
+    // The usual `_meta` is the envelope alone: nothing is left of it.
+    if token.is_none() && meta.keys().all(|k| k.starts_with(ENVELOPE_PREFIX)) {
+        return None;
+    }
     let mut edits: Vec<(&str, Option<&str>)> = meta
         .keys()
         .filter(|k| k.starts_with(ENVELOPE_PREFIX))

@@ -702,6 +702,16 @@ impl Hub {
     /// The front is dropped at the end of the turn ([`Hub::finish_leaving`]),
     /// not here: a drop answers other fronts, and so would recurse.
     pub(crate) fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
+        self.emit(front, line, related, false);
+    }
+
+    /// Sends `line`, the response to the front's request `id`, to the front
+    /// (see [`Hub::emit_to`]), saying it is the response.
+    pub(crate) fn answer_to(&mut self, front: FrontId, line: Bytes, id: Bytes) {
+        self.emit(front, line, Some(id), true);
+    }
+
+    fn emit(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>, response: bool) {
         let Some(f) = self.fronts.open.get(&front) else {
             return;
         };
@@ -709,7 +719,11 @@ impl Hub {
             return;
         }
         let sent = match &f.out {
-            FrontOut::Channel(out) => out.try_send(Outbound { line, related }),
+            FrontOut::Channel(out) => out.try_send(Outbound {
+                line,
+                related,
+                response,
+            }),
             FrontOut::Stdio
                 if self.fronts.stdio_queue.len() + self.fronts.stdio_backlog < FRONT_QUEUE =>
             {
@@ -719,6 +733,7 @@ impl Hub {
             FrontOut::Stdio => Err(mpsc::error::TrySendError::Full(Outbound {
                 line: Bytes::new(),
                 related: None,
+                response: false,
             })),
         };
         let gone = match sent {

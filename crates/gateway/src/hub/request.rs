@@ -14,7 +14,7 @@ use mcpvisor_jsonrpc::{Envelope, INVALID_PARAMS, METHOD_NOT_FOUND, NOT_STARTED, 
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::backend::BackendId;
+use super::backend::{Backend, BackendId};
 use super::bridge::Retry;
 use super::front::{CALL_TOOL, LogLevel, SEARCH_TOOL, meta_is_modern, with_progress_token};
 use super::front::{Params, RESOURCE_NOT_FOUND, without_envelope, without_envelope_of};
@@ -172,9 +172,13 @@ impl<'a> FrontRequest<'a> {
         // for the line (as it nearly always does); two with serde otherwise.
         // Params that are not an object (an array, null) are still
         // forwarded as written: those take the second pass.
-        let read = match scanned {
-            Some(read) => read.map(RawObject::from_params),
-            None => RawObject::params_of(line),
+        let (read, meta) = match scanned {
+            Some(mut read) => {
+                // Its `_meta`'s members, when the scan read them too.
+                let meta = read.as_mut().and_then(|p| p.meta.take());
+                (read.map(RawObject::from_params), meta)
+            }
+            None => (RawObject::params_of(line), None),
         };
         let (text, params) = match read {
             Some((text, obj)) => (Some(text), Some(obj)),
@@ -183,10 +187,13 @@ impl<'a> FrontRequest<'a> {
                 (text, text.and_then(RawObject::parse))
             }
         };
-        let meta = params
-            .as_ref()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| RawObject::parse(m.get()));
+        let meta = match meta {
+            Some(members) => Some(RawObject::from_members(members)),
+            None => params
+                .as_ref()
+                .and_then(|p| p.get("_meta"))
+                .and_then(|m| RawObject::parse(m.get())),
+        };
         Some(Self {
             id: Bytes::copy_from_slice(raw_id.as_bytes()),
             raw_id,
@@ -568,7 +575,11 @@ impl Hub {
             (Params::Parts(parts), Some(obj), Some(meta)) if req.era == Era::Stateless => {
                 let gid_text = gid.to_string();
                 let meta = without_envelope_of(meta, token.as_ref().map(|_| gid_text.as_str()));
-                let params = obj.write(&[("name", Some(parts[1])), ("_meta", meta.as_deref())]);
+                let edits = [("name", Some(parts[1])), ("_meta", meta.as_deref())];
+                let params = req
+                    .text
+                    .and_then(|text| obj.spliced(text, &edits))
+                    .unwrap_or_else(|| obj.write(&edits));
                 if token.is_none() && req.env.request_id.is_none() {
                     spans = raw::request_spans(gid, method);
                 }
@@ -595,6 +606,17 @@ impl Hub {
         // envelope, as it came; a client's of the handshake era made from
         // its `initialize`.
         let envelope = match (req.era, &req.meta) {
+            // A ready server of the handshake era never reads it: the line
+            // goes to it as it is, and a call is never sent again.
+            (Era::Stateless, Some(_))
+                if self
+                    .backends
+                    .by_id
+                    .get(&backend)
+                    .is_some_and(Backend::is_ready_in_handshake) =>
+            {
+                None
+            }
             (Era::Stateless, Some(meta)) => super::backend::envelope_of(meta),
             _ => None,
         }
