@@ -2,6 +2,9 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::LazyLock;
+
+use memchr::memmem;
 
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
@@ -488,7 +491,11 @@ pub fn params_object(line: &[u8]) -> Option<Option<ParamsObject<'_>>> {
 /// `"error"` member name appears in it somewhere, and that parse builds
 /// nothing but the code: the usual answer, a result, costs one search.
 pub fn error_code(line: &[u8]) -> Option<i64> {
-    memchr::memmem::find(line, b"\"error\"")?;
+    // The searcher is built once: built for each line, it cost more than
+    // the search.
+    static ERROR: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"error\""));
+    ERROR.find(line)?;
     #[derive(Deserialize)]
     struct Answer {
         error: Option<Code>,

@@ -2,7 +2,7 @@
 //! gateway knows of it.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,6 +11,7 @@ use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Inlet, Link, ServerSpawner};
 use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
+use memchr::memmem;
 use rustc_hash::FxHashMap as HashMap;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -2361,18 +2362,20 @@ fn modern_answer_at(line: &Bytes, result: Range<usize>, cacheable: bool) -> Opti
     if text.first() != Some(&b'{') || text.last() != Some(&b'}') {
         return None;
     }
-    let (added, names): (&[u8], &[&[u8]]) = match cacheable {
-        false => (br#""resultType":"complete""#, &[br#""resultType""#]),
+    static RESULT_TYPE: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(br#""resultType""#));
+    static TTL: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(br#""ttlMs""#));
+    static SCOPE: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(br#""cacheScope""#));
+    let (added, names): (&[u8], &[&LazyLock<memmem::Finder<'static>>]) = match cacheable {
+        false => (br#""resultType":"complete""#, &[&RESULT_TYPE]),
         true => (
             br#""resultType":"complete","ttlMs":0,"cacheScope":"private""#,
-            &[br#""resultType""#, br#""ttlMs""#, br#""cacheScope""#],
+            &[&RESULT_TYPE, &TTL, &SCOPE],
         ),
     };
-    let clear = names
-        .iter()
-        .copied()
-        .chain([&br"\u"[..]])
-        .all(|name| memchr::memmem::find(text, name).is_none());
+    let clear = !has_unicode_escape(text) && names.iter().all(|name| name.find(text).is_none());
     if !clear {
         return None;
     }
@@ -2426,14 +2429,20 @@ pub(crate) fn envelope_of(meta: &RawObject<'_>) -> Option<std::sync::Arc<str>> {
     (kept != "{}").then(|| kept.into())
 }
 
+/// Whether `text` holds a `\u` escape (or a backslash before a `u` at all).
+fn has_unicode_escape(text: &[u8]) -> bool {
+    memchr::memchr_iter(b'\\', text).any(|at| text.get(at + 1) == Some(&b'u'))
+}
+
 /// Whether a server's answer is a 2026-07-28 `input_required` result.
 fn asks_for_input(line: &[u8]) -> bool {
     // Nearly every answer asks for nothing: one fast scan says so, and the
     // answer (then its result) is not read member by member. The value
     // `input_required` is in the line as written unless a `\u` escape
     // spells it, the only escape that makes a letter or `_`.
-    let find = |needle: &[u8]| memchr::memmem::find(line, needle).is_some();
-    if !find(b"input_required") && !find(b"\\u") {
+    static INPUT_REQUIRED: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"input_required"));
+    if INPUT_REQUIRED.find(line).is_none() && !has_unicode_escape(line) {
         return false;
     }
     std::str::from_utf8(line)

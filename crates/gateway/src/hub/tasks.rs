@@ -19,8 +19,11 @@
 //! polling alone. Served as itself (transparent), the one server's ids
 //! pass untouched.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
 use mcpvisor_jsonrpc::{INVALID_PARAMS, METHOD_NOT_FOUND, build};
+use memchr::memmem;
 use serde_json::json;
 
 use super::Hub;
@@ -32,6 +35,9 @@ use crate::raw::{self, RawObject};
 
 /// The `_meta` key tying a message to a task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// [`RELATED_TASK`]'s searcher, built once.
+static RELATED: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(RELATED_TASK.as_bytes()));
 
 impl Hub {
     /// A `tasks/…` request: to the server whose task it names, under the
@@ -125,7 +131,9 @@ impl Hub {
     pub(crate) fn expose_tasks_in(&self, backend: BackendId, line: &[u8]) -> Option<Bytes> {
         // Most answers (every plain tool result) name no task: one fast
         // scan says so, and the answer is not read member by member.
-        if self.settings.transparent || memchr::memmem::find(line, b"\"taskId\"").is_none() {
+        static TASK_ID: LazyLock<memmem::Finder<'static>> =
+            LazyLock::new(|| memmem::Finder::new(b"\"taskId\""));
+        if self.settings.transparent || TASK_ID.find(line).is_none() {
             return None;
         }
         let text = std::str::from_utf8(line).ok()?;
@@ -177,9 +185,7 @@ impl Hub {
         backend: BackendId,
         line: &[u8],
     ) -> Option<Bytes> {
-        if self.settings.transparent
-            || memchr::memmem::find(line, RELATED_TASK.as_bytes()).is_none()
-        {
+        if self.settings.transparent || RELATED.find(line).is_none() {
             return None;
         }
         let top = RawObject::parse(std::str::from_utf8(line).ok()?)?;
