@@ -222,18 +222,27 @@ def peer_process() -> int:
 
 def server_process(route: str, marker: str) -> int:
     """The pid of the real MCP server: the client's child directly, or mcpvisor's child
-    (or deeper descendant) whose command line contains `marker`."""
+    (or deeper descendant) whose command line contains `marker` (the first found)."""
     top = peer_process()
     if route == "direct":
         return top
-    todo, seen = list(children_of(top)), []
+    return server_processes(marker)[0]
+
+
+def server_processes(marker: str) -> list[int]:
+    """Every descendant of mcpvisor whose command line contains `marker`: a server of
+    both eras runs twice under "auto" once clients of both eras use it."""
+    top = peer_process()
+    todo, seen, found = list(children_of(top)), [], []
     while todo:
         pid = todo.pop(0)
         seen.append(pid)
         if any(marker in part for part in cmdline(pid)):
-            return pid
+            found.append(pid)
         todo.extend(children_of(pid))
-    raise AssertionError(f"no descendant of mcpvisor ({top}) runs {marker!r}: {[cmdline(p) for p in seen]}")
+    if not found:
+        raise AssertionError(f"no descendant of mcpvisor ({top}) runs {marker!r}: {[cmdline(p) for p in seen]}")
+    return found
 
 
 async def wait_dead(pid: int, timeout: float = 5.0) -> None:

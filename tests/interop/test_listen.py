@@ -83,9 +83,17 @@ LISTEN_SERVER = Path(__file__).parent / "fixtures" / "listen_server.py"
 
 def write_listen_server_config(tmp_path: Path) -> Path:
     """A config with the Python SDK's listen server as `lst`, unpinned (it
-    gains a tool while served)."""
+    gains a tool while served), and driven in 2026-07-28 as one process
+    for clients of both eras: they share its memory (under "auto" the
+    handshake-era client would be served by a second process, with a
+    memory of its own)."""
     config = tmp_path / "mcp.json"
-    entry = {"command": sys.executable, "args": ["-u", str(LISTEN_SERVER)], "pin": "off"}
+    entry = {
+        "command": sys.executable,
+        "args": ["-u", str(LISTEN_SERVER)],
+        "pin": "off",
+        "era": "2026-07-28",
+    }
     config.write_text(json.dumps({"mcpServers": {"lst": entry}}))
     return config
 
