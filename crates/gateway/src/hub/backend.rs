@@ -1688,29 +1688,28 @@ impl Hub {
                     self.count_error(id, INPUT_NOT_BRIDGED);
                     return self.emit_to(front, refusal, Some(front_id));
                 }
-                let out = rewrite::splice(line, raw_id, &front_id);
                 let out = match wrap {
-                    Wrap::AsIs => out,
+                    Wrap::AsIs => rewrite::splice(line, raw_id, &front_id),
                     // A 2026-07-28 server's own state goes out inside the
                     // gateway's (see `bridge.rs`).
-                    Wrap::Modern { cacheable } if modern && asks_for_input(&out) => {
-                        match self.wrap_server_state(id, out) {
-                            Ok(out) => modern_answer(&out, None, cacheable),
+                    Wrap::Modern { cacheable } if modern && asks_for_input(line) => {
+                        match self.wrap_server_state(id, rewrite::splice(line, raw_id, &front_id)) {
+                            Ok(out) => modern_answer(&out, cacheable),
                             Err(refusal) => return self.emit_to(front, refusal, Some(front_id)),
                         }
                     }
-                    Wrap::Modern { cacheable } => {
-                        // Where the result lies once the id is the client's.
-                        let at = rewrite::span(line, raw_id);
-                        let result = env.result.clone().map(|r| match r.start >= at.end {
-                            true => {
-                                r.start - at.len() + front_id.len()
-                                    ..r.end - at.len() + front_id.len()
-                            }
-                            false => r,
-                        });
-                        modern_answer(&out, result, cacheable)
-                    }
+                    // The client's id and the members its era requires, in
+                    // one copy of the line when the result's place is known.
+                    Wrap::Modern { cacheable } => env
+                        .result
+                        .clone()
+                        .and_then(|result| {
+                            let id = rewrite::span(line, raw_id);
+                            modern_answer_at(line, (id, &front_id), result, cacheable)
+                        })
+                        .unwrap_or_else(|| {
+                            modern_answer(&rewrite::splice(line, raw_id, &front_id), cacheable)
+                        }),
                 };
                 let out = match tasks {
                     true => self.expose_tasks_in(id, &out).unwrap_or(out),
@@ -2313,12 +2312,8 @@ fn health_method(driven: Driven) -> &'static str {
 
 /// A routed answer for a 2026-07-28 client: its result gets that era's
 /// required members; an error passes as it is. The members are added at the
-/// end of the result, every other byte of the line kept. `result`: where
-/// the result lies in `line`, when known.
-fn modern_answer(line: &Bytes, result: Option<Range<usize>>, cacheable: bool) -> Bytes {
-    if let Some(out) = result.and_then(|r| modern_answer_at(line, r, cacheable)) {
-        return out;
-    }
+/// end of the result, every other byte of the line kept.
+fn modern_answer(line: &Bytes, cacheable: bool) -> Bytes {
     let Some(text) = std::str::from_utf8(line).ok() else {
         return line.clone();
     };
@@ -2352,12 +2347,19 @@ fn modern_answer(line: &Bytes, result: Option<Range<usize>>, cacheable: bool) ->
     Bytes::from(out)
 }
 
-/// [`modern_answer`] without reading the result's members, for the usual
-/// result: an object in which no name of a member to add occurs at all,
-/// even quoted inside a value, and no `\u` escape (which could spell one).
-/// Then it lacks them all, and they go before its closing brace. `None`
-/// leaves the answer to the reading of its members.
-fn modern_answer_at(line: &Bytes, result: Range<usize>, cacheable: bool) -> Option<Bytes> {
+/// [`modern_answer`] of `line` with its id (where it lies, and the id to
+/// put there) replaced as well, in one copy, without reading the result's
+/// members: for the usual result, an object in which no name of a member
+/// to add occurs at all, even quoted inside a value, and no `\u` escape
+/// (which could spell one). Then it lacks them all, and they go before its
+/// closing brace. `result`: where the result lies in `line`. `None` leaves
+/// the answer to [`modern_answer`].
+fn modern_answer_at(
+    line: &[u8],
+    (id, new_id): (Range<usize>, &[u8]),
+    result: Range<usize>,
+    cacheable: bool,
+) -> Option<Bytes> {
     let text = line.get(result.clone())?;
     if text.first() != Some(&b'{') || text.last() != Some(&b'}') {
         return None;
@@ -2369,25 +2371,31 @@ fn modern_answer_at(line: &Bytes, result: Range<usize>, cacheable: bool) -> Opti
     static SCOPE: LazyLock<memmem::Finder<'static>> =
         LazyLock::new(|| memmem::Finder::new(br#""cacheScope""#));
     let (added, names): (&[u8], &[&LazyLock<memmem::Finder<'static>>]) = match cacheable {
-        false => (br#""resultType":"complete""#, &[&RESULT_TYPE]),
+        false => (br#","resultType":"complete""#, &[&RESULT_TYPE]),
         true => (
-            br#""resultType":"complete","ttlMs":0,"cacheScope":"private""#,
+            br#","resultType":"complete","ttlMs":0,"cacheScope":"private""#,
             &[&RESULT_TYPE, &TTL, &SCOPE],
         ),
     };
     let clear = !has_unicode_escape(text) && names.iter().all(|name| name.find(text).is_none());
-    if !clear {
+    // The id lies outside the result, before or after it.
+    if !clear || (id.end > result.start && id.start < result.end) {
         return None;
     }
+    // Without the comma when the result has no member to follow.
     let empty = text[1..text.len() - 1].iter().all(u8::is_ascii_whitespace);
+    let added = if empty { &added[1..] } else { added };
     let close = result.end - 1;
-    let mut out = Vec::with_capacity(line.len() + added.len() + 1);
-    out.extend_from_slice(&line[..close]);
-    if !empty {
-        out.push(b',');
+    let mut cuts = [(id.clone(), new_id), (close..close, added)];
+    cuts.sort_unstable_by_key(|(at, _)| at.start);
+    let mut out = Vec::with_capacity(line.len() + new_id.len() + added.len());
+    let mut from = 0;
+    for (at, with) in cuts {
+        out.extend_from_slice(&line[from..at.start]);
+        out.extend_from_slice(with);
+        from = at.end;
     }
-    out.extend_from_slice(added);
-    out.extend_from_slice(&line[close..]);
+    out.extend_from_slice(&line[from..]);
     Some(Bytes::from(out))
 }
 
@@ -2490,9 +2498,10 @@ pub(super) fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_j
 
 #[cfg(test)]
 mod tests {
-    use super::{asks_for_input, modern_answer};
+    use super::{asks_for_input, modern_answer, modern_answer_at};
     use bytes::Bytes;
     use mcpvisor_jsonrpc::Envelope;
+    use mcpvisor_jsonrpc::rewrite;
 
     #[test]
     fn an_answer_asks_for_input_by_its_result_type_however_it_is_written() {
@@ -2510,31 +2519,71 @@ mod tests {
 
     #[test]
     fn a_result_gets_the_same_members_whether_or_not_its_place_is_known() {
-        let lines: &[&str] = &[
-            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
-            r#"{"result":{"content":[]},"jsonrpc":"2.0","id":"abc"}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result": {"a":1} ,"x":2}"#,
+        // Each line, and whether it takes the one-copy way (for a result
+        // that is not cacheable, and one that is); the rest are read.
+        let lines: &[(&str, [bool; 2])] = &[
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"hi"}]}}"#,
+                [true, true],
+            ),
+            (
+                r#"{"result":{"content":[]},"jsonrpc":"2.0","id":"abc"}"#,
+                [true, true],
+            ),
+            (r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, [true, true]),
+            (r#"{"jsonrpc":"2.0","id":1,"result":{ }}"#, [true, true]),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result": {"a":1} ,"x":2}"#,
+                [true, true],
+            ),
+            // A name inside a string value is escaped, never the member's.
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"resultType\""}]}}"#,
+                [true, true],
+            ),
             // Has it already, or may have it: read member by member.
-            r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{"result\u0054ype":"complete"}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"\"resultType\""}]}}"#,
-            r#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":5,"contents":[]}}"#,
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete"}}"#,
+                [false, false],
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"result\u0054ype":"complete"}}"#,
+                [false, false],
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"tags":["resultType"]}}"#,
+                [false, false],
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"result":{"ttlMs":5,"contents":[]}}"#,
+                [true, false],
+            ),
             // Not an object: as it is.
-            r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#,
-            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#,
+            (r#"{"jsonrpc":"2.0","id":1,"result":[1]}"#, [false, false]),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#,
+                [false, false],
+            ),
         ];
-        for line in lines {
+        let front_id = br#""client-7""#;
+        for (line, once_way) in lines {
             let line = Bytes::copy_from_slice(line.as_bytes());
-            let result = Envelope::peek(&line).expect("a message").result;
-            for cacheable in [false, true] {
-                let known = modern_answer(&line, result.clone(), cacheable);
-                let read = modern_answer(&line, None, cacheable);
-                assert_eq!(known, read, "{line:?} cacheable {cacheable}");
-                let value: serde_json::Value = serde_json::from_slice(&known).expect("JSON");
+            let env = Envelope::peek(&line).expect("a message");
+            let id = env.id.expect("an id");
+            for (cacheable, expected) in [false, true].into_iter().zip(once_way) {
+                let read = modern_answer(&rewrite::splice(&line, id, front_id), cacheable);
+                let once = env.result.clone().and_then(|result| {
+                    let at = rewrite::span(&line, id);
+                    modern_answer_at(&line, (at, front_id), result, cacheable)
+                });
+                assert_eq!(once.is_some(), *expected, "{line:?} cacheable {cacheable}");
+                if let Some(once) = once {
+                    assert_eq!(once, read, "{line:?} cacheable {cacheable}");
+                }
+                let value: serde_json::Value = serde_json::from_slice(&read).expect("JSON");
+                assert_eq!(value["id"], "client-7", "{read:?}");
                 if value["result"].is_object() {
-                    assert!(value["result"]["resultType"].is_string(), "{known:?}");
+                    assert!(value["result"]["resultType"].is_string(), "{read:?}");
                 }
             }
         }
