@@ -60,6 +60,35 @@ impl Events {
     }
 }
 
+/// A 2026-07-28 `tools/call` of `name` with `arguments`.
+fn call(id: &str, name: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments, "_meta": meta()}})
+}
+
+/// The server updates `mem://doc` (its `notify` tool sends the
+/// notification), and the listen read by `events`, `sub-1`, is told.
+async fn an_update_of_the_doc_is_heard(http: &reqwest::Client, url: &str, events: &mut Events) {
+    let notify = call(
+        "c1",
+        "docs__notify",
+        json!({"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}),
+    );
+    let both = "application/json, text/event-stream";
+    let r = post_2026(http, url, "tools/call", Some("docs__notify"), both, &notify)
+        .send()
+        .await
+        .expect("notify");
+    assert_eq!(r.status(), 200);
+    let heard = events.next().await;
+    assert_eq!(
+        heard["method"], "notifications/resources/updated",
+        "{heard}"
+    );
+    assert_eq!(heard["params"]["uri"], "mem://doc", "{heard}");
+    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], "sub-1", "{heard}");
+}
+
 /// Waits until the worker's log has `needle` `times` times.
 fn until_logged(log: &Path, needle: &str, times: usize) {
     let start = Instant::now();
@@ -148,34 +177,7 @@ async fn a_listen_over_http_streams_list_changes_and_resource_updates_and_ends_w
     until_logged(&log, "resources/subscribe", 1);
 
     // The server updates the resource (its `notify` tool sends it).
-    let call = |id: &str, name: &str, arguments: Value| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": meta()}})
-    };
-    let notify = call(
-        "c1",
-        "docs__notify",
-        json!({"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}),
-    );
-    let r = post_2026(
-        &http,
-        &url,
-        "tools/call",
-        Some("docs__notify"),
-        both,
-        &notify,
-    )
-    .send()
-    .await
-    .expect("notify");
-    assert_eq!(r.status(), 200);
-    let heard = events.next().await;
-    assert_eq!(
-        heard["method"], "notifications/resources/updated",
-        "{heard}"
-    );
-    assert_eq!(heard["params"]["uri"], "mem://doc", "{heard}");
-    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], "sub-1", "{heard}");
+    an_update_of_the_doc_is_heard(&http, &url, &mut events).await;
 
     // An update of a resource it did not name does not reach it; its
     // tools change, which it asked for, does.
@@ -312,34 +314,7 @@ async fn a_listen_over_http_hears_a_2026_server_through_the_gateway_s_own_listen
     until_logged(&log, "subscriptions/listen", 2);
     until_logged(&log, "notifications/cancelled", 1);
 
-    let call = |id: &str, name: &str, arguments: Value| {
-        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": name, "arguments": arguments, "_meta": meta()}})
-    };
-    let notify = call(
-        "c1",
-        "docs__notify",
-        json!({"method": "notifications/resources/updated", "params": {"uri": "mem://doc"}}),
-    );
-    let r = post_2026(
-        &http,
-        &url,
-        "tools/call",
-        Some("docs__notify"),
-        both,
-        &notify,
-    )
-    .send()
-    .await
-    .expect("notify");
-    assert_eq!(r.status(), 200);
-    let heard = events.next().await;
-    assert_eq!(
-        heard["method"], "notifications/resources/updated",
-        "{heard}"
-    );
-    assert_eq!(heard["params"]["uri"], "mem://doc", "{heard}");
-    assert_eq!(heard["params"]["_meta"][SUBSCRIPTION], "sub-1", "{heard}");
+    an_update_of_the_doc_is_heard(&http, &url, &mut events).await;
 
     // Its tools change, told on the gateway's listen: read again, and the
     // client's listen told.

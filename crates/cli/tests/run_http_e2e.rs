@@ -63,8 +63,14 @@ fn post(addr: &str, session: Option<&str>, body: &str) -> (String, String) {
     let session = session
         .map(|s| format!("Mcp-Session-Id: {s}\r\nMCP-Protocol-Version: 2025-11-25\r\n"))
         .unwrap_or_default();
+    post_with(addr, &session, body)
+}
+
+/// One POST to `/mcp` of `body`, with `headers` (each line ending in
+/// CRLF) beside the ones every POST carries, on a connection of its own.
+fn post_with(addr: &str, headers: &str, body: &str) -> (String, String) {
     let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     exchange(addr, &req, |_| false)
@@ -540,11 +546,10 @@ fn post_2026_call(addr: &str, tool: &str) -> (String, String) {
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
     );
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let headers = format!(
+        "MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n"
     );
-    exchange(addr, &req, |_| false)
+    post_with(addr, &headers, &body)
 }
 
 /// `run --http` over a server of both eras: a 2026-07-28 client is served
