@@ -1925,6 +1925,17 @@ impl Hub {
         }
     }
 
+    /// A server said one of its lists changed: it is read again. Served
+    /// as itself, the server's word is passed on even if the list reads
+    /// the same (its clients hear what it said); a gateway tells its
+    /// clients only of what changes in the merged list.
+    fn list_announced(&mut self, id: BackendId, kind: ListKind) {
+        if self.settings.transparent {
+            self.catalog.announced[kind.index()] = true;
+        }
+        self.read_list(id, kind);
+    }
+
     /// Reads one list again from the first page (a twin's change is read
     /// from its configured server, whose lists are the merged ones).
     pub(crate) fn read_list(&mut self, id: BackendId, kind: ListKind) {
@@ -2100,10 +2111,10 @@ impl Hub {
                     self.emit_to(front, out, related);
                 }
             }
-            "notifications/tools/list_changed" => self.read_list(id, ListKind::Tools),
-            "notifications/prompts/list_changed" => self.read_list(id, ListKind::Prompts),
+            "notifications/tools/list_changed" => self.list_announced(id, ListKind::Tools),
+            "notifications/prompts/list_changed" => self.list_announced(id, ListKind::Prompts),
             "notifications/resources/list_changed" => {
-                self.read_list(id, ListKind::Resources);
+                self.list_announced(id, ListKind::Resources);
                 self.read_list(id, ListKind::Templates);
             }
             // Served as itself, the server's log lines keep their own logger.

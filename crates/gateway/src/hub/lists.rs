@@ -201,6 +201,10 @@ pub(crate) struct Catalog {
     pub cache: Option<crate::cache::Cache>,
     /// What is approved of each server's definitions.
     pub pins: super::pinning::Pinning,
+    /// Served as itself (transparent), the lists whose change the server
+    /// announced and that are being read again: their next merge tells
+    /// the fronts even when the list reads the same, as the server did.
+    pub announced: [bool; 4],
 }
 
 /// The merged lists and their routing tables.
@@ -476,8 +480,9 @@ impl Hub {
             }
         };
         self.hold(kind, held);
+        let announced = std::mem::take(&mut self.catalog.announced[kind.index()]);
         let slot = &mut self.catalog.merged.items[kind.index()];
-        if *slot == items {
+        if *slot == items && !announced {
             return;
         }
         *slot = items;

@@ -486,6 +486,7 @@ impl Hub {
                 merged: Merged::default(),
                 cache,
                 pins: pinning::Pinning::default(),
+                announced: [false; 4],
             },
             effects: Effects::default(),
         }

@@ -499,6 +499,35 @@ async fn a_burst_of_list_changes_is_told_once_and_none_without_a_change() {
     assert_eq!(front.tools().await, ["a__echo", "b__echo", "b__more"]);
 }
 
+#[tokio::test(start_paused = true)]
+async fn served_as_itself_a_server_s_list_change_is_told_even_when_the_list_reads_the_same() {
+    let servers = Servers::default();
+    let settings = Settings {
+        transparent: true,
+        ..Settings::default()
+    };
+    let mut gw = Gateway::start_with(&servers, vec![plan("a")], settings);
+    let mut front = gw.client().await;
+    assert_eq!(front.tools().await, ["echo"]);
+    let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    // The server says its list changed and it reads the same: its client
+    // hears what it said, once per word, after the list is read again.
+    let reads = servers.count("a", "tools/list");
+    servers.push("a", &changed);
+    let tail = front.drain(Duration::from_secs(5)).await;
+    assert_eq!(tools_changes(&tail), 1, "{tail:?}");
+    assert_eq!(servers.count("a", "tools/list"), reads + 1);
+    // A change it does not announce (none) is not made up.
+    let tail = front.drain(Duration::from_secs(5)).await;
+    assert_eq!(tools_changes(&tail), 0, "{tail:?}");
+    // A real change, announced: told once, not twice.
+    servers.edit("a", |s| s.tools.push("new".into()));
+    servers.push("a", &changed);
+    let tail = front.drain(Duration::from_secs(5)).await;
+    assert_eq!(tools_changes(&tail), 1, "{tail:?}");
+    assert_eq!(front.tools().await, ["echo", "new"]);
+}
+
 // === configuration edits ===
 
 #[tokio::test(start_paused = true)]
