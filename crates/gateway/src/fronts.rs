@@ -23,8 +23,14 @@ pub enum FrontCommand {
         front: FrontId,
         out: mpsc::Sender<Outbound>,
     },
-    /// One JSON-RPC message the front's client sent, as written.
-    Message { front: FrontId, line: Bytes },
+    /// One JSON-RPC message the front's client sent, as written, with
+    /// what the front's own scan read of it, when it scanned it whole
+    /// (the hub then does not scan it again).
+    Message {
+        front: FrontId,
+        line: Bytes,
+        scan: Option<Box<mcpvisor_jsonrpc::Scanned>>,
+    },
     /// The front connection ended (DELETE, expiry, a closed stream): its
     /// requests in flight are cancelled towards their servers, and its
     /// subscriptions end.

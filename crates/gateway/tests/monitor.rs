@@ -141,6 +141,7 @@ impl Gateway {
             .send(FrontCommand::Message {
                 front: FrontId(1),
                 line: Bytes::from(message.to_string()),
+                scan: None,
             })
             .await
             .expect("hub running");
@@ -1081,6 +1082,7 @@ async fn a_per_client_server_s_row_lists_each_client_s_process() {
         line: Bytes::from(
             json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string(),
         ),
+        scan: None,
     };
     let init = json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "b", "version": "0"}});
     gw.fronts

@@ -124,6 +124,7 @@ async fn message_inner(
     let msg = FrontCommand::Message {
         front: handle.front,
         line,
+        scan: None,
     };
     if shared.to_hub(msg).await {
         Ok((StatusCode::ACCEPTED, "Accepted").into_response())

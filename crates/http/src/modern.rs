@@ -362,7 +362,7 @@ fn as_str(raw: &str) -> Option<Cow<'_, str>> {
 
 /// A header value as its sender meant it: the Base64 sentinel form
 /// (`=?base64?...?=`) decoded, any other value as it is.
-fn decode(value: &str) -> Option<String> {
+fn decode(value: &str) -> Option<Cow<'_, str>> {
     match value
         .strip_prefix("=?base64?")
         .and_then(|v| v.strip_suffix("?="))
@@ -371,9 +371,9 @@ fn decode(value: &str) -> Option<String> {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
                 .ok()?;
-            String::from_utf8(bytes).ok()
+            String::from_utf8(bytes).ok().map(Cow::Owned)
         }
-        None => Some(value.to_owned()),
+        None => Some(Cow::Borrowed(value)),
     }
 }
 

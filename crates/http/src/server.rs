@@ -19,7 +19,7 @@ use axum::routing::get;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use mcpvisor_gateway::fronts::{FrontCommand, FrontId, Outbound};
-use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Kind, build};
+use mcpvisor_jsonrpc::{Envelope, EnvelopeError, Kind, Scanned, build};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -545,6 +545,7 @@ async fn post_inner(
                 let msg = FrontCommand::Message {
                     front: handle.front,
                     line,
+                    scan: None,
                 };
                 if shared.to_hub(msg).await {
                     StatusCode::ACCEPTED.into_response()
@@ -583,7 +584,9 @@ async fn post_inner(
         sse: sse_ok,
         polls: false,
     };
-    let mut resp = match exchange_stateless(shared, id, line, accepts, listen).await {
+    // What was read of the line goes to the hub with it: read once.
+    let scan = scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
+    let mut resp = match exchange_stateless(shared, id, line, scan, accepts, listen).await {
         // The revision's errors have their own statuses; on a stream the
         // status was sent before the answer was known.
         Answer::Json(ev) => json_response(modern::status_of(&ev.line), ev.line),
@@ -635,6 +638,7 @@ async fn exchange_stateless(
     shared: &Arc<Shared>,
     id: String,
     line: Bytes,
+    scan: Option<Box<Scanned>>,
     accepts: Accepts,
     listen: bool,
 ) -> Answer {
@@ -646,6 +650,7 @@ async fn exchange_stateless(
     let msg = FrontCommand::Message {
         front: front.front,
         line,
+        scan,
     };
     if !shared.to_hub(msg).await {
         return Answer::Failed(hub_unavailable());
@@ -878,6 +883,7 @@ async fn exchange(
     let msg = FrontCommand::Message {
         front: handle.front,
         line,
+        scan: None,
     };
     if !shared.to_hub(msg).await {
         let _ = handle.commands.send(Command::Abandon { id: rid }).await;

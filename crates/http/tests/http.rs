@@ -52,7 +52,7 @@ async fn fake_hub(
                 fronts.remove(&front);
                 let _ = seen.send(Seen::Close(front));
             }
-            FrontCommand::Message { front, line } => {
+            FrontCommand::Message { front, line, .. } => {
                 let msg: Value = serde_json::from_slice(&line).expect("json");
                 let (Some(id), Some(method)) = (msg.get("id"), msg["method"].as_str()) else {
                     continue;

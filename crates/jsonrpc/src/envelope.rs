@@ -439,6 +439,116 @@ impl Spans {
     }
 }
 
+/// What [`Envelope::peek_with_params`] read of a line, its envelope and
+/// its `params` object, kept as places in the line: a line handed to
+/// another task of the same process travels with it, so that the task has
+/// both back ([`Scanned::read`]) without scanning the line again, as
+/// [`Spans`] spare an envelope's scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    spans: Spans,
+    /// The length of the line read, a guard against another line.
+    len: usize,
+    /// `None`: the line has no `params` object.
+    params: Option<ParamsAt>,
+}
+
+/// A `params` object's places: its text, and its members' and its
+/// `_meta`'s members' names and values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ParamsAt {
+    text: Range<usize>,
+    members: Vec<(NameAt, Range<usize>)>,
+    meta: Option<Vec<(NameAt, Range<usize>)>>,
+}
+
+/// A member's name: where it lies, or, when written with escapes, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NameAt {
+    At(Range<usize>),
+    Decoded(Box<str>),
+}
+
+impl Scanned {
+    /// The places of what `peek_with_params` read of `line`: `env` and
+    /// `params` as it gave them (`None`: the line has no `params` object).
+    /// The members are taken over as they are, their room kept. `None`
+    /// when the envelope cannot be kept as places (see [`Spans::of`]).
+    ///
+    /// # Panics
+    /// If a member does not borrow from `line`: a bug in the caller.
+    pub fn of(line: &[u8], env: &Envelope<'_>, params: Option<ParamsObject<'_>>) -> Option<Self> {
+        let spans = Spans::of(line, env)?;
+        let at = |members: Vec<(Cow<'_, str>, Raw<'_>)>| -> Vec<(NameAt, Range<usize>)> {
+            members
+                .into_iter()
+                .map(|(name, value)| {
+                    let name = match name {
+                        Cow::Borrowed(name) => {
+                            NameAt::At(crate::rewrite::span_of(line, name.as_bytes()))
+                        }
+                        Cow::Owned(name) => NameAt::Decoded(name.into_boxed_str()),
+                    };
+                    (name, crate::rewrite::span(line, value))
+                })
+                .collect()
+        };
+        let params = params.map(|p| ParamsAt {
+            text: crate::rewrite::span_of(line, p.text.as_bytes()),
+            members: at(p.members),
+            meta: p.meta.map(at),
+        });
+        Some(Self {
+            spans,
+            len: line.len(),
+            params,
+        })
+    }
+
+    /// What was read of `line`, the line these places are of, as
+    /// [`Envelope::peek_with_params`] gave it. `None` when `line` is not
+    /// that line as far as the places can tell (then peek it).
+    pub fn read(self, line: &[u8]) -> Option<PeekedParams<'_>> {
+        if line.len() != self.len {
+            return None;
+        }
+        let env = self.spans.envelope(line)?;
+        let Some(params) = self.params else {
+            return Some((env, Some(None)));
+        };
+        // One check of the object's text: its members are cut from it.
+        let text = std::str::from_utf8(line.get(params.text.clone())?).ok()?;
+        let start = params.text.start;
+        let cut =
+            |r: &Range<usize>| text.get(r.start.checked_sub(start)?..r.end.checked_sub(start)?);
+        let back = |members: Vec<(NameAt, Range<usize>)>| -> Option<Vec<(Cow<'_, str>, Raw<'_>)>> {
+            members
+                .into_iter()
+                .map(|(name, value)| {
+                    let name = match name {
+                        NameAt::At(r) => Cow::Borrowed(cut(&r)?),
+                        NameAt::Decoded(name) => Cow::Owned(name.into_string()),
+                    };
+                    Some((name, Raw::checked(cut(&value)?)))
+                })
+                .collect()
+        };
+        let meta = match params.meta {
+            Some(meta) => Some(back(meta)?),
+            None => None,
+        };
+        let members = back(params.members)?;
+        Some((
+            env,
+            Some(Some(ParamsObject {
+                text,
+                members,
+                meta,
+            })),
+        ))
+    }
+}
+
 /// The whole `params` member of a message, as written. This is a second pass
 /// over the line, for the rare messages whose params mcpvisor keeps.
 pub fn raw_params(line: &[u8]) -> Option<&RawValue> {
@@ -752,6 +862,37 @@ mod tests {
                 .envelope(line.as_bytes())
                 .expect("envelope from spans");
             assert_eq!(seen(&again), seen(&env), "{line}");
+        }
+    }
+
+    /// What a scan read, as text: the envelope's members and every member
+    /// of the params and of their `_meta`.
+    fn read_as_text(peeked: &PeekedParams<'_>) -> String {
+        let (env, params) = peeked;
+        format!("{:?} {params:?}", seen(env))
+    }
+
+    #[test]
+    fn a_scan_handed_on_reads_back_as_the_scan_of_the_line() {
+        let more = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"s":"x"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"progressToken":4}}}"#,
+            r#"{"id":2,"method":"m","params":{"n\u0061me":"a","\u005fmeta":{"k":[1,{"a":null}]},"_meta":{"x\u0079":"\u00e9"}}}"#,
+            r#"{"id":3,"method":"m","params":{}}"#,
+            r#"{"id":4,"method":"m"}"#,
+            r#"{"id":5,"method":"m","params":[1,2]}"#,
+            "{\"id\":6,\"method\":\"m\",\"params\":{\"t\":\"\u{e9}\u{1f600}\"}}",
+        ];
+        for line in LINES.iter().copied().chain(more) {
+            let bytes = line.as_bytes();
+            let (env, params) = Envelope::peek_with_params(bytes).expect("valid");
+            let Some(params) = params else { continue };
+            let scanned = Scanned::of(bytes, &env, params).expect("places");
+            let again = scanned.clone().read(bytes).expect("read back");
+            let fresh = Envelope::peek_with_params(bytes).expect("valid");
+            assert_eq!(read_as_text(&again), read_as_text(&fresh), "{line}");
+            // Another line is not read as this one.
+            let longer = format!("{line} ");
+            assert!(scanned.read(longer.as_bytes()).is_none(), "{line}");
         }
     }
 

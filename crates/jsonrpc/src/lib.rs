@@ -23,7 +23,7 @@ mod raw;
 pub mod rewrite;
 mod scan;
 
-pub use envelope::{Envelope, EnvelopeError, Kind, Spans};
+pub use envelope::{Envelope, EnvelopeError, Kind, Scanned, Spans};
 pub use frame::{Frame, LineCodec};
 pub use raw::Raw;
 

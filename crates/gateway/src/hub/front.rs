@@ -24,10 +24,20 @@ pub(crate) const SEARCH_TOOL: &str = "mcpvisor__search_tools";
 pub(crate) const CALL_TOOL: &str = "mcpvisor__call_tool";
 
 impl Hub {
-    pub(crate) fn on_front_message(&mut self, front: FrontId, line: Bytes) {
+    pub(crate) fn on_front_message(
+        &mut self,
+        front: FrontId,
+        line: Bytes,
+        scan: Option<Box<mcpvisor_jsonrpc::Scanned>>,
+    ) {
         // Most requests are calls whose params the hub edits: they are read
-        // in the same pass as the envelope.
-        let (env, params) = match Envelope::peek_with_params(&line) {
+        // in the same pass as the envelope, or were, by the front.
+        let read = scan.and_then(|scan| (*scan).read(&line));
+        let peeked = match read {
+            Some(read) => Ok(read),
+            None => Envelope::peek_with_params(&line),
+        };
+        let (env, params) = match peeked {
             Ok(peeked) => peeked,
             Err(EnvelopeError::Json(e)) => {
                 let msg = format!("Parse error: {e}");

@@ -578,14 +578,14 @@ impl Hub {
     fn on_front_command(&mut self, command: FrontCommand) {
         match command {
             FrontCommand::Open { front, out } => self.open_front(front, FrontOut::Channel(out)),
-            FrontCommand::Message { front, line } => {
+            FrontCommand::Message { front, line, scan } => {
                 if self
                     .fronts
                     .open
                     .get(&front)
                     .is_some_and(|f| f.closing.is_none())
                 {
-                    self.on_front_message(front, line);
+                    self.on_front_message(front, line, scan);
                 }
             }
             FrontCommand::Close { front } => {
@@ -648,13 +648,18 @@ impl Hub {
             self.fronts.ended = Some(why);
         }
         self.calls.forget_held_for(front);
-        let held: Vec<u64> = self
-            .calls
-            .pending
-            .iter()
-            .filter(|(_, p)| matches!(p, Pending::Front { front: f, .. } if *f == front))
-            .map(|(gid, _)| *gid)
-            .collect();
+        // Most fronts that end have nothing in flight (a stateless
+        // request's, once answered): no walk over every pending call then.
+        let held: Vec<u64> = if f.awaiting == 0 {
+            Vec::new()
+        } else {
+            self.calls
+                .pending
+                .iter()
+                .filter(|(_, p)| matches!(p, Pending::Front { front: f, .. } if *f == front))
+                .map(|(gid, _)| *gid)
+                .collect()
+        };
         for gid in held {
             if let Some(Pending::Front { backend, .. }) = self.take_pending(gid) {
                 self.cancel_on_backend(backend, gid, "the client left");

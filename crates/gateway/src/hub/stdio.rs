@@ -193,7 +193,7 @@ impl Hub {
                     .get(&front)
                     .is_some_and(|f| f.closing.is_none())
                 {
-                    self.on_front_message(front, line);
+                    self.on_front_message(front, line, None);
                 }
             }
             StdioInput::Oversize { len, head } => {

@@ -867,6 +867,7 @@ impl Front {
             .send(FrontCommand::Message {
                 front: self.id,
                 line: Bytes::from(message.to_string()),
+                scan: None,
             })
             .await
             .expect("the hub runs");

@@ -332,6 +332,9 @@ impl Driver {
 
     async fn write(&mut self, front: usize, line: String) {
         self.drain();
+        // A channel front hands on its own scan of the line half the time,
+        // as an HTTP front does for a request without a session.
+        let hand_on_scan = self.rng.bool();
         let link = self.fronts[front].link.as_mut().expect("the front is open");
         match link {
             Link::Pipe(tx) => {
@@ -341,9 +344,12 @@ impl Driver {
                     .expect("the gateway's input is open");
             }
             Link::Channel { id, tx } => {
+                let line = Bytes::from(line);
+                let scan = if hand_on_scan { scanned(&line) } else { None };
                 let message = FrontCommand::Message {
                     front: *id,
-                    line: Bytes::from(line),
+                    line,
+                    scan,
                 };
                 tokio::time::timeout(WAIT, tx.send(message))
                     .await
@@ -854,4 +860,10 @@ fn text_of(answer: &Value) -> Option<&str> {
 pub fn whoami_pid(answer: &Value) -> Option<i32> {
     let me: Value = serde_json::from_str(text_of(answer)?).ok()?;
     i32::try_from(me["pid"].as_i64()?).ok()
+}
+
+/// What a front's scan of `line` hands on, when the scan reads it whole.
+fn scanned(line: &[u8]) -> Option<Box<mcpvisor_jsonrpc::Scanned>> {
+    let (env, params) = mcpvisor_jsonrpc::Envelope::peek_with_params(line).ok()?;
+    mcpvisor_jsonrpc::Scanned::of(line, &env, params?).map(Box::new)
 }
