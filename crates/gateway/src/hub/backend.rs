@@ -749,6 +749,7 @@ impl Hub {
     /// and finds its era: `server/discover` first for a stdio server, the
     /// gateway's `initialize` for a remote one (see [`Driven`]).
     pub(crate) fn start_backend(&mut self, id: BackendId) {
+        let for_handshake_client = self.instance_for_handshake_client(id);
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -785,8 +786,10 @@ impl Hub {
         tracing::info!(server = %b.plan.name, "starting");
         // An entry may keep a server of both eras in the handshake era,
         // for what it does only there (its own requests to the client); a
-        // twin is that process for the clients of that era.
+        // twin is that process for the clients of that era, and so is a
+        // per-client process of such a client.
         let handshake = matches!(b.role, Role::Twin { .. })
+            || for_handshake_client
             || b.plan.def.is_remote()
             || b.plan.def.era == EraChoice::Handshake;
         if handshake {
@@ -1498,6 +1501,16 @@ impl Hub {
             self.observe_session(id, &event);
             return self.twin_refused(id, "it could not be initialized");
         }
+        let instance_untried = self.instance_for_handshake_client(id)
+            && self
+                .backends
+                .by_id
+                .get(&id)
+                .is_some_and(|b| b.init.is_none());
+        if instance_untried && matches!(event, E::Failed { .. }) {
+            self.observe_session(id, &event);
+            return self.instance_refused(id, "it could not be initialized");
+        }
         self.observe_session(id, &event);
         if matches!(event, E::Ready { .. }) {
             // Each ready generation after the first is a new process: a
@@ -1803,6 +1816,8 @@ impl Hub {
     }
 
     fn on_initialized(&mut self, id: BackendId, answer: Value) {
+        let instance_refused =
+            answer.get("result").is_none() && self.instance_for_handshake_client(id);
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -1832,6 +1847,14 @@ impl Hub {
                     .unwrap_or("no reason given")
                     .to_owned();
                 self.twin_refused(id, &format!("its initialize was refused: {why}"));
+            }
+            None if instance_refused => {
+                let why = answer
+                    .pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given")
+                    .to_owned();
+                self.instance_refused(id, &format!("its initialize was refused: {why}"));
             }
             None => {
                 let data = answer

@@ -31,6 +31,12 @@
 //! again. It stops and is forgotten when its server is reconfigured,
 //! removed, stopped or restarted by a person, or no longer of 2026-07-28.
 //!
+//! A per-client server of both eras needs no twin: the instance of a
+//! handshake-era client is initialized in that era, and a 2026-07-28
+//! client's is probed, so each process speaks its one client's era. An
+//! instance refused `initialize` (a server of 2026-07-28 alone) is replaced
+//! by a probed one, and the template remembers it (`one_era`).
+//!
 //! A discovery does not say whether the server serves the handshake era
 //! too (the SDKs of both eras list only the versions of 2026-07-28 in it),
 //! so the twin is how that is found: a server of 2026-07-28 alone refuses
@@ -38,6 +44,8 @@
 //! by the configured process (their input requests bridged), with no twin
 //! tried again until its entry changes: one process more, once, for a
 //! server of 2026-07-28 alone that a client of the handshake era uses.
+
+use mcpvisor_config::EraChoice;
 
 use super::Hub;
 use super::backend::{Backend, BackendId, Off, Role, Run};
@@ -135,6 +143,56 @@ impl Hub {
         id
     }
 
+    /// Whether `id` is a per-client process whose client speaks the
+    /// handshake era, of a server left to find its era (`"auto"`) and not
+    /// found to be of 2026-07-28 alone: it is initialized in that era, the
+    /// newest it shares with its client, so that what the server does only
+    /// that way (its requests mid-call, `logging/setLevel`) reaches the
+    /// client as it is.
+    pub(crate) fn instance_for_handshake_client(&self, id: BackendId) -> bool {
+        let Some(b) = self.backends.by_id.get(&id) else {
+            return false;
+        };
+        let Role::Instance { owner, template } = b.role else {
+            return false;
+        };
+        b.plan.def.era == EraChoice::Auto
+            && !self
+                .backends
+                .by_id
+                .get(&template)
+                .is_some_and(|t| t.one_era)
+            && self.of_handshake_era(owner)
+    }
+
+    /// A per-client process initialized for a client of the handshake era
+    /// refused: its server is of 2026-07-28 alone. A new process takes its
+    /// place, found by discovery (that client's input requests bridged),
+    /// with the requests that waited for it; so does every such process of
+    /// that server after it, until its definition changes.
+    pub(crate) fn instance_refused(&mut self, id: BackendId, why: &str) {
+        let Some(b) = self.backends.by_id.get_mut(&id) else {
+            return;
+        };
+        let Role::Instance { owner, template } = b.role else {
+            return;
+        };
+        let waiting = std::mem::take(&mut b.queue);
+        tracing::info!(server = %b.plan.name, front = owner.0, "of 2026-07-28 alone ({why}): the process of a client of the handshake era is started again and driven in 2026-07-28");
+        if let Some(t) = self.backends.by_id.get_mut(&template) {
+            t.one_era = true;
+        }
+        self.backends.instances.remove(&(template, owner));
+        let next = self.serving(template, owner);
+        self.hand_over(&waiting, next);
+        self.stop_backend(id, why, Off::Disabled);
+        self.backends.by_id.remove(&id);
+        self.send_handed_over(waiting, next);
+        // It was started for its client (a call, or a subscription held
+        // for it): so is the one in its place.
+        self.start_backend(next);
+    }
+
     /// The configured server of a twin; `None` for any other backend.
     pub(crate) fn twin_s_primary(&self, id: BackendId) -> Option<BackendId> {
         match self.backends.by_id.get(&id)?.role {
@@ -213,12 +271,24 @@ impl Hub {
             b.both_eras = false;
             b.one_era = true;
         }
-        for (gid, _) in &waiting {
+        self.hand_over(&waiting, primary);
+        self.drop_twin(primary, why);
+        self.send_handed_over(waiting, primary);
+    }
+
+    /// Points the requests that waited for a refused process at `to`, its
+    /// replacement of 2026-07-28, before the refused one stops (so that
+    /// its stop does not fail them).
+    fn hand_over(&mut self, waiting: &[(u64, bytes::Bytes)], to: BackendId) {
+        for (gid, _) in waiting {
             if let Some(super::Pending::Front { backend, .. }) = self.calls.pending.get_mut(gid) {
-                *backend = primary;
+                *backend = to;
             }
         }
-        self.drop_twin(primary, why);
+    }
+
+    /// Sends the requests handed over to `to`, a server of 2026-07-28.
+    fn send_handed_over(&mut self, waiting: Vec<(u64, bytes::Bytes)>, to: BackendId) {
         for (gid, line) in waiting {
             // A subscription (counted already) is the gateway's own listen
             // at a server of 2026-07-28, as for any client of it.
@@ -230,10 +300,10 @@ impl Hub {
                 self.answer_held(gid, "{}");
                 continue;
             }
-            self.route_moved(primary, gid, line);
+            self.route_moved(to, gid, line);
         }
         // What its clients hold is now held in the gateway's listen there.
-        self.relisten(primary);
+        self.relisten(to);
     }
 
     /// The instances of a per-client template, or of every template that a

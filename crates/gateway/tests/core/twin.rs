@@ -344,3 +344,106 @@ async fn a_handshake_client_s_subscription_is_held_at_the_twin() {
     assert_eq!(servers.count("d", "resources/subscribe"), 1);
     gw.shutdown().await;
 }
+
+// === per-client servers of both eras ===
+
+#[tokio::test(start_paused = true)]
+async fn a_per_client_process_of_a_server_of_both_eras_speaks_its_client_s_era() {
+    let servers = Servers::default();
+    servers.script("own", both());
+    let mut own = plan("own");
+    own.per_client = true;
+    own.session.request_ceiling = Duration::from_secs(60);
+    let mut gw = Gateway::start(&servers, vec![own]);
+    let mut old = asking_client(&mut gw).await;
+    let mut new = gw.open().await;
+    // The handshake-era client's process is initialized and never asked
+    // its era: the newest that client and server share.
+    let r = old.call("own__echo", json!({})).await;
+    let (_, mine) = answered_by(&r);
+    assert!(r["result"].get("resultType").is_none(), "{r}");
+    let seen = methods_of(&servers, "own", mine);
+    assert_eq!(
+        seen[..2],
+        ["initialize", "notifications/initialized"],
+        "{seen:?}"
+    );
+    assert!(seen.iter().all(|m| m != "server/discover"), "{seen:?}");
+    // The 2026-07-28 client's is discovered, and never initialized.
+    let r = call_modern(&mut new, "own__echo").await;
+    let (_, theirs) = answered_by(&r);
+    assert_ne!(mine, theirs);
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    let seen = methods_of(&servers, "own", theirs);
+    assert_eq!(seen[0], "server/discover", "{seen:?}");
+    assert!(seen.iter().all(|m| m != "initialize"), "{seen:?}");
+    // A server's question mid-call reaches the handshake-era client as the
+    // server asked it, from the client's own process.
+    let ask = json!({"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}});
+    let call = old
+        .begin(
+            "tools/call",
+            json!({"name": "own__ask", "arguments": {"asks": [ask]}}),
+        )
+        .await;
+    let asked = old.notification().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    old.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}))
+        .await;
+    let done = old.answer(&call).await;
+    let answers = &done["result"]["structuredContent"]["answers"];
+    assert_eq!(answers[0]["result"]["content"]["name"], "Ada", "{done}");
+    assert!(done["result"].get("resultType").is_none(), "{done}");
+    assert_eq!(answered_by(&old.call("own__echo", json!({})).await).1, mine);
+    assert_eq!(servers.spawned("own").len(), 3, "the template and two");
+    gw.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_client_process_of_a_server_of_2026_07_28_alone_is_found_so_once() {
+    let servers = Servers::default();
+    servers.script(
+        "own",
+        Script {
+            discover: Discover::Modern,
+            ..both()
+        },
+    );
+    let mut own = plan("own");
+    own.per_client = true;
+    let mut gw = Gateway::start(&servers, vec![own]);
+    let mut first = gw.client().await;
+    // Its first process for a handshake-era client is refused
+    // `initialize`; another, discovered, takes its place and answers the
+    // call that waited.
+    let r = first.call("own__echo", json!({"x": 1})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let (_, answered) = answered_by(&r);
+    let refused: Vec<u64> = servers
+        .spawned("own")
+        .into_iter()
+        .filter(|w| {
+            methods_of(&servers, "own", *w)
+                .iter()
+                .any(|m| m == "initialize")
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "{:?}", servers.spawned("own"));
+    assert_ne!(refused[0], answered);
+    assert_eq!(methods_of(&servers, "own", answered)[0], "server/discover");
+    until("the refused process stopped", || {
+        servers.ended("own").contains(&refused[0])
+    })
+    .await;
+    // The next such client's process is discovered at once.
+    let mut second = gw.client().await;
+    let r = second.call("own__echo", json!({})).await;
+    let (_, next) = answered_by(&r);
+    assert!(![refused[0], answered].contains(&next));
+    let seen = methods_of(&servers, "own", next);
+    assert!(seen.iter().all(|m| m != "initialize"), "{seen:?}");
+    assert_eq!(
+        answered_by(&first.call("own__echo", json!({})).await).1,
+        answered
+    );
+}
