@@ -1725,7 +1725,7 @@ impl Hub {
                         }),
                 };
                 let out = match tasks {
-                    true => self.expose_tasks_in(id, &out).unwrap_or(out),
+                    true => self.expose_tasks_to(front, id, &out).unwrap_or(out),
                     false => out,
                 };
                 self.answer_to(front, out, front_id);

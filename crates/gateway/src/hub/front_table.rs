@@ -43,6 +43,15 @@ pub(crate) struct Fronts {
     /// Fronts found gone while a message was queued for them, dropped at
     /// the end of the turn.
     pub leaving: Vec<(FrontId, Outcome)>,
+    /// Task ids (as clients see them) handed to a client of the handshake
+    /// era, by the front that got them: a `tasks/*` request naming one
+    /// from any other front is answered as for an id no server gave, and
+    /// after its front ends, from every front (see `tasks.rs`).
+    pub task_owners: HashMap<String, FrontId>,
+    /// `task_owners`' ids, oldest first: past
+    /// [`MAX_BOUND_TASKS`](super::tasks::MAX_BOUND_TASKS), the oldest is
+    /// forgotten (no longer bound).
+    pub task_order: VecDeque<String>,
 }
 
 /// One front connection: what its client declared, where its messages go,

@@ -18,6 +18,15 @@
 //! cannot tell whose task it is, and the revision lets a client rely on
 //! polling alone. Served as itself (transparent), the one server's ids
 //! pass untouched.
+//!
+//! A task belongs to the client it was handed to, where the gateway can
+//! tell clients apart: an id handed to a client of the handshake era (an
+//! HTTP session, the stdio client) is bound to it, and `tasks/*` naming it
+//! from anyone else (another session, a 2026-07-28 request, which carries
+//! no session) is answered as an id no server gave; once that client has
+//! gone, from everyone. Ids handed to 2026-07-28 requests are not bound:
+//! nothing says which client a later request comes from. At most
+//! [`MAX_BOUND_TASKS`] ids are bound, the oldest forgotten first.
 
 use std::sync::LazyLock;
 
@@ -32,6 +41,9 @@ use super::front::Params;
 use super::request::FrontRequest;
 use crate::fronts::FrontId;
 use crate::raw::{self, RawObject};
+
+/// The most task ids bound to the clients they were handed to.
+pub(crate) const MAX_BOUND_TASKS: usize = 16_384;
 
 /// The `_meta` key tying a message to a task.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
@@ -62,7 +74,13 @@ impl Hub {
             let msg = format!("{method} needs params.taskId, a string");
             return self.reply_error(front, req, INVALID_PARAMS, &msg);
         };
-        let Some((backend, own)) = self.task_target(&exposed) else {
+        let bound_elsewhere = self
+            .fronts
+            .task_owners
+            .get(exposed.as_ref())
+            .is_some_and(|owner| *owner != front);
+        let target = self.task_target(&exposed).filter(|_| !bound_elsewhere);
+        let Some((backend, own)) = target else {
             let msg = format!(
                 "Failed to retrieve task: Task not found: no server of this gateway gave the task id {exposed:?} (ids are SERVER{}ID)",
                 self.settings.separator.as_str()
@@ -126,9 +144,46 @@ impl Hub {
         format!("{name}{}{own}", self.settings.separator.as_str())
     }
 
-    /// An answer from `backend` with the task ids in its result exposed;
-    /// `None` when it has none (or is an error).
-    pub(crate) fn expose_tasks_in(&self, backend: BackendId, line: &[u8]) -> Option<Bytes> {
+    /// An answer from `backend` to `front` with the task ids in its result
+    /// exposed, and a task it hands out bound to `front` when that front
+    /// is of the handshake era; `None` when it names none (or is an error).
+    pub(crate) fn expose_tasks_to(
+        &mut self,
+        front: FrontId,
+        backend: BackendId,
+        line: &[u8],
+    ) -> Option<Bytes> {
+        let (out, handed) = self.expose_tasks_in(backend, line)?;
+        let session = self
+            .fronts
+            .open
+            .get(&front)
+            .is_some_and(|f| f.info.era == super::request::Era::Handshake);
+        if let (Some(id), true) = (handed, session) {
+            self.bind_task(id, front);
+        }
+        Some(out)
+    }
+
+    /// Binds a task id handed to `front` to it (see the module docs).
+    fn bind_task(&mut self, id: String, front: FrontId) {
+        let fronts = &mut self.fronts;
+        if fronts.task_owners.contains_key(&id) {
+            return;
+        }
+        if fronts.task_order.len() >= MAX_BOUND_TASKS {
+            if let Some(oldest) = fronts.task_order.pop_front() {
+                fronts.task_owners.remove(&oldest);
+            }
+        }
+        fronts.task_order.push_back(id.clone());
+        fronts.task_owners.insert(id, front);
+    }
+
+    /// An answer from `backend` with the task ids in its result exposed,
+    /// and the id of the task it hands out or describes; `None` when it
+    /// names none (or is an error).
+    fn expose_tasks_in(&self, backend: BackendId, line: &[u8]) -> Option<(Bytes, Option<String>)> {
         // Most answers (every plain tool result) name no task: one fast
         // scan says so, and the answer is not read member by member.
         static TASK_ID: LazyLock<memmem::Finder<'static>> =
@@ -139,16 +194,27 @@ impl Hub {
         let text = std::str::from_utf8(line).ok()?;
         let top = RawObject::parse(text)?;
         let result = RawObject::parse(top.get("result")?.get())?;
-        let quoted = |own: &str| raw::quote(&self.expose_task_id(backend, own));
+        // The id of a task this answer creates (a CreateTaskResult), as
+        // against one it describes (a task's state).
+        let mut handed = None;
+        let mut quoted = |own: &str, creates: bool| {
+            let exposed = self.expose_task_id(backend, own);
+            let text = raw::quote(&exposed);
+            if creates {
+                handed = Some(exposed);
+            }
+            text
+        };
         let mut edits: Vec<(&str, String)> = Vec::new();
         // A task's state, or the extension's CreateTaskResult.
         if let Some(own) = result.str("taskId") {
-            edits.push(("taskId", quoted(&own)));
+            let creates = result.str("resultType").as_deref() == Some("task");
+            edits.push(("taskId", quoted(&own, creates)));
         }
         // 2025-11-25's CreateTaskResult.
         if let Some(task) = result.get("task").and_then(|t| RawObject::parse(t.get())) {
             if let Some(own) = task.str("taskId") {
-                edits.push(("task", task.with("taskId", &quoted(&own))));
+                edits.push(("task", task.with("taskId", &quoted(&own, true))));
             }
         }
         // A task's result, tied to its task.
@@ -163,7 +229,7 @@ impl Hub {
         let edits: Vec<(&str, Option<&str>)> =
             edits.iter().map(|(k, v)| (*k, Some(v.as_str()))).collect();
         let result = result.write(&edits);
-        Some(Bytes::from(top.with("result", &result)))
+        Some((Bytes::from(top.with("result", &result)), handed))
     }
 
     /// `meta` (a `_meta` object's text) with the task id of its

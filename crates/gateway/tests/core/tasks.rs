@@ -164,3 +164,61 @@ async fn a_shared_server_s_task_status_reaches_no_client() {
     );
     gw.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_task_handed_to_a_session_is_that_session_s_alone() {
+    let servers = Servers::default();
+    with_tasks(&servers, "a");
+    with_tasks(&servers, "b");
+    let mut gw = Gateway::start(&servers, vec![plan("a"), plan("b")]);
+    let mut owner = gw.client().await;
+    let mut other = gw.client().await;
+    let r = owner
+        .request(
+            "tools/call",
+            json!({"name": "a__echo", "arguments": {}, "task": {"ttl": 60000}}),
+        )
+        .await;
+    let id = r["result"]["task"]["taskId"].clone();
+    assert_eq!(id, "a__task-1", "{r}");
+    // Another session, and a 2026-07-28 request (no session), are told
+    // what they would be of an id no server gave; the server never sees
+    // their requests.
+    for method in ["tasks/get", "tasks/result", "tasks/cancel"] {
+        let r = other.request(method, json!({"taskId": id})).await;
+        assert_eq!(r["error"]["code"], INVALID_PARAMS, "{method}: {r}");
+        assert_eq!(r["error"]["data"]["taskId"], id, "{r}");
+    }
+    let mut modern = gw.open().await;
+    let r = modern
+        .request_modern("tasks/get", json!({"taskId": id}))
+        .await;
+    assert_eq!(r["error"]["code"], INVALID_PARAMS, "{r}");
+    assert_eq!(servers.count("a", "tasks/get"), 0);
+    assert_eq!(servers.count("a", "tasks/cancel"), 0);
+    // Its own session reaches it.
+    let r = owner.request("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(r["result"]["taskId"], id, "{r}");
+    // Once that session has gone, nobody does.
+    owner.close().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = other.request("tasks/get", json!({"taskId": id})).await;
+    assert_eq!(r["error"]["code"], INVALID_PARAMS, "{r}");
+    assert_eq!(servers.count("a", "tasks/get"), 1);
+    // A task created by a 2026-07-28 request is bound to nobody: any
+    // request naming it reaches it.
+    let r = modern
+        .request_modern(
+            "tools/call",
+            json!({"name": "b__echo", "arguments": {}, "task": {"ttl": 60000}}),
+        )
+        .await;
+    let created = r["result"]["taskId"]
+        .as_str()
+        .or_else(|| r["result"]["task"]["taskId"].as_str())
+        .unwrap_or_else(|| panic!("a task: {r}"))
+        .to_owned();
+    let r = other.request("tasks/get", json!({"taskId": created})).await;
+    assert_eq!(r["result"]["taskId"], created, "{r}");
+    gw.shutdown().await;
+}
