@@ -5,8 +5,8 @@
 #   - both HAProxy configurations with `haproxy -c` (HAProxy must be
 #     installed: tests/lb/run.sh installs it);
 #   - that the in-cluster configuration routes like the shipped one (the
-#     same stickiness, retry and check lines; the routing of multi-round
-#     retries by replica name is the shipped one's only).
+#     same stickiness, retry, check and multi-round routing lines), and that
+#     each of its servers has its use-server line and its pod.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -52,11 +52,27 @@ haproxy -c -q -f "$tmp/cluster.cfg"
 
 # The lines that decide where a request goes must be the same in both.
 routing() {
-    grep -E '^\s*(balance|stick|stick-table|option (http-buffer-request|redispatch|httpchk)|retries|retry-on|http-check|default-server|timeout)\b' "$1" | grep -vE 'timeout (resolve|retry)' \
+    grep -E '^\s*(balance|stick|stick-table|option (http-buffer-request|redispatch|httpchk)|retries|retry-on|http-check|default-server|timeout|http-request)\b' "$1" | grep -vE 'timeout (resolve|retry)' \
         | sed -E 's/^\s+//; s/\s+/ /g'
 }
 if ! diff <(routing "$ROOT/deploy/haproxy/haproxy.cfg") <(routing "$tmp/cluster.cfg") >&2; then
     echo "deploy: the two HAProxy configurations route differently (above)" >&2
     exit 1
 fi
+# Every server of the in-cluster one is routed to by its name, and named
+# after a pod the StatefulSet can make.
+servers="$(grep -E '^\s*server ' "$tmp/cluster.cfg" | awk '{print $2}' | sort)"
+routed="$(grep -E '^\s*use-server ' "$tmp/cluster.cfg" | awk '{print $2}' | sort)"
+if [[ -z "$servers" || "$servers" != "$routed" ]]; then
+    echo "deploy: the in-cluster servers and their use-server lines differ" >&2
+    exit 1
+fi
+while read -r server; do
+    grep -qE "^\s*use-server $server if \{ var\(txn.replica\) -m str $server \}" "$tmp/cluster.cfg" \
+        || { echo "deploy: $server is not routed by its own name" >&2; exit 1; }
+    grep -qE "^\s*server $server $server\.mcpvisor-replicas\." "$tmp/cluster.cfg" \
+        || { echo "deploy: $server is not its pod's DNS name" >&2; exit 1; }
+done <<<"$servers"
+grep -q -- '- \$(POD_NAME)' "$ROOT/deploy/kubernetes/mcpvisor.yaml" \
+    || { echo "deploy: the pods do not run with --replica-id set to their names" >&2; exit 1; }
 echo "deploy: all valid" >&2
