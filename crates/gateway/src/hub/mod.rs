@@ -650,6 +650,15 @@ impl Hub {
         self.calls.forget_held_for(front);
         // Most fronts that end have nothing in flight (a stateless
         // request's, once answered): no walk over every pending call then.
+        debug_assert!(
+            f.awaiting > 0
+                || !self
+                    .calls
+                    .pending
+                    .values()
+                    .any(|p| matches!(p, Pending::Front { front: g, .. } if *g == front)),
+            "a front with nothing awaiting holds a pending call"
+        );
         let held: Vec<u64> = if f.awaiting == 0 {
             Vec::new()
         } else {
