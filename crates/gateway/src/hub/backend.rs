@@ -1840,21 +1840,20 @@ impl Hub {
                 self.arm_health(id);
                 self.arm_idle(id);
             }
-            None if matches!(b.role, Role::Twin { .. }) => {
+            // A second process for the handshake era that its server, of
+            // 2026-07-28 alone, refused.
+            None if instance_refused || matches!(b.role, Role::Twin { .. }) => {
+                let twin = matches!(b.role, Role::Twin { .. });
                 let why = answer
                     .pointer("/error/message")
                     .and_then(Value::as_str)
-                    .unwrap_or("no reason given")
-                    .to_owned();
-                self.twin_refused(id, &format!("its initialize was refused: {why}"));
-            }
-            None if instance_refused => {
-                let why = answer
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("no reason given")
-                    .to_owned();
-                self.instance_refused(id, &format!("its initialize was refused: {why}"));
+                    .unwrap_or("no reason given");
+                let why = format!("its initialize was refused: {why}");
+                if twin {
+                    self.twin_refused(id, &why);
+                } else {
+                    self.instance_refused(id, &why);
+                }
             }
             None => {
                 let data = answer

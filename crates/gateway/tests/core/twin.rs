@@ -55,6 +55,27 @@ async fn asking_client(gw: &mut Gateway) -> Front {
     front
 }
 
+/// Calls `tool`, whose server asks `client` its name with an
+/// `elicitation/create` of its own mid-call; answers "Ada" and checks the
+/// server had it. The call's answer.
+async fn asked_the_old_way(client: &mut Front, tool: &str) -> Value {
+    let ask = json!({"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}});
+    let call = client
+        .begin(
+            "tools/call",
+            json!({"name": tool, "arguments": {"asks": [ask]}}),
+        )
+        .await;
+    let asked = client.notification().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    client.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}))
+        .await;
+    let done = client.answer(&call).await;
+    let answers = &done["result"]["structuredContent"]["answers"];
+    assert_eq!(answers[0]["result"]["content"]["name"], "Ada", "{done}");
+    done
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_handshake_client_s_call_starts_the_twin_and_a_2026_client_s_stays_on_the_primary() {
     let servers = Servers::default();
@@ -263,20 +284,7 @@ async fn a_request_from_the_twin_goes_to_the_client_that_made_the_call() {
     other.call("d__echo", json!({})).await;
 
     // The server asks the client mid-call, the handshake era's way.
-    let ask = json!({"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}});
-    let call = old
-        .begin(
-            "tools/call",
-            json!({"name": "d__ask", "arguments": {"asks": [ask]}}),
-        )
-        .await;
-    let asked = old.notification().await;
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
-    old.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}))
-        .await;
-    let done = old.answer(&call).await;
-    let answers = &done["result"]["structuredContent"]["answers"];
-    assert_eq!(answers[0]["result"]["content"]["name"], "Ada", "{done}");
+    asked_the_old_way(&mut old, "d__ask").await;
     // Asked of it alone.
     for front in [&mut other, &mut new] {
         let seen = front.drain(Duration::from_secs(1)).await;
@@ -379,20 +387,7 @@ async fn a_per_client_process_of_a_server_of_both_eras_speaks_its_client_s_era()
     assert!(seen.iter().all(|m| m != "initialize"), "{seen:?}");
     // A server's question mid-call reaches the handshake-era client as the
     // server asked it, from the client's own process.
-    let ask = json!({"method": "elicitation/create", "params": {"message": "Your name?", "requestedSchema": {"type": "object"}}});
-    let call = old
-        .begin(
-            "tools/call",
-            json!({"name": "own__ask", "arguments": {"asks": [ask]}}),
-        )
-        .await;
-    let asked = old.notification().await;
-    assert_eq!(asked["method"], "elicitation/create", "{asked}");
-    old.send(json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"name": "Ada"}}}))
-        .await;
-    let done = old.answer(&call).await;
-    let answers = &done["result"]["structuredContent"]["answers"];
-    assert_eq!(answers[0]["result"]["content"]["name"], "Ada", "{done}");
+    let done = asked_the_old_way(&mut old, "own__ask").await;
     assert!(done["result"].get("resultType").is_none(), "{done}");
     assert_eq!(answered_by(&old.call("own__echo", json!({})).await).1, mine);
     assert_eq!(servers.spawned("own").len(), 3, "the template and two");
