@@ -445,17 +445,12 @@ async fn post_inner(
     }
     let line = read_body(shared, headers, body).await?;
     let has_session = headers.contains_key(&SESSION_ID);
-    // A request in a session is of the handshake era, and its params are
-    // the hub's business: its envelope is all the front reads. Only a
-    // sessionless request's params are read here (to tell its era, and to
-    // check a 2026-07-28 request's `_meta` and name), in the same pass as
-    // its envelope, since a large tool call's arguments are most of its
-    // line.
-    let peeked = if has_session {
-        Envelope::peek(&line).map(|env| (env, None))
-    } else {
-        Envelope::peek_with_params(&line)
-    };
+    // The params are read in the same pass as the envelope: a sessionless
+    // request's to tell its era and check a 2026-07-28 request's `_meta`
+    // and name; a request's in a session for the hub, which routes by them
+    // and is handed what this pass read (`Scanned`) instead of scanning the
+    // line again.
+    let peeked = Envelope::peek_with_params(&line);
     let (env, scanned) = match peeked {
         Ok(peeked) => peeked,
         Err(e) => {
@@ -497,13 +492,14 @@ async fn post_inner(
         }
         let (key, handle, _) = shared.open(false).await?;
         let id = id.unwrap_or_default();
+        let scan = scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
         // Whether the client polls is known from its next request on.
         let accepts = Accepts {
             json: json_ok,
             sse: sse_ok,
             polls: false,
         };
-        let answer = exchange(shared, &handle, id, line, accepts).await;
+        let answer = exchange(shared, &handle, id, line, scan, accepts).await;
         let failed = match &answer {
             Answer::Json(ev) => mcpvisor_jsonrpc::envelope::error_code(&ev.line).is_some(),
             Answer::Stream(_) => false,
@@ -531,7 +527,9 @@ async fn post_inner(
                     sse: sse_ok,
                     polls: polls(headers),
                 };
-                exchange(shared, &handle, id, line, accepts)
+                let scan =
+                    scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
+                exchange(shared, &handle, id, line, scan, accepts)
                     .await
                     .into_response()
             }
@@ -862,6 +860,7 @@ async fn exchange(
     handle: &Handle,
     id: String,
     line: Bytes,
+    scan: Option<Box<Scanned>>,
     accepts: Accepts,
 ) -> Answer {
     let guard = InFlightGuard::new(shared);
@@ -883,7 +882,7 @@ async fn exchange(
     let msg = FrontCommand::Message {
         front: handle.front,
         line,
-        scan: None,
+        scan,
     };
     if !shared.to_hub(msg).await {
         let _ = handle.commands.send(Command::Abandon { id: rid }).await;
