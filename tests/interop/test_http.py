@@ -56,7 +56,8 @@ from test_py_server import EXPECTED_TOOLS as PY_TOOLS
 LEGACY = "legacy"
 STATELESS = "2026-07-28"
 HANDSHAKE_VERSION = "2025-11-25"  # what the SDK's `legacy` mode negotiates
-LISTENING = re.compile(r"mcpvisor: listening on (http://\S+)")
+# A whole line: the address is taken only once its newline is there.
+LISTENING = re.compile(r"mcpvisor: listening on (http://\S+)\n")
 PY_CMD = [sys.executable, "-u", str(PY_SERVER)]
 SAMPLED_TEXT = "sampled by the interop HTTP client"
 TS_CLIENT = HERE / "http_ts_client.mjs"

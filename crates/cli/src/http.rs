@@ -175,7 +175,7 @@ pub async fn serve(
         },
         extra,
     ));
-    eprintln!("mcpvisor: listening on http://{local}{path}");
+    crate::output::announce(&format!("mcpvisor: listening on http://{local}{path}"));
     tracing::info!("listening on http://{local}{path}");
     let served = front.await;
     signals.abort();

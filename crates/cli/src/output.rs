@@ -39,7 +39,19 @@ pub fn print(text: &str) -> Result<(), Error> {
 /// [`print()`]. If stderr cannot be written there is nobody to tell.
 pub fn warn(line: &str) {
     let line = mcpvisor_config::redact::global().redact(line);
-    let _ = writeln!(io::stderr().lock(), "{line}");
+    announce(&line);
+}
+
+/// Writes one whole line to stderr in a single write, so that a program
+/// waiting for it (a script or a test reading the address mcpvisor listens
+/// on) never reads half of it. `eprintln!` writes each piece of its format
+/// on its own: a reader could see `listening on http://` before the
+/// address. If stderr cannot be written there is nobody to tell.
+pub fn announce(line: &str) {
+    let mut text = String::with_capacity(line.len() + 1);
+    text.push_str(line);
+    text.push('\n');
+    let _ = io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// Prints clap's help, version or usage error and gives the exit status:

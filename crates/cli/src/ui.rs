@@ -107,7 +107,7 @@ pub fn announce(local: SocketAddr, token: &Token) -> Option<RuntimeFile> {
             None
         }
     };
-    eprintln!("mcpvisor: UI at {url}?token={}", token.expose());
+    crate::output::announce(&format!("mcpvisor: UI at {url}?token={}", token.expose()));
     tracing::info!("web UI at {url}");
     file
 }
