@@ -268,6 +268,35 @@ async def test_serve_modern_client_answers_servers_requests_in_retries(setup: Se
     assert peer.roots_requests >= 1
 
 
+class _OneServer:
+    """A config file with the Python server alone, driven in 2026-07-28."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = (tmp_path / "root").resolve()
+        self.root.mkdir()
+        self.config = tmp_path / "mcp.json"
+        entry = {"command": sys.executable, "args": ["-u", str(PY_SERVER)], "era": "2026-07-28"}
+        self.config.write_text(json.dumps({"mcpServers": {"py": entry}}))
+
+
+@pytest.mark.parametrize("mode", ("legacy", "2026-07-28"))
+async def test_serve_a_2026_server_s_questions_reach_clients_of_both_eras(mode: str, tmp_path: Path, errlog) -> None:
+    """The Python server chosen to run in 2026-07-28 (one process for every
+    client): what it needs mid-call comes back as an InputRequiredResult.
+    For a client of the handshake era the gateway asks it the old way (a
+    real `roots/list`) and retries the call on the server with its answer
+    and the server's own requestState; a 2026-07-28 client gets the round
+    and answers it in its SDK's retry loop."""
+    setup = _OneServer(tmp_path)
+    peer = Peer(setup.root)
+    async with peer.client(setup, errlog, mode) as client:
+        assert client.session.protocol_version == ("2026-07-28" if mode != "legacy" else "2025-11-25")
+        for _ in range(2):
+            roots = json.loads(_texts(await client.call_tool("py__ask_roots", {}))[0])
+            assert roots == [setup.root.as_uri()]
+    assert peer.roots_requests == 2, peer.roots_requests
+
+
 async def test_serve_roots(setup: Setup, errlog) -> None:
     """The client's roots reach every server that asks: server-filesystem
     (which then serves the root instead of the directory it was started on),
