@@ -492,7 +492,7 @@ async fn post_inner(
         }
         let (key, handle, _) = shared.open(false).await?;
         let id = id.unwrap_or_default();
-        let scan = scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
+        let scan = handed_on(&line, &env, scanned);
         // Whether the client polls is known from its next request on.
         let accepts = Accepts {
             json: json_ok,
@@ -527,8 +527,7 @@ async fn post_inner(
                     sse: sse_ok,
                     polls: polls(headers),
                 };
-                let scan =
-                    scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
+                let scan = handed_on(&line, &env, scanned);
                 exchange(shared, &handle, id, line, scan, accepts)
                     .await
                     .into_response()
@@ -540,10 +539,11 @@ async fn post_inner(
                 if let Some(rid) = cancelled_request(&line) {
                     let _ = handle.commands.send(Command::Abandon { id: rid }).await;
                 }
+                let scan = handed_on(&line, &env, scanned);
                 let msg = FrontCommand::Message {
                     front: handle.front,
                     line,
-                    scan: None,
+                    scan,
                 };
                 if shared.to_hub(msg).await {
                     StatusCode::ACCEPTED.into_response()
@@ -583,7 +583,7 @@ async fn post_inner(
         polls: false,
     };
     // What was read of the line goes to the hub with it: read once.
-    let scan = scanned.and_then(|params| Scanned::of(&line, &env, params).map(Box::new));
+    let scan = handed_on(&line, &env, scanned);
     let mut resp = match exchange_stateless(shared, id, line, scan, accepts, listen).await {
         // The revision's errors have their own statuses; on a stream the
         // status was sent before the answer was known.
@@ -594,6 +594,17 @@ async fn post_inner(
         resp.headers_mut().insert(&REPLICA, replica.clone());
     }
     Ok(resp)
+}
+
+/// What the front's scan read of `line` (its envelope `env` and, when the
+/// scan read them, its params), to go to the hub with it so that the hub
+/// does not scan the line again.
+fn handed_on(
+    line: &[u8],
+    env: &Envelope<'_>,
+    scanned: Option<Option<mcpvisor_jsonrpc::envelope::ParamsObject<'_>>>,
+) -> Option<Box<Scanned>> {
+    scanned.and_then(|params| Scanned::of(line, env, params).map(Box::new))
 }
 
 /// The front of one stateless request (see [`Shared::open_stateless`]).

@@ -1490,26 +1490,18 @@ impl Hub {
         {
             return;
         }
-        // A twin whose first process could not be initialized: a server of
-        // 2026-07-28 alone, whose session gave up on the handshake.
-        let twin_untried = self
-            .backends
-            .by_id
-            .get(&id)
-            .is_some_and(|b| matches!(b.role, Role::Twin { .. }) && b.init.is_none());
-        if twin_untried && matches!(event, E::Failed { .. }) {
-            self.observe_session(id, &event);
-            return self.twin_refused(id, "it could not be initialized");
-        }
-        let instance_untried = self.instance_for_handshake_client(id)
+        // A process tried in the handshake era for that era's clients whose
+        // first process could not be initialized: a server of 2026-07-28
+        // alone, whose session gave up on the handshake.
+        let untried = self.tried_for_handshake_clients(id)
             && self
                 .backends
                 .by_id
                 .get(&id)
                 .is_some_and(|b| b.init.is_none());
-        if instance_untried && matches!(event, E::Failed { .. }) {
+        if untried && matches!(event, E::Failed { .. }) {
             self.observe_session(id, &event);
-            return self.instance_refused(id, "it could not be initialized");
+            return self.refused_for_handshake_clients(id, "it could not be initialized");
         }
         self.observe_session(id, &event);
         if matches!(event, E::Ready { .. }) {
@@ -1816,8 +1808,8 @@ impl Hub {
     }
 
     fn on_initialized(&mut self, id: BackendId, answer: Value) {
-        let instance_refused =
-            answer.get("result").is_none() && self.instance_for_handshake_client(id);
+        let refused_for_clients =
+            answer.get("result").is_none() && self.tried_for_handshake_clients(id);
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -1840,20 +1832,15 @@ impl Hub {
                 self.arm_health(id);
                 self.arm_idle(id);
             }
-            // A second process for the handshake era that its server, of
+            // A process for the handshake era's clients that its server, of
             // 2026-07-28 alone, refused.
-            None if instance_refused || matches!(b.role, Role::Twin { .. }) => {
-                let twin = matches!(b.role, Role::Twin { .. });
+            None if refused_for_clients => {
                 let why = answer
                     .pointer("/error/message")
                     .and_then(Value::as_str)
                     .unwrap_or("no reason given");
                 let why = format!("its initialize was refused: {why}");
-                if twin {
-                    self.twin_refused(id, &why);
-                } else {
-                    self.instance_refused(id, &why);
-                }
+                self.refused_for_handshake_clients(id, &why);
             }
             None => {
                 let data = answer

@@ -165,12 +165,31 @@ impl Hub {
             && self.of_handshake_era(owner)
     }
 
+    /// Whether `id` was started in the handshake era for that era's clients
+    /// of a server that may be of 2026-07-28 alone: a twin, or a per-client
+    /// process of a handshake-era client. Its `initialize` refused, it goes
+    /// ([`Hub::refused_for_handshake_clients`]).
+    pub(crate) fn tried_for_handshake_clients(&self, id: BackendId) -> bool {
+        self.twin_s_primary(id).is_some() || self.instance_for_handshake_client(id)
+    }
+
+    /// A process tried for the handshake era's clients (see
+    /// [`Hub::tried_for_handshake_clients`]) that its server refused: a
+    /// twin is forgotten, a per-client process replaced.
+    pub(crate) fn refused_for_handshake_clients(&mut self, id: BackendId, why: &str) {
+        if self.twin_s_primary(id).is_some() {
+            self.twin_refused(id, why);
+        } else {
+            self.instance_refused(id, why);
+        }
+    }
+
     /// A per-client process initialized for a client of the handshake era
     /// refused: its server is of 2026-07-28 alone. A new process takes its
     /// place, found by discovery (that client's input requests bridged),
     /// with the requests that waited for it; so does every such process of
     /// that server after it, until its definition changes.
-    pub(crate) fn instance_refused(&mut self, id: BackendId, why: &str) {
+    fn instance_refused(&mut self, id: BackendId, why: &str) {
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
@@ -256,7 +275,7 @@ impl Hub {
     /// alone. The twin is forgotten, the requests that waited for it go to
     /// the configured process (bridged, as for any server of that era), and
     /// no twin is tried again until its definition changes.
-    pub(crate) fn twin_refused(&mut self, twin: BackendId, why: &str) {
+    fn twin_refused(&mut self, twin: BackendId, why: &str) {
         let Some(primary) = self.twin_s_primary(twin) else {
             return;
         };

@@ -181,8 +181,9 @@ impl Hub {
     }
 
     /// An answer from `backend` with the task ids in its result exposed,
-    /// and the id of the task it hands out or describes; `None` when it
-    /// names none (or is an error).
+    /// and the id of the task it creates, if it is a `CreateTaskResult`
+    /// (not the id a task's state names); `None` when it names none (or is
+    /// an error).
     fn expose_tasks_in(&self, backend: BackendId, line: &[u8]) -> Option<(Bytes, Option<String>)> {
         // Most answers (every plain tool result) name no task: one fast
         // scan says so, and the answer is not read member by member.
