@@ -47,6 +47,47 @@ async fn ids_round_trip_exactly_and_are_remapped_for_the_worker() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_burst_reaches_the_worker_in_slices_not_whole() {
+    let spawner = TestSpawner::new(Behaviour::default());
+    let mut c = Client::start(config(), spawner.clone());
+    c.initialize().await;
+    let before = spawner.stdin_reads.lock().expect("reads").len();
+    // 64 calls in one write: the session reads them all at once.
+    let burst: Vec<String> = (1..=64)
+        .map(|id| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"n":{id}}}}}}}"#
+            )
+        })
+        .collect();
+    c.send_raw(&burst.join("\n")).await;
+    let mut ids: Vec<u64> = Vec::new();
+    for _ in 0..64 {
+        ids.push(c.recv().await["id"].as_u64().expect("an integer id"));
+    }
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (1..=64).collect::<Vec<u64>>(),
+        "every call answered once"
+    );
+    // The worker had the first calls before the session had taken the
+    // last: what reached it came in several reads, none with most of it.
+    let reads = spawner.stdin_reads.lock().expect("reads")[before..].to_vec();
+    let burst_bytes: u64 = reads.iter().sum();
+    assert!(
+        reads.len() >= 4,
+        "the burst came in {} reads: {reads:?}",
+        reads.len()
+    );
+    assert!(
+        reads.iter().all(|&n| n * 2 < burst_bytes),
+        "one read took most of the burst: {reads:?}"
+    );
+    assert_eq!(c.close().await, Outcome::ClientClosed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn no_head_of_line_blocking_responses_in_completion_order() {
     let mut c = Client::start(config(), TestSpawner::new(Behaviour::default()));
     c.initialize().await;

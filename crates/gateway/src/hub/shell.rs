@@ -58,12 +58,6 @@ struct Shell {
     pins_refused: std::collections::VecDeque<PinsRead>,
 }
 
-/// Inputs the hub handles in a row, while more wait, before it lets the
-/// backends' sessions run (see the end of the loop in [`serve`]). Measured
-/// with `mcpvisor-bench` (`serve`, 64 B `tools/call` at concurrency 32):
-/// without slices 0.46× direct, with slices of 8 0.89×.
-const SLICE: u32 = 8;
-
 /// Room in the pin task's queue of jobs.
 const PIN_JOBS: usize = 256;
 
@@ -114,9 +108,7 @@ pub(super) async fn serve(
     hub.add_servers(servers);
     shell.carry_out(&mut hub);
     let mut fronts_open = true;
-    // Inputs handled in a row while more were waiting (see the end of the
-    // loop).
-    let mut in_a_row = 0;
+    let mut slices = mcpvisor_session::writer::Slices::default();
     let outcome = loop {
         if let Some(outcome) = hub.ended(fronts_open) {
             break outcome;
@@ -163,18 +155,15 @@ pub(super) async fn serve(
         hub.end_turn();
         shell.carry_out(&mut hub);
         while shell.stopping.try_join_next().is_some() {}
-        // A burst is handled in slices. While more input waits (a line in
-        // the stdio client's buffer, a front's command, a backend's line),
-        // the hub would otherwise handle all of it before the backends'
-        // sessions write a line of it to their servers, and every process
-        // would take the burst whole, one after the other. After SLICE
-        // inputs in a row it lets the other tasks run, so that a server
-        // works on a burst's first lines while the hub reads the rest.
+        // A burst is handled in slices (see `Slices`): while more input
+        // waits (a line in the stdio client's buffer, a front's command, a
+        // backend's line), the backends' sessions get their turn every few
+        // inputs, so that a server works on a burst's first lines while
+        // the hub reads the rest.
         let stdio_line = stdio.as_ref().is_some_and(|s| s.readable() && s.has_line());
         let backend_lines = !shell.events_rx.is_empty();
         let waiting = stdio_line || backend_lines || (fronts_open && !fronts.is_empty());
-        in_a_row = if waiting { in_a_row + 1 } else { 0 };
-        let slice_done = in_a_row >= SLICE;
+        let slice_done = slices.turn(waiting);
         // What is queued for the stdio client is written once no more of
         // what was read from it, or of the backends' lines, waits to be
         // handled, or at the end of a slice: a burst goes out in a few
@@ -186,7 +175,6 @@ pub(super) async fn serve(
             }
         }
         if slice_done {
-            in_a_row = 0;
             tokio::task::yield_now().await;
         }
     };

@@ -245,10 +245,6 @@ const CLIENT_QUEUE: usize = 1024;
 const OUTBOX: usize = 1024;
 /// Capacity of each worker's stdin queue; a worker this far behind is stuck.
 const WORKER_QUEUE: usize = 1024;
-/// Turns the session takes in a row, while more input waits, before it
-/// writes what is queued and lets the other tasks run (see the end of the
-/// loop in [`Session::run_with`]).
-const SLICE: u32 = 8;
 /// How long one half of a generation's end waits for the other (stdout closed
 /// and process exited).
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
@@ -316,8 +312,7 @@ impl<S: Spawner> Session<S> {
             fetch: None,
             status,
         };
-        // Turns in a row with more input waiting (see the loop's end).
-        let mut in_a_row = 0;
+        let mut slices = writer::Slices::default();
         let outcome = loop {
             match s.client {
                 ClientState::Gone => break Outcome::ClientGone,
@@ -370,17 +365,14 @@ impl<S: Spawner> Session<S> {
                 && s.client_out.queued() < CLIENT_QUEUE
                 && input.has_frame())
                 || (s.client_out.queued() < CLIENT_QUEUE + OUTBOX && s.stdouts.has_line());
-            // A long burst goes out in slices, not whole: after SLICE
-            // turns in a row with more waiting, what is queued is written
-            // and the other tasks run (a gateway's hub takes its answers),
-            // so that the worker starts on a burst's first lines while the
-            // session reads the rest.
-            in_a_row = if more { in_a_row + 1 } else { 0 };
-            if !more || in_a_row >= SLICE {
+            // A long burst goes out in slices, not whole (see `Slices`):
+            // the worker starts on its first lines, and a gateway's hub on
+            // its first answers, while the session reads the rest.
+            let slice_done = slices.turn(more);
+            if !more || slice_done {
                 s.write_out().await;
             }
-            if in_a_row >= SLICE {
-                in_a_row = 0;
+            if slice_done {
                 tokio::task::yield_now().await;
             }
         };

@@ -66,6 +66,9 @@ pub struct TestSpawner {
     pub spawned: Arc<Mutex<Vec<u64>>>,
     /// Generations whose worker has ended, in the order they ended.
     pub ended: Arc<Mutex<Vec<u64>>>,
+    /// The size of each read by which a worker took bytes from its stdin,
+    /// every generation's in the order they happened.
+    pub stdin_reads: Arc<Mutex<Vec<u64>>>,
 }
 
 impl TestSpawner {
@@ -75,6 +78,7 @@ impl TestSpawner {
             log: Log::default(),
             spawned: Arc::default(),
             ended: Arc::default(),
+            stdin_reads: Arc::default(),
         }
     }
 
@@ -113,11 +117,13 @@ impl Spawner for TestSpawner {
             inner: stdin_ours,
             pipe: Arc::clone(&pipe),
             reader: false,
+            reads: None,
         };
         let stdin_theirs = Counted {
             inner: stdin_theirs,
             pipe: Arc::clone(&pipe),
             reader: true,
+            reads: Some(Arc::clone(&self.stdin_reads)),
         };
         let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
         let (exit_tx, exit_rx) = oneshot::channel::<Exit>();
@@ -189,6 +195,8 @@ struct Counted {
     pipe: Arc<PipeCounts>,
     /// The worker's end, read; else the session's, written.
     reader: bool,
+    /// Where the worker's end logs the size of each read that took bytes.
+    reads: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
 impl Drop for Counted {
@@ -209,6 +217,9 @@ impl AsyncRead for Counted {
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         let n = (buf.filled().len() - before) as u64;
         self.pipe.read.fetch_add(n, Ordering::AcqRel);
+        if let Some(reads) = self.reads.as_ref().filter(|_| n > 0) {
+            reads.lock().expect("reads").push(n);
+        }
         polled
     }
 }
