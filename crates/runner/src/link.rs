@@ -15,11 +15,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
 use mcpvisor_session::input::{Line, Lines};
-use mcpvisor_session::writer::{Gone, LineSink, Outlet};
+use mcpvisor_session::writer::{ChannelSlot, Gone, LineSink, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::sync::PollSender;
 
 /// Lines the owner can queue for the session before [`Link::try_send`]
 /// refuses one.
@@ -205,23 +204,23 @@ impl Running {
 /// session writes, whole, and the session waits (bounded, as for a pipe)
 /// while the channel is full.
 #[derive(Debug)]
-pub struct ChannelSink(PollSender<Bytes>);
+pub struct ChannelSink(ChannelSlot<Bytes>);
 
 impl ChannelSink {
     /// A sink and the receiver of its lines, which holds at most `bound`.
     pub fn channel(bound: usize) -> (Self, mpsc::Receiver<Bytes>) {
         let (tx, rx) = mpsc::channel(bound);
-        (Self(PollSender::new(tx)), rx)
+        (Self(ChannelSlot::new(tx)), rx)
     }
 }
 
 impl LineSink for ChannelSink {
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Gone>> {
-        self.0.poll_reserve(cx).map_err(|_| Gone)
+        self.0.poll_reserve(cx)
     }
 
     fn send(&mut self, line: Bytes, _spans: Option<Spans>) -> Result<(), Gone> {
-        self.0.send_item(line).map_err(|_| Gone)
+        self.0.send(line)
     }
 }
 

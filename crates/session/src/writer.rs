@@ -868,8 +868,109 @@ mod tests {
         }
         assert!(slices.turn(true));
     }
+
+    /// One poll of the slot: `None` when it would wait.
+    async fn ready(slot: &mut ChannelSlot<u32>) -> Option<Result<(), Gone>> {
+        std::future::poll_fn(|cx| match slot.poll_reserve(cx) {
+            Poll::Pending => Poll::Ready(None),
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn a_channel_slot_sends_in_order_waits_when_full_and_sees_its_receiver_go() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let mut slot = ChannelSlot::new(tx);
+        for n in [1, 2] {
+            assert!(matches!(ready(&mut slot).await, Some(Ok(()))));
+            slot.send(n).expect("sent");
+        }
+        // Full: no slot until the receiver takes one.
+        assert!(ready(&mut slot).await.is_none());
+        assert!(ready(&mut slot).await.is_none(), "still waiting");
+        assert_eq!(rx.recv().await, Some(1));
+        assert!(matches!(ready(&mut slot).await, Some(Ok(()))));
+        slot.send(3).expect("sent");
+        // Back to taking slots at once.
+        assert_eq!(rx.recv().await, Some(2));
+        assert!(matches!(ready(&mut slot).await, Some(Ok(()))));
+        slot.send(4).expect("sent");
+        assert_eq!(rx.recv().await, Some(3));
+        assert_eq!(rx.recv().await, Some(4));
+        assert!(slot.sender().is_some());
+        drop(rx);
+        assert!(matches!(ready(&mut slot).await, Some(Err(Gone))));
+    }
 }
 
+/// A bounded channel's sender for a [`LineSink`]: a slot is taken at once
+/// when the channel has room (`try_reserve_owned`), and only a full channel
+/// is waited on, through tokio-util's `PollSender`, which sets up a
+/// reservation future for every slot it takes.
+#[derive(Debug)]
+pub struct ChannelSlot<T: Send + 'static> {
+    /// The sender, while no slot is held.
+    sender: Option<mpsc::Sender<T>>,
+    /// A slot taken at once, holding the sender.
+    slot: Option<mpsc::OwnedPermit<T>>,
+    /// The wait for room, used only when the channel was full; once it
+    /// has started it is polled until it gives a slot.
+    wait: tokio_util::sync::PollSender<T>,
+    waiting: bool,
+}
+
+impl<T: Send + 'static> ChannelSlot<T> {
+    pub fn new(sender: mpsc::Sender<T>) -> Self {
+        Self {
+            wait: tokio_util::sync::PollSender::new(sender.clone()),
+            sender: Some(sender),
+            slot: None,
+            waiting: false,
+        }
+    }
+
+    /// Ready once a slot is held; `Err` once the receiver is gone.
+    pub fn poll_reserve(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>> {
+        if self.slot.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        if !self.waiting {
+            if let Some(sender) = self.sender.take() {
+                match sender.try_reserve_owned() {
+                    Ok(slot) => {
+                        self.slot = Some(slot);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(mpsc::error::TrySendError::Full(sender)) => {
+                        self.sender = Some(sender);
+                        self.waiting = true;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(sender)) => {
+                        self.sender = Some(sender);
+                        return Poll::Ready(Err(Gone));
+                    }
+                }
+            }
+        }
+        self.wait.poll_reserve(cx).map_err(|_| Gone)
+    }
+
+    /// Sends `item` in the slot [`ChannelSlot::poll_reserve`] took.
+    pub fn send(&mut self, item: T) -> Result<(), Gone> {
+        if let Some(slot) = self.slot.take() {
+            self.sender = Some(slot.send(item));
+            return Ok(());
+        }
+        self.waiting = false;
+        self.wait.send_item(item).map_err(|_| Gone)
+    }
+
+    /// The channel's sender (for a last message sent another way).
+    pub fn sender(&self) -> Option<&mpsc::Sender<T>> {
+        self.sender.as_ref().or_else(|| self.wait.get_ref())
+    }
+}
 /// When a loop that reads a burst should hand on what it has queued and
 /// let the other tasks run: after [`Slices::LEN`] turns in a row that each
 /// left more input waiting. Without it, a burst crosses each task (and so

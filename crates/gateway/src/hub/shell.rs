@@ -314,7 +314,7 @@ impl Shell {
 pub(crate) struct ToHub {
     id: BackendId,
     epoch: u64,
-    events: tokio_util::sync::PollSender<(BackendId, Incoming)>,
+    events: mcpvisor_session::writer::ChannelSlot<(BackendId, Incoming)>,
 }
 
 impl ToHub {
@@ -326,7 +326,7 @@ impl ToHub {
         Self {
             id,
             epoch,
-            events: tokio_util::sync::PollSender::new(events),
+            events: mcpvisor_session::writer::ChannelSlot::new(events),
         }
     }
 }
@@ -336,9 +336,7 @@ impl mcpvisor_session::writer::LineSink for ToHub {
         &mut self,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), mcpvisor_session::writer::Gone>> {
-        self.events
-            .poll_reserve(cx)
-            .map_err(|_| mcpvisor_session::writer::Gone)
+        self.events.poll_reserve(cx)
     }
 
     fn send(
@@ -347,15 +345,13 @@ impl mcpvisor_session::writer::LineSink for ToHub {
         spans: Option<Spans>,
     ) -> Result<(), mcpvisor_session::writer::Gone> {
         let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
-        self.events
-            .send_item((self.id, event))
-            .map_err(|_| mcpvisor_session::writer::Gone)
+        self.events.send((self.id, event))
     }
 }
 
 impl Drop for ToHub {
     fn drop(&mut self) {
-        let Some(events) = self.events.get_ref().cloned() else {
+        let Some(events) = self.events.sender().cloned() else {
             return;
         };
         let closed = (self.id, Incoming::Session(self.epoch, FromSession::Closed));
