@@ -33,8 +33,11 @@ const ENV_FILE_MAX: u64 = 1024 * 1024;
 /// stops every live session before it ends, so none is left behind);
 /// `armed` holds each armed timer until it runs out or is disarmed.
 struct Shell {
-    events_tx: mpsc::Sender<(BackendId, Incoming)>,
-    events_rx: mpsc::Receiver<(BackendId, Incoming)>,
+    /// What the backends' sessions report, the pin task's reads and the
+    /// controls, in one channel: the loop's `select!` polls one receiver
+    /// for them, not three.
+    events_tx: mpsc::Sender<Input>,
+    events_rx: mpsc::Receiver<Input>,
     timers: DelayQueue<(TimerKey, Timer)>,
     /// The armed timers' places in `timers`, to disarm them.
     armed: HashMap<TimerKey, delay_queue::Key>,
@@ -51,8 +54,6 @@ struct Shell {
     /// The pin store's jobs, done one at a time by a task of their own
     /// (`None`: nothing is pinned).
     pin_jobs: Option<mpsc::Sender<PinJob>>,
-    pins_tx: mpsc::Sender<PinsRead>,
-    pins_rx: mpsc::Receiver<PinsRead>,
     /// Results of jobs the pin task could not take (its queue was full),
     /// handed to the core before anything else.
     pins_refused: std::collections::VecDeque<PinsRead>,
@@ -68,12 +69,13 @@ pub(super) async fn serve(
     settings: Settings,
     servers: Vec<ServerPlan>,
     mut fronts: mpsc::Receiver<FrontCommand>,
-    mut control: mpsc::Receiver<Control>,
+    control: mpsc::Receiver<Control>,
     primary: Option<super::FrontId>,
     stdio: Option<stdio::Stdio>,
 ) -> Outcome {
     let (events_tx, events_rx) = mpsc::channel(EVENTS);
-    let (pins_tx, pins_rx) = mpsc::channel(PIN_JOBS);
+    // Controls are few: a task hands them to the one channel.
+    tokio::spawn(relay_controls(control, events_tx.clone()));
     let pin_store = settings.pins.clone();
     let mut shell = Shell {
         events_tx,
@@ -86,8 +88,6 @@ pub(super) async fn serve(
         spawners: settings.spawners.clone(),
         effects: Vec::new(),
         pin_jobs: None,
-        pins_tx,
-        pins_rx,
         pins_refused: Default::default(),
     };
     let mut hub = Hub::new(settings, primary);
@@ -96,7 +96,7 @@ pub(super) async fn serve(
         // are merged at once, and must be held back as the store says.
         hub.load_pins(store.load());
         let (jobs_tx, jobs_rx) = mpsc::channel(PIN_JOBS);
-        tokio::spawn(pin_task(store, jobs_rx, shell.pins_tx.clone()));
+        tokio::spawn(pin_task(store, jobs_rx, shell.events_tx.clone()));
         shell.pin_jobs = Some(jobs_tx);
     }
     // The stdio client's pipes are the loop's own, not the core's: they
@@ -135,18 +135,16 @@ pub(super) async fn serve(
                         None
                     }
                 },
-                Some((backend, incoming)) = shell.events_rx.recv() => Some(Input::Backend(backend, incoming)),
+                Some(event) = shell.events_rx.recv() => match event {
+                    Input::Control(Control::Shutdown) => break Outcome::Shutdown,
+                    event => Some(event),
+                },
                 Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
                     let (key, timer) = expired.into_inner();
                     shell.armed.remove(&key);
                     Some(Input::Timer(timer))
                 }
-                Some(control) = control.recv() => match control {
-                    Control::Shutdown => break Outcome::Shutdown,
-                    control => Some(Input::Control(control)),
-                },
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
-                Some(read) = shell.pins_rx.recv() => Some(Input::Pins(read)),
             }
         };
         if let Some(input) = input {
@@ -314,15 +312,11 @@ impl Shell {
 pub(crate) struct ToHub {
     id: BackendId,
     epoch: u64,
-    events: mcpvisor_session::writer::ChannelSlot<(BackendId, Incoming)>,
+    events: mcpvisor_session::writer::ChannelSlot<Input>,
 }
 
 impl ToHub {
-    pub(crate) fn new(
-        id: BackendId,
-        epoch: u64,
-        events: mpsc::Sender<(BackendId, Incoming)>,
-    ) -> Self {
+    pub(crate) fn new(id: BackendId, epoch: u64, events: mpsc::Sender<Input>) -> Self {
         Self {
             id,
             epoch,
@@ -345,7 +339,7 @@ impl mcpvisor_session::writer::LineSink for ToHub {
         spans: Option<Spans>,
     ) -> Result<(), mcpvisor_session::writer::Gone> {
         let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
-        self.events.send((self.id, event))
+        self.events.send(Input::Backend(self.id, event))
     }
 }
 
@@ -354,7 +348,7 @@ impl Drop for ToHub {
         let Some(events) = self.events.sender().cloned() else {
             return;
         };
-        let closed = (self.id, Incoming::Session(self.epoch, FromSession::Closed));
+        let closed = Input::Backend(self.id, Incoming::Session(self.epoch, FromSession::Closed));
         match events.try_send(closed) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             // The hub is behind: tell it once it has room (the hub reads
@@ -373,7 +367,7 @@ impl Drop for ToHub {
 async fn pin_task(
     store: crate::pins::PinStore,
     mut jobs: mpsc::Receiver<PinJob>,
-    done: mpsc::Sender<PinsRead>,
+    done: mpsc::Sender<Input>,
 ) {
     let mut through = 0;
     while let Some(job) = jobs.recv().await {
@@ -399,7 +393,17 @@ async fn pin_task(
                 }
             }
         };
-        if done.send(read).await.is_err() {
+        if done.send(Input::Pins(read)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Hands the controls to the shell's channel, until their senders are gone
+/// or the shell is.
+async fn relay_controls(mut control: mpsc::Receiver<Control>, events: mpsc::Sender<Input>) {
+    while let Some(control) = control.recv().await {
+        if events.send(Input::Control(control)).await.is_err() {
             return;
         }
     }
@@ -410,11 +414,14 @@ pub(crate) async fn relay_status(
     id: BackendId,
     epoch: u64,
     mut status: mpsc::Receiver<mcpvisor_session::SessionEvent>,
-    events: mpsc::Sender<(BackendId, Incoming)>,
+    events: mpsc::Sender<Input>,
 ) {
     while let Some(event) = status.recv().await {
         if events
-            .send((id, Incoming::Session(epoch, FromSession::Status(event))))
+            .send(Input::Backend(
+                id,
+                Incoming::Session(epoch, FromSession::Status(event)),
+            ))
             .await
             .is_err()
         {
