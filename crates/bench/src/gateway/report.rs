@@ -11,7 +11,7 @@ use crate::scenario::Plan;
 /// as a multiple of direct (p50).
 const LATENCY_RATIO: f64 = 1.5;
 /// The least throughput at concurrency 32, as a fraction of direct.
-const THROUGHPUT_RATIO: f64 = 0.5;
+const THROUGHPUT_RATIO: f64 = 0.6;
 /// From spawn to `tools/list` answered with every server lazy and cached.
 const LAZY_START_MS: f64 = 20.0;
 /// The gateway's own peak memory: a base, and so much per server.
