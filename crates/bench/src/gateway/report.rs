@@ -340,9 +340,9 @@ mod tests {
 
     #[test]
     fn every_target_is_judged_against_its_own_bound() {
-        let good = figures(15.0, 500.0, 20.0, 0, 28 * 1024);
+        let good = figures(15.0, 600.0, 20.0, 0, 28 * 1024);
         assert_eq!(verdicts(&good), [Some(true); 5]);
-        let bad = figures(15.1, 499.0, 20.1, 1, 28 * 1024 + 1);
+        let bad = figures(15.1, 599.0, 20.1, 1, 28 * 1024 + 1);
         assert_eq!(verdicts(&bad), [Some(false); 5]);
     }
 
