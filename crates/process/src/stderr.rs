@@ -7,8 +7,11 @@
 //! [`MAX_LINE`] so a worker that never writes a newline costs bounded memory.
 
 use std::borrow::Cow;
+use std::io::Write as _;
+use std::sync::OnceLock;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::{mpsc, oneshot};
 
 /// The longest stderr line kept whole; the rest of a longer line is dropped.
 pub const MAX_LINE: usize = 8 * 1024;
@@ -54,7 +57,7 @@ pub async fn pump_prefixed<R, W, F>(
     F: FnMut(&str),
 {
     let mut reader = BufReader::with_capacity(MAX_LINE, stderr);
-    let mut out = tokio::io::stderr();
+    let out = (mode == Passthrough::Inherit).then(stderr_writer);
     let mut line = Vec::with_capacity(256);
     loop {
         line.clear();
@@ -62,28 +65,74 @@ pub async fn pump_prefixed<R, W, F>(
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
-        if mode == Passthrough::Inherit {
+        if let Some(out) = out {
             let line = rewrite(&line);
             // One write per line keeps worker lines whole among our own logs.
-            if prefix.is_empty() {
-                let _ = out.write_all(&line).await;
-                if line.last() != Some(&b'\n') {
-                    let _ = out.write_all(b"\n").await;
-                }
-            } else {
-                let mut whole = Vec::with_capacity(prefix.len() + line.len() + 1);
-                whole.extend_from_slice(prefix.as_bytes());
-                whole.extend_from_slice(&line);
-                if line.last() != Some(&b'\n') {
-                    whole.push(b'\n');
-                }
-                let _ = out.write_all(&whole).await;
+            let mut whole = Vec::with_capacity(prefix.len() + line.len() + 1);
+            whole.extend_from_slice(prefix.as_bytes());
+            whole.extend_from_slice(&line);
+            if line.last() != Some(&b'\n') {
+                whole.push(b'\n');
             }
+            // Waits while the writer is behind (a full stderr), as a
+            // write would; a writer that is gone drops the line.
+            let _ = out.send(ToStderr::Line(whole)).await;
         }
         let text = String::from_utf8_lossy(&line);
         observe(text.trim_end_matches(['\n', '\r']));
     }
-    let _ = out.flush().await;
+    // What this worker wrote is out before the pump ends.
+    if let Some(out) = out {
+        let (done, written) = oneshot::channel();
+        if out.send(ToStderr::Flush(done)).await.is_ok() {
+            let _ = written.await;
+        }
+    }
+}
+
+/// A message for the stderr writer.
+enum ToStderr {
+    /// A whole line, written in one write.
+    Line(Vec<u8>),
+    /// Answered once every line sent before it is written.
+    Flush(oneshot::Sender<()>),
+}
+
+/// Lines that may wait for the stderr writer; a pump waits while it has
+/// this many queued.
+const STDERR_QUEUE: usize = 256;
+
+/// The one writer of every worker's passed-through lines, for the whole
+/// process: a thread of its own, so that a write to an stderr nobody reads
+/// blocks neither the runtime nor a pump's task (the pump waits on the
+/// queue instead), and one thread for all workers. tokio's `Stderr` takes
+/// a blocking-pool thread for each handle writing at once: twenty servers
+/// starting together left twenty threads behind, each with its memory.
+/// If the thread cannot be started, the queue is closed and lines are
+/// dropped, as failed writes were.
+fn stderr_writer() -> &'static mpsc::Sender<ToStderr> {
+    static WRITER: OnceLock<mpsc::Sender<ToStderr>> = OnceLock::new();
+    WRITER.get_or_init(|| {
+        let (tx, mut rx) = mpsc::channel(STDERR_QUEUE);
+        let started = std::thread::Builder::new()
+            .name("mcpvisor-stderr".into())
+            .spawn(move || {
+                while let Some(message) = rx.blocking_recv() {
+                    match message {
+                        ToStderr::Line(line) => {
+                            let _ = std::io::stderr().lock().write_all(&line);
+                        }
+                        ToStderr::Flush(done) => {
+                            let _ = done.send(());
+                        }
+                    }
+                }
+            });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "no thread for the servers' stderr; their lines are dropped");
+        }
+        tx
+    })
 }
 
 /// Reads one line into `line`, keeping at most [`MAX_LINE`] bytes of it.
