@@ -691,6 +691,105 @@ where
     }
 }
 
+/// A bounded channel's sender for a [`LineSink`]: a slot is taken at once
+/// when the channel has room (`try_reserve_owned`), and only a full channel
+/// is waited on, through tokio-util's `PollSender`, which sets up a
+/// reservation future for every slot it takes.
+#[derive(Debug)]
+pub struct ChannelSlot<T: Send + 'static> {
+    /// The sender, while no slot is held.
+    sender: Option<mpsc::Sender<T>>,
+    /// A slot taken at once, holding the sender.
+    slot: Option<mpsc::OwnedPermit<T>>,
+    /// The wait for room, used only when the channel was full; once it
+    /// has started it is polled until it gives a slot.
+    wait: tokio_util::sync::PollSender<T>,
+    waiting: bool,
+}
+
+impl<T: Send + 'static> ChannelSlot<T> {
+    pub fn new(sender: mpsc::Sender<T>) -> Self {
+        Self {
+            wait: tokio_util::sync::PollSender::new(sender.clone()),
+            sender: Some(sender),
+            slot: None,
+            waiting: false,
+        }
+    }
+
+    /// Ready once a slot is held; `Err` once the receiver is gone.
+    pub fn poll_reserve(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>> {
+        if self.slot.is_some() {
+            return Poll::Ready(Ok(()));
+        }
+        if !self.waiting {
+            if let Some(sender) = self.sender.take() {
+                match sender.try_reserve_owned() {
+                    Ok(slot) => {
+                        self.slot = Some(slot);
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(mpsc::error::TrySendError::Full(sender)) => {
+                        self.sender = Some(sender);
+                        self.waiting = true;
+                    }
+                    Err(mpsc::error::TrySendError::Closed(sender)) => {
+                        self.sender = Some(sender);
+                        return Poll::Ready(Err(Gone));
+                    }
+                }
+            }
+        }
+        self.wait.poll_reserve(cx).map_err(|_| Gone)
+    }
+
+    /// Sends `item` in the slot [`ChannelSlot::poll_reserve`] took.
+    pub fn send(&mut self, item: T) -> Result<(), Gone> {
+        if let Some(slot) = self.slot.take() {
+            self.sender = Some(slot.send(item));
+            return Ok(());
+        }
+        self.waiting = false;
+        self.wait.send_item(item).map_err(|_| Gone)
+    }
+
+    /// The channel's sender (for a last message sent another way).
+    pub fn sender(&self) -> Option<&mpsc::Sender<T>> {
+        self.sender.as_ref().or_else(|| self.wait.get_ref())
+    }
+}
+
+/// When a loop that reads a burst should hand on what it has queued and
+/// let the other tasks run: after [`Slices::LEN`] turns in a row that each
+/// left more input waiting. Without it, a burst crosses each task (and so
+/// each process behind a pipe) whole, one after the other, and every one
+/// waits while another works; with it, the next one starts on a burst's
+/// first messages while the rest is read. Input that does not wait never
+/// ends a slice, so a lone message costs nothing more.
+#[derive(Debug, Default)]
+pub struct Slices {
+    in_a_row: u32,
+}
+
+impl Slices {
+    /// Turns in a row, each leaving more input waiting, in one slice.
+    /// Measured with `mcpvisor-bench` (`serve`, 64 B `tools/call` at
+    /// concurrency 32): 0.46× direct without slices, 0.88× to 0.94× with
+    /// slices of 8; 4, 6, 12 and 16 read no better.
+    pub const LEN: u32 = 8;
+
+    /// Counts a turn that left `more` input waiting (or none); `true`
+    /// when a slice is done: the caller writes what it queued and yields.
+    pub fn turn(&mut self, more: bool) -> bool {
+        self.in_a_row = if more { self.in_a_row + 1 } else { 0 };
+        if self.in_a_row >= Self::LEN {
+            self.in_a_row = 0;
+            return true;
+        }
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -901,103 +1000,5 @@ mod tests {
         assert!(slot.sender().is_some());
         drop(rx);
         assert!(matches!(ready(&mut slot).await, Some(Err(Gone))));
-    }
-}
-
-/// A bounded channel's sender for a [`LineSink`]: a slot is taken at once
-/// when the channel has room (`try_reserve_owned`), and only a full channel
-/// is waited on, through tokio-util's `PollSender`, which sets up a
-/// reservation future for every slot it takes.
-#[derive(Debug)]
-pub struct ChannelSlot<T: Send + 'static> {
-    /// The sender, while no slot is held.
-    sender: Option<mpsc::Sender<T>>,
-    /// A slot taken at once, holding the sender.
-    slot: Option<mpsc::OwnedPermit<T>>,
-    /// The wait for room, used only when the channel was full; once it
-    /// has started it is polled until it gives a slot.
-    wait: tokio_util::sync::PollSender<T>,
-    waiting: bool,
-}
-
-impl<T: Send + 'static> ChannelSlot<T> {
-    pub fn new(sender: mpsc::Sender<T>) -> Self {
-        Self {
-            wait: tokio_util::sync::PollSender::new(sender.clone()),
-            sender: Some(sender),
-            slot: None,
-            waiting: false,
-        }
-    }
-
-    /// Ready once a slot is held; `Err` once the receiver is gone.
-    pub fn poll_reserve(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>> {
-        if self.slot.is_some() {
-            return Poll::Ready(Ok(()));
-        }
-        if !self.waiting {
-            if let Some(sender) = self.sender.take() {
-                match sender.try_reserve_owned() {
-                    Ok(slot) => {
-                        self.slot = Some(slot);
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(mpsc::error::TrySendError::Full(sender)) => {
-                        self.sender = Some(sender);
-                        self.waiting = true;
-                    }
-                    Err(mpsc::error::TrySendError::Closed(sender)) => {
-                        self.sender = Some(sender);
-                        return Poll::Ready(Err(Gone));
-                    }
-                }
-            }
-        }
-        self.wait.poll_reserve(cx).map_err(|_| Gone)
-    }
-
-    /// Sends `item` in the slot [`ChannelSlot::poll_reserve`] took.
-    pub fn send(&mut self, item: T) -> Result<(), Gone> {
-        if let Some(slot) = self.slot.take() {
-            self.sender = Some(slot.send(item));
-            return Ok(());
-        }
-        self.waiting = false;
-        self.wait.send_item(item).map_err(|_| Gone)
-    }
-
-    /// The channel's sender (for a last message sent another way).
-    pub fn sender(&self) -> Option<&mpsc::Sender<T>> {
-        self.sender.as_ref().or_else(|| self.wait.get_ref())
-    }
-}
-/// When a loop that reads a burst should hand on what it has queued and
-/// let the other tasks run: after [`Slices::LEN`] turns in a row that each
-/// left more input waiting. Without it, a burst crosses each task (and so
-/// each process behind a pipe) whole, one after the other, and every one
-/// waits while another works; with it, the next one starts on a burst's
-/// first messages while the rest is read. Input that does not wait never
-/// ends a slice, so a lone message costs nothing more.
-#[derive(Debug, Default)]
-pub struct Slices {
-    in_a_row: u32,
-}
-
-impl Slices {
-    /// Turns in a row, each leaving more input waiting, in one slice.
-    /// Measured with `mcpvisor-bench` (`serve`, 64 B `tools/call` at
-    /// concurrency 32): 0.46× direct without slices, 0.88× to 0.94× with
-    /// slices of 8; 4, 6, 12 and 16 read no better.
-    pub const LEN: u32 = 8;
-
-    /// Counts a turn that left `more` input waiting (or none); `true`
-    /// when a slice is done: the caller writes what it queued and yields.
-    pub fn turn(&mut self, more: bool) -> bool {
-        self.in_a_row = if more { self.in_a_row + 1 } else { 0 };
-        if self.in_a_row >= Self::LEN {
-            self.in_a_row = 0;
-            return true;
-        }
-        false
     }
 }
