@@ -249,14 +249,19 @@ pub fn main(args: ServeArgs) -> ExitCode {
                     control_tx.clone(),
                     source.clone(),
                 )));
-                Ok(Hub::run(
+                // A task of its own, not the runtime's `block_on` future:
+                // a backend's answer then wakes it straight from the run
+                // queue, where waking the `block_on` future costs the
+                // scheduler one more poll of the I/O driver per answer.
+                tokio::spawn(Hub::run(
                     settings,
                     plans,
                     crate::stdio::client_stdin(),
                     crate::stdio::client_stdout(),
                     control_rx,
-                )
-                .await)
+                ))
+                .await
+                .map_err(|e| format!("the gateway stopped: {e}"))
             }
         };
         for task in tasks {
