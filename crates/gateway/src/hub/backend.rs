@@ -1669,7 +1669,11 @@ impl Hub {
                 ..
             }) => {
                 self.audit_answer(audit, at, line);
-                let code = mcpvisor_jsonrpc::envelope::error_code(line);
+                // A result where the reader found one: no error to look for.
+                let code = match env.result {
+                    Some(_) => None,
+                    None => mcpvisor_jsonrpc::envelope::error_code(line),
+                };
                 if let Some(obs) = self.counted(id) {
                     obs.stats.latency(at.elapsed());
                     if let Some(code) = code {

@@ -542,6 +542,10 @@ impl Hub {
     /// What the turns so far asked of the shell, in order; `into` (empty)
     /// takes them, so that its room is used again.
     pub(crate) fn take_effects(&mut self, into: &mut Vec<Effect>) {
+        if self.effects.list.is_empty() {
+            // Most turns ask nothing of the shell: nothing to swap.
+            return;
+        }
         std::mem::swap(&mut self.effects.list, into);
     }
 
@@ -621,6 +625,10 @@ impl Hub {
     /// Forgets closing fronts whose requests are all answered or whose
     /// drain is over.
     fn finish_closed_fronts(&mut self) {
+        // Most turns have no front closing: no clock read for them.
+        if self.fronts.open.values().all(|f| f.closing.is_none()) {
+            return;
+        }
         let now = Instant::now();
         let done: Vec<FrontId> = self
             .fronts

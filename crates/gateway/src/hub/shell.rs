@@ -194,6 +194,9 @@ impl Shell {
     /// Carries out what the core asked for since the last call, in order.
     fn carry_out(&mut self, hub: &mut Hub) {
         hub.take_effects(&mut self.effects);
+        if self.effects.is_empty() {
+            return;
+        }
         let mut effects = std::mem::take(&mut self.effects);
         for effect in effects.drain(..) {
             match effect {
