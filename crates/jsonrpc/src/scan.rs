@@ -388,7 +388,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                     _ => self.value()?,
                 }
                 if let Some(members) = members.as_mut() {
-                    let name = std::str::from_utf8(name).ok()?;
+                    let name = self.cut(name)?;
                     let value = self.text(value, self.pos).map(Raw::checked)?;
                     members.push((Cow::Borrowed(name), value));
                 }
@@ -437,7 +437,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
                 self.value()?;
             }
             if let Some(kept) = kept.as_deref_mut() {
-                let name = std::str::from_utf8(name).ok()?;
+                let name = self.cut(name)?;
                 let value = self.text(value, self.pos).map(Raw::checked)?;
                 kept.push((Cow::Borrowed(name), value));
             }
@@ -459,6 +459,18 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         match self.text {
             Some(text) => text.get(start..end),
             None => std::str::from_utf8(self.bytes.get(start..end)?).ok(),
+        }
+    }
+
+    /// `part`, a piece of the line, as text: cut from the line's text
+    /// when it was checked whole, else checked on its own.
+    fn cut(&self, part: &'a [u8]) -> Option<&'a str> {
+        match self.text {
+            Some(text) => {
+                let start = (part.as_ptr() as usize).checked_sub(self.bytes.as_ptr() as usize)?;
+                text.get(start..start + part.len())
+            }
+            None => std::str::from_utf8(part).ok(),
         }
     }
 
