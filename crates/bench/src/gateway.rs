@@ -258,12 +258,21 @@ impl Gateway {
         command.env(CACHE_DIR_VAR, self.dir.path().join("cache"));
     }
 
+    /// Points `command`'s list cache and its state directory (the pin
+    /// store) at this directory: a gateway started so reads only the pins
+    /// of its own servers, not those every earlier cell left, and never
+    /// writes to the state directory of whoever runs the benchmark.
+    pub fn own_env(&self, command: &mut Command) {
+        self.cache_env(command);
+        command.env("XDG_STATE_HOME", self.dir.path().join("state"));
+    }
+
     /// Starts `mcpvisor serve` on this config. Time it from just before
     /// this call.
     pub fn spawn(&self, bins: &Binaries) -> anyhow::Result<Peer> {
         let mut command = Command::new(&bins.mcpvisor);
         command.args(SERVE_ARGS).arg(self.config());
-        self.cache_env(&mut command);
+        self.own_env(&mut command);
         Peer::start(Via::Serve, command, bins.show_stderr)
     }
 }

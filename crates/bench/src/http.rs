@@ -304,7 +304,7 @@ impl Front {
             .arg(config.config())
             .args(["--http", "127.0.0.1:0"])
             .args(extra);
-        config.cache_env(&mut command);
+        config.own_env(&mut command);
         Self::start_mcpvisor(command).await
     }
 
