@@ -421,6 +421,39 @@ fn every_log_line_about_a_server_and_its_own_stderr_name_it() {
 }
 
 #[test]
+fn servers_writing_to_stderr_at_once_leave_the_gateway_few_threads() {
+    // Every server's passed-through stderr goes out through one writer
+    // thread: a tokio handle per server writing would take a thread of the
+    // blocking pool each (kept for seconds after), sixteen here.
+    const NAMES: [&str; 16] = [
+        "s01", "s02", "s03", "s04", "s05", "s06", "s07", "s08", "s09", "s10", "s11", "s12", "s13",
+        "s14", "s15", "s16",
+    ];
+    let entries: Vec<Entry> = NAMES
+        .iter()
+        .map(|name| Entry::fake(name, &["--stderr-at-start", "65536"]))
+        .collect();
+    let (_dir, _config, mut p) = gateway("serve-stderr-threads", &entries, &["--no-watch"]);
+    initialize_with(&mut p, json!({}));
+    let tools = tool_names(&mut p, json!(1));
+    for name in NAMES {
+        assert!(tools.contains(&format!("{name}__echo")), "{tools:?}");
+    }
+    let deadline = Instant::now() + WAIT;
+    while !NAMES
+        .iter()
+        .all(|name| p.stderr_text().contains(&format!("[{name}] ")))
+    {
+        assert!(Instant::now() < deadline, "{}", p.stderr_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let threads = std::fs::read_dir(format!("/proc/{}/task", p.pid()))
+        .expect("the gateway's threads")
+        .count();
+    assert!(threads <= 6, "{threads} threads");
+}
+
+#[test]
 fn a_server_that_starts_crash_looping_later_fails_its_calls_not_the_others() {
     // Its first start succeeds; every later one exits at once.
     let dir = temp_dir("serve-late-loop");
