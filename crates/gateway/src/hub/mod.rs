@@ -540,13 +540,14 @@ impl Hub {
     }
 
     /// What the turns so far asked of the shell, in order; `into` (empty)
-    /// takes them, so that its room is used again.
-    pub(crate) fn take_effects(&mut self, into: &mut Vec<Effect>) {
+    /// takes them, so that its room is used again. `false` when there was
+    /// nothing (most turns ask nothing of the shell): `into` is left alone.
+    pub(crate) fn take_effects(&mut self, into: &mut Vec<Effect>) -> bool {
         if self.effects.list.is_empty() {
-            // Most turns ask nothing of the shell: nothing to swap.
-            return;
+            return false;
         }
         std::mem::swap(&mut self.effects.list, into);
+        true
     }
 
     /// How the core ended, if it has: its primary front ended, or (once

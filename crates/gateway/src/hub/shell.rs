@@ -193,8 +193,7 @@ pub(super) async fn serve(
 impl Shell {
     /// Carries out what the core asked for since the last call, in order.
     fn carry_out(&mut self, hub: &mut Hub) {
-        hub.take_effects(&mut self.effects);
-        if self.effects.is_empty() {
+        if !hub.take_effects(&mut self.effects) {
             return;
         }
         let mut effects = std::mem::take(&mut self.effects);
