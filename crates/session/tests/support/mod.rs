@@ -116,13 +116,11 @@ impl Spawner for TestSpawner {
         let stdin_ours = Counted {
             inner: stdin_ours,
             pipe: Arc::clone(&pipe),
-            reader: false,
             reads: None,
         };
         let stdin_theirs = Counted {
             inner: stdin_theirs,
             pipe: Arc::clone(&pipe),
-            reader: true,
             reads: Some(Arc::clone(&self.stdin_reads)),
         };
         let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
@@ -193,15 +191,14 @@ impl PipeCounts {
 struct Counted {
     inner: DuplexStream,
     pipe: Arc<PipeCounts>,
-    /// The worker's end, read; else the session's, written.
-    reader: bool,
-    /// Where the worker's end logs the size of each read that took bytes.
+    /// `Some` on the worker's end, which is read: where it logs the size
+    /// of each read that took bytes. `None` on the session's, written.
     reads: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        if self.reader {
+        if self.reads.is_some() {
             self.pipe.reader_gone.store(true, Ordering::Release);
         }
     }
