@@ -38,7 +38,7 @@ mod sandbox;
 mod spawner;
 
 pub use connection::{CallError, Closer, Connection, InitInfo, Notification};
-pub use link::{Inlet, Link, Running, Unstarted};
+pub use link::{Inlet, Link, Running, SessionFuture, Unstarted};
 pub use mcpvisor_config::CrashReport;
 pub use mcpvisor_session::{ErrorData, SessionEvent};
 pub use sandbox::set_sandbox_launcher;

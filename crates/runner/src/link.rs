@@ -150,6 +150,14 @@ impl Inlet {
     pub fn control(&self, control: Control) -> bool {
         self.control.try_send(control).is_ok()
     }
+
+    /// Starts the session's stop: closing its stdin lets it drain; the
+    /// shutdown makes it stop at once.
+    pub fn shut(self) {
+        let Self { lines, control } = self;
+        drop(lines);
+        let _ = control.try_send(Control::Shutdown);
+    }
 }
 
 // === impl Unstarted ===
@@ -162,6 +170,25 @@ impl Unstarted {
         status: EventSink,
         output: Box<dyn LineSink>,
     ) -> Running {
+        let (session, stop_bound) = self.into_future(spawner, status, output);
+        // The session, and the tasks it starts, log in the caller's span
+        // (a gateway's names the server).
+        let session = tokio::spawn(tracing::Instrument::in_current_span(session));
+        Running {
+            session,
+            stop_bound,
+        }
+    }
+
+    /// The session as a future, for an owner that polls it in its own
+    /// task (no hop between tasks for each line), and how long a stop of
+    /// it may take ([`Running::stop`]'s bound).
+    pub fn into_future<S: Spawner>(
+        self,
+        spawner: S,
+        status: EventSink,
+        output: Box<dyn LineSink>,
+    ) -> (SessionFuture, Duration) {
         let Self {
             lines,
             control,
@@ -170,17 +197,13 @@ impl Unstarted {
         let stop_bound = cfg.stop.after_close + cfg.stop.after_term + Duration::from_secs(3);
         let input = Lines::new(lines, cfg.max_message_bytes);
         let output = Outlet::lines(output, Some(cfg.client_write_timeout));
-        // The session, and the tasks it starts, log in the caller's span
-        // (a gateway's names the server).
-        let session = tokio::spawn(tracing::Instrument::in_current_span(Session::run_with(
-            cfg, spawner, input, output, control, status,
-        )));
-        Running {
-            session,
-            stop_bound,
-        }
+        let session = Session::run_with(cfg, spawner, input, output, control, status);
+        (Box::pin(session), stop_bound)
     }
 }
+
+/// A session run by its owner's task: see [`Unstarted::into_future`].
+pub type SessionFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
 
 // === impl Running ===
 
@@ -188,11 +211,7 @@ impl Running {
     /// Stops the server in layers and waits, bounded, until the session
     /// has ended: `inlet` is the session's own, given up here.
     pub async fn stop(self, inlet: Inlet) -> Option<Outcome> {
-        let Inlet { lines, control } = inlet;
-        // Closing the session's stdin lets it drain; the shutdown makes it
-        // stop at once.
-        drop(lines);
-        let _ = control.try_send(Control::Shutdown);
+        inlet.shut();
         tokio::time::timeout(self.stop_bound, self.session)
             .await
             .ok()

@@ -15,8 +15,9 @@
 //! of the turn, never from inside the handler that found it.
 //!
 //! The shell (`shell.rs`) owns the `select!`, the stdio client's pipes,
-//! the sessions' tasks and the channel their lines and events arrive on,
-//! the timers' queue, the background stops and the files. After each
+//! the backends' sessions (futures polled in its own task, `sessions.rs`)
+//! and what they write, the channel their events arrive on, the timers'
+//! queue and the files. After each
 //! input it carries out the core's effects in order, then writes what the
 //! core queued for the stdio client.
 //!
@@ -50,6 +51,7 @@ mod observe;
 mod per_client;
 mod pinning;
 mod request;
+mod sessions;
 mod shell;
 mod stdio;
 mod tasks;

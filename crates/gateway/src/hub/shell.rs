@@ -1,19 +1,18 @@
 //! The hub's async shell: it owns the `select!`, the stdio client's pipes,
-//! the backends' session tasks and the channel they report on, the timers'
-//! queue, the background stops, the list cache's writes and the env file
-//! reads, and carries out what each turn of the core asks for (see the
+//! the backends' sessions (polled in this task: `sessions.rs`) and the
+//! channel their status events come on, the timers' queue, the list
+//! cache's writes and the env file reads, and carries out what each turn of the core asks for (see the
 //! module docs of `hub`).
 
-use bytes::Bytes;
 use futures_util::StreamExt;
-use mcpvisor_jsonrpc::Spans;
-use mcpvisor_runner::{Running, ServerSpec};
+use mcpvisor_runner::ServerSpec;
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 use super::backend::{BackendId, BackendSpawner};
 use super::pinning::{PinJob, PinsRead};
+use super::sessions::Sessions;
 use super::{
     Control, Effect, FromSession, Hub, Incoming, Input, Outcome, ServerPlan, Settings,
     StartSession, Timer, TimerKey, stdio,
@@ -28,24 +27,23 @@ const ENV_FILE_MAX: u64 = 1024 * 1024;
 
 /// What the shell owns beside the core.
 ///
-/// Invariants: `sessions` holds a session from the core's
-/// [`Effect::Start`] until its [`Effect::Stop`] of the same epoch (the core
-/// stops every live session before it ends, so none is left behind);
-/// `armed` holds each armed timer until it runs out or is disarmed.
+/// Invariants: `sessions` runs a session from the core's
+/// [`Effect::Start`] until its [`Effect::Stop`] of the same epoch, and then
+/// until it ends or its stop bound passes (the core stops every live
+/// session before it ends, and the shell waits for them: no server
+/// outlives the gateway); `armed` holds each armed timer until it runs out
+/// or is disarmed.
 struct Shell {
-    /// What the backends' sessions report, the pin task's reads and the
+    /// The sessions' status events, the pin task's reads and the
     /// controls, in one channel: the loop's `select!` polls one receiver
-    /// for them, not three.
+    /// for them, not three. (The sessions' lines come from `sessions`.)
     events_tx: mpsc::Sender<Input>,
     events_rx: mpsc::Receiver<Input>,
     timers: DelayQueue<(TimerKey, Timer)>,
     /// The armed timers' places in `timers`, to disarm them.
     armed: HashMap<TimerKey, delay_queue::Key>,
-    /// The backends' running sessions, by (backend, epoch).
-    sessions: HashMap<(BackendId, u64), Running>,
-    /// Sessions being stopped in the background; the shell waits for them
-    /// before it ends, so that no server outlives the gateway.
-    stopping: tokio::task::JoinSet<()>,
+    /// The backends' sessions, polled in this task.
+    sessions: Sessions,
     monitor: Option<Tap>,
     /// Makes the sessions' spawners in place of the configured commands.
     spawners: Option<super::Spawners>,
@@ -82,8 +80,7 @@ pub(super) async fn serve(
         events_rx,
         timers: DelayQueue::new(),
         armed: HashMap::default(),
-        sessions: HashMap::default(),
-        stopping: tokio::task::JoinSet::new(),
+        sessions: Sessions::default(),
         monitor: settings.monitor.clone(),
         spawners: settings.spawners.clone(),
         effects: Vec::new(),
@@ -139,6 +136,7 @@ pub(super) async fn serve(
                     Input::Control(Control::Shutdown) => break Outcome::Shutdown,
                     event => Some(event),
                 },
+                input = std::future::poll_fn(|cx| shell.sessions.poll_next(cx)) => Some(input),
                 Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
                     let (key, timer) = expired.into_inner();
                     shell.armed.remove(&key);
@@ -147,19 +145,21 @@ pub(super) async fn serve(
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
             }
         };
+        // Until the next wait, what wakes a session only marks it for the
+        // next pass of the `select!`.
+        shell.sessions.enter();
         if let Some(input) = input {
             hub.handle(input);
         }
         hub.end_turn();
         shell.carry_out(&mut hub);
-        while shell.stopping.try_join_next().is_some() {}
         // A burst is handled in slices (see `Slices`): while more input
         // waits (a line in the stdio client's buffer, a front's command, a
         // backend's line), the backends' sessions get their turn every few
         // inputs, so that a server works on a burst's first lines while
         // the hub reads the rest.
         let stdio_line = stdio.as_ref().is_some_and(|s| s.readable() && s.has_line());
-        let backend_lines = !shell.events_rx.is_empty();
+        let backend_lines = shell.sessions.has_output() || !shell.events_rx.is_empty();
         let waiting = stdio_line || backend_lines || (fronts_open && !fronts.is_empty());
         let slice_done = slices.turn(waiting);
         // What is queued for the stdio client is written once no more of
@@ -173,6 +173,7 @@ pub(super) async fn serve(
             }
         }
         if slice_done {
+            shell.sessions.leave();
             tokio::task::yield_now().await;
         }
     };
@@ -181,7 +182,7 @@ pub(super) async fn serve(
     hub.stop_all();
     shell.carry_out(&mut hub);
     // Each stop is bounded by its session's own stop timeouts.
-    while shell.stopping.join_next().await.is_some() {}
+    shell.sessions.finished().await;
     if let Some(s) = stdio.as_mut() {
         s.flush(&mut hub).await;
     }
@@ -204,14 +205,7 @@ impl Shell {
                     backend,
                     epoch,
                     inlet,
-                } => match self.sessions.remove(&(backend, epoch)) {
-                    Some(running) => {
-                        self.stopping.spawn(async move {
-                            running.stop(inlet).await;
-                        });
-                    }
-                    None => drop(inlet),
-                },
+                } => self.sessions.stop(backend, epoch, || inlet.shut()),
                 Effect::Arm { key, timer, at } => {
                     let place = self.timers.insert_at((key, timer), at);
                     self.armed.insert(key, place);
@@ -299,68 +293,18 @@ impl Shell {
             }
         };
         let (sink, status) = mcpvisor_session::EventSink::channel(64);
-        let output = Box::new(ToHub::new(backend, epoch, self.events_tx.clone()));
+        let output = Box::new(self.sessions.sink(backend, epoch));
+        let (session, bound) = session.into_future(spawner, sink, output);
         // Every line the backend's session (and its processes) log names it.
         let span = tracing::info_span!("server", name = %plan.name);
-        let running = span.in_scope(|| session.start(spawner, sink, output));
+        let session = tracing::Instrument::instrument(
+            async move {
+                session.await;
+            },
+            span,
+        );
+        self.sessions.insert(backend, epoch, session, bound);
         tokio::spawn(relay_status(backend, epoch, status, self.events_tx.clone()));
-        self.sessions.insert((backend, epoch), running);
-    }
-}
-
-/// Hands one backend session's output to the hub's event channel, line by
-/// line, tagged with the backend and its session's epoch. When the session
-/// drops it (its output ended) the hub is told the session closed.
-pub(crate) struct ToHub {
-    id: BackendId,
-    epoch: u64,
-    events: mcpvisor_session::writer::ChannelSlot<Input>,
-}
-
-impl ToHub {
-    pub(crate) fn new(id: BackendId, epoch: u64, events: mpsc::Sender<Input>) -> Self {
-        Self {
-            id,
-            epoch,
-            events: mcpvisor_session::writer::ChannelSlot::new(events),
-        }
-    }
-}
-
-impl mcpvisor_session::writer::LineSink for ToHub {
-    fn poll_ready(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Result<(), mcpvisor_session::writer::Gone>> {
-        self.events.poll_reserve(cx)
-    }
-
-    fn send(
-        &mut self,
-        line: Bytes,
-        spans: Option<Spans>,
-    ) -> Result<(), mcpvisor_session::writer::Gone> {
-        let event = Incoming::Session(self.epoch, FromSession::Line(line, spans));
-        self.events.send(Input::Backend(self.id, event))
-    }
-}
-
-impl Drop for ToHub {
-    fn drop(&mut self) {
-        let Some(events) = self.events.sender().cloned() else {
-            return;
-        };
-        let closed = Input::Backend(self.id, Incoming::Session(self.epoch, FromSession::Closed));
-        match events.try_send(closed) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
-            // The hub is behind: tell it once it has room (the hub reads
-            // its channel until it stops, and then nobody waits for this).
-            Err(mpsc::error::TrySendError::Full(closed)) => {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move { events.send(closed).await });
-                }
-            }
-        }
     }
 }
 
