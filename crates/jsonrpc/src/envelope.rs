@@ -339,17 +339,82 @@ impl<'a> Envelope<'a> {
 /// [`Spans::envelope`] gives back, from the ranges alone, the envelope
 /// [`Envelope::peek`] would read. Only the code that peeked or built the
 /// line makes them, for that very line.
+///
+/// Each place is kept in eight bytes ([`At`]), so that a line and its
+/// spans move about cheaply: a line with a place past 4 GiB keeps none
+/// (`fits` is false), and its envelope is then peeked again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spans {
     kind: Kind,
-    id: Option<Range<usize>>,
-    method: Option<Range<usize>>,
-    request_id: Option<Range<usize>>,
-    progress_token: Option<Range<usize>>,
-    result: Option<Range<usize>>,
+    fits: bool,
+    id: At,
+    method: At,
+    request_id: At,
+    progress_token: At,
+    result: At,
+}
+
+/// A place in a line, or none ([`At::NONE`]), in eight bytes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct At {
+    start: u32,
+    end: u32,
+}
+
+impl At {
+    const NONE: Self = Self {
+        start: u32::MAX,
+        end: u32::MAX,
+    };
+
+    /// `r` as a place, and whether it fits in one.
+    fn of(r: Option<Range<usize>>) -> (Self, bool) {
+        let Some(r) = r else {
+            return (Self::NONE, true);
+        };
+        match (u32::try_from(r.start), u32::try_from(r.end)) {
+            (Ok(start), Ok(end)) if end < u32::MAX => (Self { start, end }, true),
+            _ => (Self::NONE, false),
+        }
+    }
+
+    fn get(self) -> Option<Range<usize>> {
+        (self != Self::NONE).then(|| self.start as usize..self.end as usize)
+    }
+}
+
+impl std::fmt::Debug for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.get().fmt(f)
+    }
 }
 
 impl Spans {
+    /// Spans of these places, kept as [`At`]s.
+    fn new(
+        kind: Kind,
+        id: Option<Range<usize>>,
+        method: Option<Range<usize>>,
+        request_id: Option<Range<usize>>,
+        progress_token: Option<Range<usize>>,
+        result: Option<Range<usize>>,
+    ) -> Self {
+        let (id, a) = At::of(id);
+        let (method, b) = At::of(method);
+        let (request_id, c) = At::of(request_id);
+        let (progress_token, d) = At::of(progress_token);
+        let (result, e) = At::of(result);
+        Self {
+            kind,
+            fits: a && b && c && d && e,
+            id,
+            method,
+            request_id,
+            progress_token,
+            result,
+        }
+    }
+
     /// The spans of `env`, read from `line`. `None` when one of its members
     /// is not in `line` as it is (a method name with escapes, decoded).
     ///
@@ -362,76 +427,77 @@ impl Spans {
             Some(Cow::Owned(_)) => return None,
         };
         let span = |raw: Option<Raw<'_>>| raw.map(|r| crate::rewrite::span(line, r));
-        Some(Self {
-            kind: env.kind,
-            id: span(env.id),
+        Some(Self::new(
+            env.kind,
+            span(env.id),
             method,
-            request_id: span(env.request_id),
-            progress_token: span(env.progress_token),
-            result: env.result.clone(),
-        })
+            span(env.request_id),
+            span(env.progress_token),
+            env.result.clone(),
+        ))
     }
 
     /// The spans of a request or a response that has only an id and (for
     /// a request) a method: no `params.requestId`, no progress token.
     /// `method` is where the method name lies, without its quotes.
     pub fn plain(kind: Kind, id: Range<usize>, method: Option<Range<usize>>) -> Self {
-        Self {
-            kind,
-            id: Some(id),
-            method,
-            request_id: None,
-            progress_token: None,
-            result: None,
-        }
+        Self::new(kind, Some(id), method, None, None, None)
     }
 
     /// The same spans in a line that differs from theirs only in the bytes
     /// of the id, now `len` bytes long: every span after it moves.
-    pub fn with_id_len(mut self, len: usize) -> Self {
-        if let Some(id) = self.id.clone() {
-            let (old, start) = (id.end - id.start, id.start);
-            let shift = |r: &mut Option<Range<usize>>| {
-                if let Some(r) = r.as_mut().filter(|r| r.start >= id.end) {
-                    *r = r.start - old + len..r.end - old + len;
+    pub fn with_id_len(self, len: usize) -> Self {
+        let Some(id) = self.id.get().filter(|_| self.fits) else {
+            return self;
+        };
+        let (old, start) = (id.end - id.start, id.start);
+        let shift = |at: At| {
+            at.get().map(|r| {
+                if r.start >= id.end {
+                    r.start - old + len..r.end - old + len
+                } else {
+                    r
                 }
-            };
-            shift(&mut self.method);
-            shift(&mut self.request_id);
-            shift(&mut self.progress_token);
-            shift(&mut self.result);
-            self.id = Some(start..start + len);
-        }
-        self
+            })
+        };
+        Self::new(
+            self.kind,
+            Some(start..start + len),
+            shift(self.method),
+            shift(self.request_id),
+            shift(self.progress_token),
+            shift(self.result),
+        )
     }
 
     /// The envelope of `line`, whose spans these are. `None` when a span
     /// is not in `line` or does not hold what it should (a bug in whoever
     /// made the spans: the caller then peeks the line).
     pub fn envelope<'a>(&self, line: &'a [u8]) -> Option<Envelope<'a>> {
-        let raw = |r: &Option<Range<usize>>| -> Option<Option<Raw<'a>>> {
-            match r {
+        if !self.fits {
+            return None;
+        }
+        let raw = |at: At| -> Option<Option<Raw<'a>>> {
+            match at.get() {
                 None => Some(None),
                 Some(r) => {
-                    let text = std::str::from_utf8(line.get(r.clone())?).ok()?;
+                    let text = std::str::from_utf8(line.get(r)?).ok()?;
                     Raw::recut(text).map(Some)
                 }
             }
         };
-        let method = match &self.method {
+        let method = match self.method.get() {
             None => None,
-            Some(r) => Some(Cow::Borrowed(
-                std::str::from_utf8(line.get(r.clone())?).ok()?,
-            )),
+            Some(r) => Some(Cow::Borrowed(std::str::from_utf8(line.get(r)?).ok()?)),
         };
         Some(Envelope {
             kind: self.kind,
-            id: raw(&self.id)?,
+            id: raw(self.id)?,
             method,
-            request_id: raw(&self.request_id)?,
-            progress_token: raw(&self.progress_token)?,
-            result: match &self.result {
-                Some(r) if r.end <= line.len() => Some(r.clone()),
+            request_id: raw(self.request_id)?,
+            progress_token: raw(self.progress_token)?,
+            result: match self.result.get() {
+                Some(r) if r.end <= line.len() => Some(r),
                 Some(_) => return None,
                 None => None,
             },
