@@ -1461,7 +1461,7 @@ impl Hub {
         };
         match msg {
             FromSession::Line(line, spans) => self.on_backend_line(id, line, spans),
-            FromSession::Status(event) => self.on_status(id, event),
+            FromSession::Status(event) => self.on_status(id, *event),
             FromSession::Closed => {
                 let live = self
                     .backends

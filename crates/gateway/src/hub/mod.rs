@@ -214,7 +214,7 @@ pub(crate) enum FromSession {
     /// The session ended its output.
     Closed,
     /// The session's lifecycle news.
-    Status(mcpvisor_session::SessionEvent),
+    Status(Box<mcpvisor_session::SessionEvent>),
 }
 
 /// Timers of the owning task.
@@ -255,7 +255,7 @@ pub(crate) enum Input {
     /// the turn.
     Drain,
     /// The shell read or wrote the pin store.
-    Pins(pinning::PinsRead),
+    Pins(Box<pinning::PinsRead>),
 }
 
 /// What the stdio client's pipes gave.
@@ -526,7 +526,7 @@ impl Hub {
                 Control::PinsChanged => self.on_pins_changed(),
             },
             Input::Drain => {}
-            Input::Pins(read) => self.on_pins(read),
+            Input::Pins(read) => self.on_pins(*read),
         }
     }
 

@@ -106,6 +106,7 @@ pub(super) async fn serve(
     shell.carry_out(&mut hub);
     let mut fronts_open = true;
     let mut slices = mcpvisor_session::writer::Slices::default();
+    let mut streaks = Streaks::default();
     let outcome = loop {
         if let Some(outcome) = hub.ended(fronts_open) {
             break outcome;
@@ -114,11 +115,19 @@ pub(super) async fn serve(
         let stdio_readable = stdio.as_ref().is_some_and(stdio::Stdio::readable);
         let stdio_blocked = stdio.as_ref().is_some_and(|s| s.out.is_blocked());
         let refused = shell.pins_refused.pop_front();
+        let mut won = Won::Other;
         let input = if let Some(read) = refused {
-            Some(Input::Pins(read))
+            Some(Input::Pins(Box::new(read)))
         } else {
+            // In a fixed order, the likeliest first (see `Streaks`).
             tokio::select! {
-                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if stdio_readable || stdio_blocked => {
+                biased;
+                input = std::future::poll_fn(|cx| shell.sessions.poll_next(cx)), if streaks.sessions < STREAK => {
+                    won = Won::Sessions;
+                    Some(input)
+                }
+                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if (stdio_readable || stdio_blocked) && streaks.stdio < STREAK => {
+                    won = Won::Stdio;
                     match (stdio.as_mut(), event) {
                         (Some(s), stdio::Event::Read(frame)) => Some(Input::Stdio(s.input(frame))),
                         (Some(s), stdio::Event::Written(written)) => s.written(written).map(Input::Stdio),
@@ -136,15 +145,18 @@ pub(super) async fn serve(
                     Input::Control(Control::Shutdown) => break Outcome::Shutdown,
                     event => Some(event),
                 },
-                input = std::future::poll_fn(|cx| shell.sessions.poll_next(cx)) => Some(input),
                 Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
                     let (key, timer) = expired.into_inner();
                     shell.armed.remove(&key);
                     Some(Input::Timer(timer))
                 }
                 () = async { if let Some(at) = drain { tokio::time::sleep_until(at).await } }, if drain.is_some() => Some(Input::Drain),
+                // Only when a streak held a branch back and nothing else
+                // was ready: the streaks start again.
+                () = std::future::ready(()), if streaks.held() => None,
             }
         };
+        streaks.took(won);
         // Until the next wait, what wakes a session only marks it for the
         // next pass of the `select!`.
         shell.sessions.enter();
@@ -187,6 +199,52 @@ pub(super) async fn serve(
         s.flush(&mut hub).await;
     }
     outcome
+}
+
+/// How many turns in a row the sessions' lines, or the stdio client's,
+/// may win the loop's `select!` before the branches after them are polled
+/// without them once.
+const STREAK: u32 = 16;
+
+/// Which branch of the loop's `select!` gave a turn its input.
+#[derive(Debug, Clone, Copy)]
+enum Won {
+    Sessions,
+    Stdio,
+    Other,
+}
+
+/// The loop's `select!` polls its branches in a fixed order: the
+/// sessions' lines (answers go out before more is read), the stdio
+/// client, then the fronts, the events, the timers and the drain. Fixed,
+/// a branch that is always ready would starve the ones after it, so each
+/// of the first two is held back for one pass once it has won [`STREAK`]
+/// turns in a row: a flood of one server's notifications, or of one
+/// client's requests, leaves every other input its turn.
+#[derive(Debug, Default)]
+struct Streaks {
+    /// Turns in a row the sessions won.
+    sessions: u32,
+    /// Turns the stdio client won since a branch after it did.
+    stdio: u32,
+}
+
+impl Streaks {
+    /// Whether a branch is held back in this pass.
+    fn held(&self) -> bool {
+        self.sessions >= STREAK || self.stdio >= STREAK
+    }
+
+    fn took(&mut self, won: Won) {
+        match won {
+            Won::Sessions => self.sessions += 1,
+            Won::Stdio => {
+                self.sessions = 0;
+                self.stdio += 1;
+            }
+            Won::Other => *self = Self::default(),
+        }
+    }
 }
 
 // === impl Shell ===
@@ -339,7 +397,7 @@ async fn pin_task(
                 }
             }
         };
-        if done.send(Input::Pins(read)).await.is_err() {
+        if done.send(Input::Pins(Box::new(read))).await.is_err() {
             return;
         }
     }
@@ -366,7 +424,7 @@ pub(crate) async fn relay_status(
         if events
             .send(Input::Backend(
                 id,
-                Incoming::Session(epoch, FromSession::Status(event)),
+                Incoming::Session(epoch, FromSession::Status(Box::new(event))),
             ))
             .await
             .is_err()
@@ -417,4 +475,32 @@ async fn read_small(path: &std::path::Path) -> Option<String> {
         return None;
     }
     tokio::fs::read_to_string(path).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_branch_that_always_wins_is_held_back_for_a_pass_after_a_streak() {
+        let mut streaks = Streaks::default();
+        for _ in 0..STREAK {
+            assert!(!streaks.held());
+            streaks.took(Won::Sessions);
+        }
+        assert!(streaks.held(), "the sessions' lines won every turn");
+        // The stdio client won the pass without them: they are back.
+        streaks.took(Won::Stdio);
+        assert!(!streaks.held());
+        // The stdio client's streak counts across the sessions' turns, so
+        // that the two cannot take turns starving the rest.
+        for _ in 1..STREAK {
+            streaks.took(Won::Sessions);
+            streaks.took(Won::Stdio);
+        }
+        assert!(streaks.held());
+        streaks.took(Won::Other);
+        assert!(!streaks.held());
+        assert_eq!((streaks.sessions, streaks.stdio), (0, 0));
+    }
 }
