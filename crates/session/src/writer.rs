@@ -790,10 +790,87 @@ impl Slices {
     }
 }
 
+/// Turns in a row the first, or the second, branch of a loop's biased
+/// `select!` may win before the branches after them are polled without
+/// them once.
+pub const STREAK: u32 = 16;
+
+/// Which branch of a loop's biased `select!` gave a turn its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Won {
+    First,
+    Second,
+    Other,
+}
+
+/// Fairness for a loop whose `select!` polls its branches in a fixed
+/// order, the likeliest first: polled every time, an input that is always
+/// ready would starve the branches after it. Each of the first two
+/// branches is held back for one pass once it has won [`STREAK`] turns in
+/// a row (the second's streak counts across the first's turns, so that
+/// the two cannot take turns starving the rest), and a last branch, ready
+/// at once and enabled only then ([`Streaks::held`]), starts the streaks
+/// again when nothing else was: a flood of a server's lines, or of a
+/// client's, leaves every other input its turn.
+#[derive(Debug, Default)]
+pub struct Streaks {
+    first: u32,
+    second: u32,
+}
+
+impl Streaks {
+    /// Whether the first branch is polled in this pass.
+    pub fn first_open(&self) -> bool {
+        self.first < STREAK
+    }
+
+    /// Whether the second branch is polled in this pass.
+    pub fn second_open(&self) -> bool {
+        self.second < STREAK
+    }
+
+    /// Whether a branch is held back in this pass.
+    pub fn held(&self) -> bool {
+        !self.first_open() || !self.second_open()
+    }
+
+    /// Counts the turn `won` gave.
+    pub fn took(&mut self, won: Won) {
+        match won {
+            Won::First => self.first += 1,
+            Won::Second => {
+                self.first = 0;
+                self.second += 1;
+            }
+            Won::Other => *self = Self::default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn a_branch_that_always_wins_is_held_back_for_a_pass_after_a_streak() {
+        let mut streaks = Streaks::default();
+        for _ in 0..STREAK {
+            assert!(!streaks.held());
+            streaks.took(Won::First);
+        }
+        assert!(streaks.held() && !streaks.first_open() && streaks.second_open());
+        // The second won the pass without the first: it is back.
+        streaks.took(Won::Second);
+        assert!(!streaks.held());
+        for _ in 1..STREAK {
+            streaks.took(Won::First);
+            streaks.took(Won::Second);
+        }
+        assert!(streaks.held() && !streaks.second_open());
+        streaks.took(Won::Other);
+        assert!(!streaks.held() && streaks.first_open() && streaks.second_open());
+    }
 
     #[tokio::test]
     async fn writes_lines_in_order_including_large_ones() {

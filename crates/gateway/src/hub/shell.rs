@@ -19,6 +19,7 @@ use super::{
 };
 use crate::fronts::FrontCommand;
 use crate::monitor::{EnvKey, Tap};
+use mcpvisor_session::writer::{Streaks, Won};
 
 /// Room in the channel the backends' sessions report on.
 const EVENTS: usize = 4096;
@@ -119,15 +120,18 @@ pub(super) async fn serve(
         let input = if let Some(read) = refused {
             Some(Input::Pins(Box::new(read)))
         } else {
-            // In a fixed order, the likeliest first (see `Streaks`).
+            // In a fixed order, the likeliest first: the sessions' lines
+            // (answers go out before more is read), the stdio client, then
+            // the rest; `Streaks` keeps the first two from starving the
+            // others.
             tokio::select! {
                 biased;
-                input = std::future::poll_fn(|cx| shell.sessions.poll_next(cx)), if streaks.sessions < STREAK => {
-                    won = Won::Sessions;
+                input = std::future::poll_fn(|cx| shell.sessions.poll_next(cx)), if streaks.first_open() => {
+                    won = Won::First;
                     Some(input)
                 }
-                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if (stdio_readable || stdio_blocked) && streaks.stdio < STREAK => {
-                    won = Won::Stdio;
+                event = stdio::next(&mut stdio, stdio_readable, stdio_blocked), if (stdio_readable || stdio_blocked) && streaks.second_open() => {
+                    won = Won::Second;
                     match (stdio.as_mut(), event) {
                         (Some(s), stdio::Event::Read(frame)) => Some(Input::Stdio(s.input(frame))),
                         (Some(s), stdio::Event::Written(written)) => s.written(written).map(Input::Stdio),
@@ -199,52 +203,6 @@ pub(super) async fn serve(
         s.flush(&mut hub).await;
     }
     outcome
-}
-
-/// How many turns in a row the sessions' lines, or the stdio client's,
-/// may win the loop's `select!` before the branches after them are polled
-/// without them once.
-const STREAK: u32 = 16;
-
-/// Which branch of the loop's `select!` gave a turn its input.
-#[derive(Debug, Clone, Copy)]
-enum Won {
-    Sessions,
-    Stdio,
-    Other,
-}
-
-/// The loop's `select!` polls its branches in a fixed order: the
-/// sessions' lines (answers go out before more is read), the stdio
-/// client, then the fronts, the events, the timers and the drain. Fixed,
-/// a branch that is always ready would starve the ones after it, so each
-/// of the first two is held back for one pass once it has won [`STREAK`]
-/// turns in a row: a flood of one server's notifications, or of one
-/// client's requests, leaves every other input its turn.
-#[derive(Debug, Default)]
-struct Streaks {
-    /// Turns in a row the sessions won.
-    sessions: u32,
-    /// Turns the stdio client won since a branch after it did.
-    stdio: u32,
-}
-
-impl Streaks {
-    /// Whether a branch is held back in this pass.
-    fn held(&self) -> bool {
-        self.sessions >= STREAK || self.stdio >= STREAK
-    }
-
-    fn took(&mut self, won: Won) {
-        match won {
-            Won::Sessions => self.sessions += 1,
-            Won::Stdio => {
-                self.sessions = 0;
-                self.stdio += 1;
-            }
-            Won::Other => *self = Self::default(),
-        }
-    }
 }
 
 // === impl Shell ===
@@ -475,32 +433,4 @@ async fn read_small(path: &std::path::Path) -> Option<String> {
         return None;
     }
     tokio::fs::read_to_string(path).await.ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_branch_that_always_wins_is_held_back_for_a_pass_after_a_streak() {
-        let mut streaks = Streaks::default();
-        for _ in 0..STREAK {
-            assert!(!streaks.held());
-            streaks.took(Won::Sessions);
-        }
-        assert!(streaks.held(), "the sessions' lines won every turn");
-        // The stdio client won the pass without them: they are back.
-        streaks.took(Won::Stdio);
-        assert!(!streaks.held());
-        // The stdio client's streak counts across the sessions' turns, so
-        // that the two cannot take turns starving the rest.
-        for _ in 1..STREAK {
-            streaks.took(Won::Sessions);
-            streaks.took(Won::Stdio);
-        }
-        assert!(streaks.held());
-        streaks.took(Won::Other);
-        assert!(!streaks.held());
-        assert_eq!((streaks.sessions, streaks.stdio), (0, 0));
-    }
 }

@@ -313,6 +313,7 @@ impl<S: Spawner> Session<S> {
             status,
         };
         let mut slices = writer::Slices::default();
+        let mut streaks = writer::Streaks::default();
         let outcome = loop {
             match s.client {
                 ClientState::Gone => break Outcome::ClientGone,
@@ -325,17 +326,26 @@ impl<S: Spawner> Session<S> {
             let far_behind = s.client_out.queued() >= CLIENT_QUEUE + OUTBOX;
             let blocked = s.client_out.is_blocked();
             let stdin_blocked = s.gens.values().any(|g| g.stdin.is_blocked());
+            let mut won = writer::Won::Other;
+            // In a fixed order, the likeliest first: the workers' lines
+            // (answers go out before more is read), the client, then the
+            // rest; `Streaks` keeps the first two from starving the others.
             tokio::select! {
-                frame = std::future::poll_fn(|cx| input_gate.poll(cx, |cx| input.poll_frame(cx))), if s.client == ClientState::Open && caught_up => match frame {
-                    Some(Ok((frame, spans))) => s.on_client_frame(frame, spans).await,
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "client stdin failed");
-                        s.start_drain();
-                    }
-                    None => s.start_drain(),
-                },
-                (generation, event) = s.stdouts.next(), if !far_behind && !s.stdouts.is_empty() => {
+                biased;
+                (generation, event) = s.stdouts.next(), if !far_behind && !s.stdouts.is_empty() && streaks.first_open() => {
+                    won = writer::Won::First;
                     s.on_worker_event(generation, event).await;
+                }
+                frame = std::future::poll_fn(|cx| input_gate.poll(cx, |cx| input.poll_frame(cx))), if s.client == ClientState::Open && caught_up && streaks.second_open() => {
+                    won = writer::Won::Second;
+                    match frame {
+                        Some(Ok((frame, spans))) => s.on_client_frame(frame, spans).await,
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "client stdin failed");
+                            s.start_drain();
+                        }
+                        None => s.start_drain(),
+                    }
                 }
                 Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
                     s.on_worker_event(generation, event).await;
@@ -354,8 +364,12 @@ impl<S: Spawner> Session<S> {
                     Control::Shutdown => break Outcome::Shutdown,
                     Control::Reload(reason) => s.reload(reason).await,
                 },
+                // Only when a streak held a branch back and nothing else
+                // was ready: the streaks start again.
+                () = std::future::ready(()), if streaks.held() => {}
                 else => break Outcome::ClientClosed,
             }
+            streaks.took(won);
             s.settle().await;
             // What is queued is written once no more of what was read
             // waits to be handled, so that a burst of messages goes out in
