@@ -1020,6 +1020,19 @@ mod tests {
     }
 
     #[test]
+    fn spans_with_a_place_past_four_gib_keep_none_and_give_nothing() {
+        let line = br#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        let far = 1usize << 32;
+        let spans = Spans::plain(Kind::Request, 22..23, Some(far..far + 4));
+        assert!(spans.envelope(line).is_none());
+        // Nor once moved for an id of another length.
+        assert!(spans.with_id_len(2).envelope(line).is_none());
+        // Places that fit are kept as they were given.
+        let near = Spans::plain(Kind::Request, 22..23, Some(1..5));
+        assert_eq!(near.clone().with_id_len(1), near);
+    }
+
+    #[test]
     fn an_answer_gives_its_error_code_only_from_its_own_error() {
         let code = |line: &str| error_code(line.as_bytes());
         assert_eq!(
