@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use mcpvisor_jsonrpc::Spans;
 use mcpvisor_session::writer::{Gone, LineSink};
+use parking_lot::{Mutex, MutexGuard};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::backend::BackendId;
@@ -116,10 +117,7 @@ impl Wake for SlotWake {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding it leaves nothing half done.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// After an entry went into `ready` or `out`: the hub's task is woken
