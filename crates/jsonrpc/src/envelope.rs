@@ -340,9 +340,9 @@ impl<'a> Envelope<'a> {
 /// [`Envelope::peek`] would read. Only the code that peeked or built the
 /// line makes them, for that very line.
 ///
-/// Each place is kept in eight bytes ([`At`]), so that a line and its
-/// spans move about cheaply: a line with a place past 4 GiB keeps none
-/// (`fits` is false), and its envelope is then peeked again.
+/// Each place is kept in eight bytes, so that a line and its spans move
+/// about cheaply: a line with a place past 4 GiB keeps none, and its
+/// envelope is then peeked again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spans {
     kind: Kind,
@@ -379,7 +379,7 @@ impl At {
     }
 
     fn get(self) -> Option<Range<usize>> {
-        (self != Self::NONE).then(|| self.start as usize..self.end as usize)
+        (self != Self::NONE).then_some(self.start as usize..self.end as usize)
     }
 }
 
