@@ -17,9 +17,9 @@
 //! Invariants: a slot is polled only from [`Sessions::poll_next`], once per
 //! pass at most, and only when its waker was called since its last poll;
 //! `in_turn` is false whenever the hub's task may wait, and then `ready` is
-//! empty or the hub's task has been woken; [`ToHub`] never holds more than
-//! [`OUTBOX`] lines (a session waits for room, as it would on a pipe) save
-//! a session's last word, that it closed.
+//! empty or the hub's task has been woken; the outbox that [`ToHub`] fills
+//! never holds more than [`OUTBOX`] lines (a session waits for room, as it
+//! would on a pipe) besides each ended session's last word, that it closed.
 
 use std::collections::VecDeque;
 use std::future::Future;

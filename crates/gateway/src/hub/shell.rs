@@ -1,11 +1,12 @@
 //! The hub's async shell: it owns the `select!`, the stdio client's pipes,
 //! the backends' sessions (polled in this task: `sessions.rs`) and the
 //! channel their status events come on, the timers' queue, the list
-//! cache's writes and the env file reads, and carries out what each turn of the core asks for (see the
-//! module docs of `hub`).
+//! cache's writes and the env file reads, and carries out what each turn
+//! of the core asks for (see the module docs of `hub`).
 
 use futures_util::StreamExt;
 use mcpvisor_runner::ServerSpec;
+use mcpvisor_session::writer::{Streaks, Won};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
 use tokio_util::time::{DelayQueue, delay_queue};
@@ -19,7 +20,6 @@ use super::{
 };
 use crate::fronts::FrontCommand;
 use crate::monitor::{EnvKey, Tap};
-use mcpvisor_session::writer::{Streaks, Won};
 
 /// Room in the channel the backends' sessions report on.
 const EVENTS: usize = 4096;
@@ -171,9 +171,10 @@ pub(super) async fn serve(
         shell.carry_out(&mut hub);
         // A burst is handled in slices (see `Slices`): while more input
         // waits (a line in the stdio client's buffer, a front's command, a
-        // backend's line), the backends' sessions get their turn every few
-        // inputs, so that a server works on a burst's first lines while
-        // the hub reads the rest.
+        // backend's line), what is queued for the stdio client goes out
+        // and the runtime's other tasks (the HTTP fronts) get their turn
+        // every few inputs. (The sessions are polled first in each pass, so
+        // a server works on a burst's first lines while the rest is read.)
         let stdio_line = stdio.as_ref().is_some_and(|s| s.readable() && s.has_line());
         let backend_lines = shell.sessions.has_output() || !shell.events_rx.is_empty();
         let waiting = stdio_line || backend_lines || (fronts_open && !fronts.is_empty());
