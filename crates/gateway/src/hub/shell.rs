@@ -325,36 +325,51 @@ impl Shell {
     }
 }
 
-/// Does the pin store's jobs in order, each answered with the store as it
-/// is after it. Ends when the shell drops its queue.
+/// Does the pin store's jobs in order and answers them with the store as
+/// it is after them. Jobs queued while one is done are done before the
+/// store is handed over, so that one parsed store answers them all (at a
+/// many-server start each server's first approval is an edit: handed over
+/// one by one, the parsed stores pile up while the hub takes the servers'
+/// lines first). An edit that fails is answered at once, with the store as
+/// it is. Ends when the shell drops its queue.
 async fn pin_task(
     store: crate::pins::PinStore,
     mut jobs: mpsc::Receiver<PinJob>,
     done: mpsc::Sender<Input>,
 ) {
     let mut through = 0;
-    while let Some(job) = jobs.recv().await {
-        let read = match job {
-            PinJob::Read => PinsRead {
-                through,
-                file: store.load(),
-                failed: None,
-            },
-            PinJob::Edit(seq, edit) => {
-                through = seq;
-                match store.update(|file| file.apply(&edit)).await {
-                    Ok((file, ())) => PinsRead {
-                        through,
-                        file: Ok(file),
-                        failed: None,
-                    },
-                    Err(why) => PinsRead {
-                        through,
-                        file: store.load(),
-                        failed: Some((seq, edit, why)),
-                    },
+    while let Some(first) = jobs.recv().await {
+        let mut job = Some(first);
+        // The store after the jobs done so far, once one needs handing over.
+        let mut file = None;
+        while let Some(next) = job.take() {
+            match next {
+                PinJob::Read => file = Some(store.load()),
+                PinJob::Edit(seq, edit) => {
+                    through = seq;
+                    match store.update(|file| file.apply(&edit)).await {
+                        Ok((updated, ())) => file = Some(Ok(updated)),
+                        Err(why) => {
+                            let read = PinsRead {
+                                through,
+                                file: store.load(),
+                                failed: Some((seq, edit, why)),
+                            };
+                            if done.send(Input::Pins(Box::new(read))).await.is_err() {
+                                return;
+                            }
+                            file = None;
+                        }
+                    }
                 }
             }
+            job = jobs.try_recv().ok();
+        }
+        let Some(file) = file else { continue };
+        let read = PinsRead {
+            through,
+            file,
+            failed: None,
         };
         if done.send(Input::Pins(Box::new(read))).await.is_err() {
             return;
@@ -434,4 +449,67 @@ async fn read_small(path: &std::path::Path) -> Option<String> {
         return None;
     }
     tokio::fs::read_to_string(path).await.ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::DefinitionKind;
+    use crate::pins::{Edit, PinStore};
+
+    fn approve(tool: &str) -> Edit {
+        Edit::Approve {
+            server: "s".into(),
+            defs: vec![(
+                DefinitionKind::Tool,
+                tool.into(),
+                serde_json::json!({ "name": tool }),
+            )],
+            seen: vec![],
+        }
+    }
+
+    fn read(input: Input) -> PinsRead {
+        match input {
+            Input::Pins(read) => *read,
+            _ => panic!("not a pin store read"),
+        }
+    }
+
+    #[tokio::test]
+    async fn edits_queued_together_are_answered_by_one_read_and_a_failure_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = PinStore::at(dir.path().join("state"));
+        let (jobs_tx, jobs_rx) = mpsc::channel(16);
+        let (done_tx, mut done_rx) = mpsc::channel(16);
+        for (seq, tool) in (1..).zip(["a", "b", "c"]) {
+            jobs_tx
+                .send(PinJob::Edit(seq, approve(tool)))
+                .await
+                .expect("queued");
+        }
+        let task = tokio::spawn(pin_task(store.clone(), jobs_rx, done_tx));
+        let first = read(done_rx.recv().await.expect("a read"));
+        assert_eq!(first.through, 3);
+        assert!(first.failed.is_none());
+        let approved = first.file.expect("readable").servers["s"]
+            .approved
+            .iter()
+            .count();
+        assert_eq!(approved, 3, "one read after all three edits");
+        // A store that cannot be written: the failed edit is answered at
+        // once, on its own.
+        std::fs::remove_dir_all(dir.path().join("state")).expect("rm");
+        std::fs::write(dir.path().join("state"), "not a directory").expect("write");
+        jobs_tx
+            .send(PinJob::Edit(4, approve("d")))
+            .await
+            .expect("queued");
+        let failed = read(done_rx.recv().await.expect("a read"));
+        assert_eq!(failed.through, 4);
+        assert_eq!(failed.failed.as_ref().map(|(seq, _, _)| *seq), Some(4));
+        assert!(done_rx.try_recv().is_err(), "nothing more for that edit");
+        drop(jobs_tx);
+        task.await.expect("ends once its queue is dropped");
+    }
 }
