@@ -161,6 +161,10 @@ pub async fn serve(
     let readiness = tokio::spawn(settle(Monitor::new(control_tx.clone()).0, ready_tx));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let signals = tokio::spawn(watch_signals(stop_tx, control_tx.clone(), reload));
+    // The front also drains when the hub ends before it: the hub ends on
+    // its own only by failing, and a front with no hub behind it would
+    // answer nothing but errors.
+    let (hub_ended_tx, hub_ended_rx) = tokio::sync::oneshot::channel::<()>();
     let path = cfg.path.clone();
     let (extra, runtime_file) = match ui {
         Some(ui) => ui(local),
@@ -171,19 +175,45 @@ pub async fn serve(
         cfg,
         fronts_tx,
         async {
-            let _ = stop_rx.await;
+            tokio::select! {
+                _ = stop_rx => {}
+                _ = hub_ended_rx => {}
+            }
         },
         extra,
     ));
     crate::output::announce(&format!("mcpvisor: listening on http://{local}{path}"));
     tracing::info!("listening on http://{local}{path}");
-    let served = front.await;
+    let mut front = front;
+    let mut hub = hub;
+    let (served, ended) = tokio::select! {
+        served = &mut front => {
+            // The front has drained: now the servers stop.
+            let _ = control_tx.send(Control::Shutdown).await;
+            (served, hub.await)
+        }
+        ended = &mut hub => {
+            if let Err(e) = &ended {
+                tracing::error!(error = %e, "the gateway stopped; the HTTP front drains");
+            }
+            let _ = hub_ended_tx.send(());
+            (front.await, ended)
+        }
+    };
     signals.abort();
     readiness.abort();
-    // The front has drained: now the servers stop.
-    let _ = control_tx.send(Control::Shutdown).await;
-    let outcome = hub.await.unwrap_or(Outcome::Shutdown);
     drop(runtime_file);
+    outcome_of(served, ended)
+}
+
+/// What `serve` ends with: the hub's outcome when both the front and the
+/// hub ended well; otherwise the first failure, the hub's before the
+/// front's (a front that failed because the hub did says less).
+fn outcome_of(
+    served: Result<Result<(), mcpvisor_http::ServeError>, tokio::task::JoinError>,
+    hub: Result<Outcome, tokio::task::JoinError>,
+) -> Result<Outcome, String> {
+    let outcome = hub.map_err(|e| format!("the gateway stopped: {e}"))?;
     match served {
         Ok(Ok(())) => Ok(outcome),
         Ok(Err(e)) => Err(e.to_string()),
@@ -237,4 +267,44 @@ async fn watch_signals(
     .await;
     tracing::info!("signal: draining the HTTP front, then stopping");
     let _ = stop.send(());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn joined<T: Send + 'static>(
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        tokio::spawn(task).await
+    }
+
+    #[tokio::test]
+    async fn a_hub_that_panicked_is_an_error_not_a_clean_shutdown() {
+        let hub = joined(async { panic!("a bug in the hub") }).await;
+        let front = joined(async { Ok::<(), mcpvisor_http::ServeError>(()) }).await;
+        let err = outcome_of(front, hub).expect_err("a panicked hub is an error");
+        assert!(err.starts_with("the gateway stopped:"), "{err}");
+        assert!(err.contains("panic"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_hub_s_outcome_is_the_end_when_both_ended_well() {
+        let hub = joined(async { Outcome::Shutdown }).await;
+        let front = joined(async { Ok::<(), mcpvisor_http::ServeError>(()) }).await;
+        assert!(matches!(outcome_of(front, hub), Ok(Outcome::Shutdown)));
+    }
+
+    #[tokio::test]
+    async fn a_front_that_panicked_is_an_error() {
+        let hub = joined(async { Outcome::Shutdown }).await;
+        let front = joined(async {
+            panic!("a bug in the front");
+            #[allow(unreachable_code)]
+            Ok::<(), mcpvisor_http::ServeError>(())
+        })
+        .await;
+        let err = outcome_of(front, hub).expect_err("a panicked front is an error");
+        assert!(err.starts_with("the HTTP front failed:"), "{err}");
+    }
 }
