@@ -26,6 +26,11 @@ use std::borrow::Cow;
 use crate::Raw;
 use crate::envelope::{Fields, ParamsFields, ParamsObject};
 
+/// Room for a `params` object's members, taken at its first member: a
+/// call's params have two or three (`name`, `arguments`, perhaps
+/// `_meta`), and growing member by member costs more than the allocation.
+const MEMBERS: usize = 4;
+
 /// Containers nested deeper than this are left to serde.
 const MAX_DEPTH: u32 = 64;
 
@@ -305,6 +310,7 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         self.pos += 1;
         let mut members = Vec::new();
         if !self.empty(b'}') {
+            members.reserve_exact(MEMBERS);
             loop {
                 // Repeated names are all kept, in order, as serde's map
                 // visitor gets them.
@@ -372,6 +378,9 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
         let mut meta: Option<Vec<(Cow<'a, str>, Raw<'a>)>> = None;
         let mut metas = 0;
         if !self.empty(b'}') {
+            if let Some(members) = members.as_mut() {
+                members.reserve_exact(MEMBERS);
+            }
             loop {
                 // A repeated member overwrites the earlier one, as in serde.
                 let name = self.member()?;
