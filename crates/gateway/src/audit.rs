@@ -234,6 +234,19 @@ impl Audit {
     /// Finishes a record with its answer, as it came from the server's
     /// session, and keeps, publishes and queues it for the file.
     pub(crate) fn finish(&self, call: Call, took: Duration, answer: &[u8]) {
+        self.finish_sized(call, took, answer, answer.len());
+    }
+
+    /// [`Audit::finish`], with the answer's size as the server's session
+    /// wrote it: `answer` may be its line as the session read it, before
+    /// the gateway's id went in.
+    pub(crate) fn finish_sized(
+        &self,
+        call: Call,
+        took: Duration,
+        answer: &[u8],
+        answer_bytes: usize,
+    ) {
         let error_code = mcpvisor_jsonrpc::envelope::error_code(answer);
         let outcome = match error_code {
             Some(_) => Outcome::Error,
@@ -253,7 +266,7 @@ impl Audit {
             outcome,
             error_code,
             request_bytes: call.request_bytes,
-            answer_bytes: answer.len(),
+            answer_bytes,
         };
         self.keep(record);
     }

@@ -444,6 +444,22 @@ impl Spans {
         Self::new(kind, Some(id), method, None, None, None)
     }
 
+    /// The kind of message they are the spans of.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Where the id lies, when it has one (and the spans hold places).
+    pub fn id(&self) -> Option<Range<usize>> {
+        self.id.get().filter(|_| self.fits)
+    }
+
+    /// Where a response's `result` value lies, when it has one (and the
+    /// spans hold places).
+    pub fn result(&self) -> Option<Range<usize>> {
+        self.result.get().filter(|_| self.fits)
+    }
+
     /// The same spans in a line that differs from theirs only in the bytes
     /// of the id, now `len` bytes long: every span after it moves.
     pub fn with_id_len(self, len: usize) -> Self {

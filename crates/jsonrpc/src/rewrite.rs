@@ -10,12 +10,18 @@ use crate::Raw;
 /// # Panics
 /// If `part` does not point into `line`: that is a bug in the caller.
 pub fn splice(line: &[u8], part: Raw<'_>, with: &[u8]) -> Bytes {
-    let start = offset_of(line, part);
-    let end = start + part.get().len();
-    let mut out = BytesMut::with_capacity(line.len() - part.get().len() + with.len());
-    out.put_slice(&line[..start]);
+    splice_at(line, span(line, part), with)
+}
+
+/// Returns `line` with the bytes in `at` replaced by `with`.
+///
+/// # Panics
+/// If `at` does not lie in `line`: that is a bug in the caller.
+pub fn splice_at(line: &[u8], at: std::ops::Range<usize>, with: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(line.len() - at.len() + with.len());
+    out.put_slice(&line[..at.start]);
     out.put_slice(with);
-    out.put_slice(&line[end..]);
+    out.put_slice(&line[at.end..]);
     out.freeze()
 }
 

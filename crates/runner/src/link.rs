@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
 use mcpvisor_session::input::{Line, Lines};
-use mcpvisor_session::writer::{ChannelSlot, Gone, LineSink, Outlet};
+use mcpvisor_session::writer::{ChannelSlot, Gone, LineSink, Message, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -238,8 +238,8 @@ impl LineSink for ChannelSink {
         self.0.poll_reserve(cx)
     }
 
-    fn send(&mut self, line: Bytes, _spans: Option<Spans>) -> Result<(), Gone> {
-        self.0.send(line)
+    fn send(&mut self, msg: Message, _spans: Option<Spans>) -> Result<(), Gone> {
+        self.0.send(msg.to_bytes())
     }
 }
 
@@ -256,7 +256,7 @@ mod tests {
         let (mut sink, mut rx) = ChannelSink::channel(1);
         for line in ["{\"id\":1}", "{\"id\":2}"] {
             ready(&mut sink).await.expect("the reader is there");
-            sink.send(Bytes::from_static(line.as_bytes()), None)
+            sink.send(Message::Line(Bytes::from_static(line.as_bytes())), None)
                 .expect("taken");
             assert_eq!(rx.recv().await.as_deref(), Some(line.as_bytes()));
         }

@@ -154,6 +154,23 @@ impl Message {
         self.len() == 0
     }
 
+    /// Where the replaced bytes of a spliced message lie in its line;
+    /// `None` for a line written as it is.
+    pub fn splice_range(&self) -> Option<std::ops::Range<usize>> {
+        match self {
+            Message::Line(_) => None,
+            Message::Spliced { start, end, .. } => Some(*start..*end),
+        }
+    }
+
+    /// What replaces those bytes.
+    pub fn replacement(&self) -> Option<&[u8]> {
+        match self {
+            Message::Line(_) => None,
+            Message::Spliced { with, .. } => Some(with.as_bytes()),
+        }
+    }
+
     /// Its bytes in one buffer (a copy when spliced).
     pub fn to_bytes(&self) -> Bytes {
         match self {
@@ -296,10 +313,13 @@ async fn put<W: AsyncWrite + Unpin>(
 pub trait LineSink: Send {
     /// Ready when one more line can be taken; `Err` once the reader is gone.
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>>;
-    /// Takes one line, with where its envelope lies when the session knows
-    /// (see [`Spans`]); called only after [`LineSink::poll_ready`] was
-    /// ready.
-    fn send(&mut self, line: Bytes, spans: Option<Spans>) -> Result<(), Gone>;
+    /// Takes one message, with where its envelope lies when the session
+    /// knows (see [`Spans`]): in the message's line as it was read, before
+    /// the splice of a [`Message::Spliced`]. A reader that wants the bytes
+    /// whole has [`Message::to_bytes`]; one that rewrites the spliced
+    /// member again can do it from the line as it was read, in one copy.
+    /// Called only after [`LineSink::poll_ready`] was ready.
+    fn send(&mut self, msg: Message, spans: Option<Spans>) -> Result<(), Gone>;
 }
 
 /// The reader of a [`LineSink`] is gone.
@@ -414,9 +434,9 @@ impl Outlet {
         self.push_peeked(msg, None);
     }
 
-    /// [`Outlet::push`], with where the message's envelope lies (as
-    /// written, its splice done), for a [`LineSink`] to pass on; a pipe
-    /// has no use for them.
+    /// [`Outlet::push`], with where the message's envelope lies in its
+    /// line as read (before its splice), for a [`LineSink`] to pass on; a
+    /// pipe has no use for them.
     pub fn push_peeked(&mut self, msg: Message, spans: Option<Spans>) {
         if self.out.is_some() {
             self.queue.push_back((msg, spans));
@@ -596,7 +616,7 @@ impl Outlet {
             let Some((msg, spans)) = self.queue.pop_front() else {
                 break;
             };
-            sink.send(msg.to_bytes(), spans)?;
+            sink.send(msg, spans)?;
             self.before += 1;
         }
         self.progressed();

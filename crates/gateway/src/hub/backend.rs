@@ -1,6 +1,7 @@
 //! One backend: a supervised session per configured server, and what the
 //! gateway knows of it.
 
+use std::collections::hash_map::Entry;
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -10,6 +11,7 @@ use mcpvisor_config::{EraChoice, ServerDef};
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Inlet, Link, ServerSpawner};
+use mcpvisor_session::writer::{Message, Piece};
 use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 use memchr::memmem;
 use rustc_hash::FxHashMap as HashMap;
@@ -1190,10 +1192,11 @@ impl Hub {
         front_id: Bytes,
     ) {
         self.count_call(id);
+        let now = self.now();
         let Some(b) = self.backends.by_id.get_mut(&id) else {
             return;
         };
-        b.last_used = Instant::now();
+        b.last_used = now;
         let refusal = b.refusal();
         if let Some((message, data)) = refusal {
             self.count_error(id, NOT_STARTED);
@@ -1381,22 +1384,25 @@ impl Hub {
     /// Removes a pending request and its indexes.
     pub(crate) fn take_pending(&mut self, gid: u64) -> Option<Pending> {
         let p = self.calls.pending.remove(&gid)?;
+        let now = self.now();
         // A bridged call that is answered or dropped ends its bridge.
         self.calls.bridges.calls.remove(&gid);
         match &p {
             Pending::Front {
                 front, id, backend, ..
             } => {
-                let key = (*front, id.clone());
-                if self.calls.by_front_id.get(&key) == Some(&gid) {
-                    self.calls.by_front_id.remove(&key);
+                // Unless the client has used its id again since.
+                if let Entry::Occupied(known) = self.calls.by_front_id.entry((*front, id.clone())) {
+                    if *known.get() == gid {
+                        known.remove();
+                    }
                 }
                 if let Some(f) = self.fronts.open.get_mut(front) {
                     f.awaiting = f.awaiting.saturating_sub(1);
                 }
                 if let Some(b) = self.backends.by_id.get_mut(backend) {
                     b.in_flight = b.in_flight.saturating_sub(1);
-                    b.last_used = Instant::now();
+                    b.last_used = now;
                     b.obs.dirty = true;
                 }
             }
@@ -1628,7 +1634,22 @@ impl Hub {
         }
     }
 
-    fn on_backend_line(&mut self, id: BackendId, line: Bytes, spans: Option<Spans>) {
+    fn on_backend_line(&mut self, id: BackendId, msg: Message, spans: Option<Spans>) {
+        // An answer whose id the session set, as the session read it: the
+        // client's id goes where the session's went, in one copy.
+        if let Some((gid, answer)) = Answer::spliced(&msg, spans.as_ref()) {
+            return self.on_response(id, gid, answer);
+        }
+        let (line, spans) = match msg {
+            Message::Line(line) => (line, spans),
+            spliced @ Message::Spliced { .. } => {
+                // The spans move with the id; another member spliced
+                // (a server's cancellation naming its request) is peeked.
+                let at_id = spans.filter(|s| s.id() == spliced.splice_range());
+                let len = spliced.replacement().map_or(0, <[u8]>::len);
+                (spliced.to_bytes(), at_id.map(|s| s.with_id_len(len)))
+            }
+        };
         let known = spans.and_then(|spans| spans.envelope(&line));
         let env = match known.map_or_else(|| Envelope::peek(&line), Ok) {
             Ok(env) => env,
@@ -1641,20 +1662,18 @@ impl Hub {
             Kind::Response => {
                 let gid = env.id.and_then(|i| i.get().parse::<u64>().ok());
                 let Some(gid) = gid else { return };
-                self.on_response(id, gid, &line, &env);
+                let Some(answer) = Answer::read(&line, &env) else {
+                    return;
+                };
+                self.on_response(id, gid, answer);
             }
             Kind::Request => self.on_server_request(id, &line, &env),
             Kind::Notification => self.on_server_notification(id, &line, &env),
         }
     }
 
-    pub(super) fn on_response(
-        &mut self,
-        id: BackendId,
-        gid: u64,
-        line: &Bytes,
-        env: &Envelope<'_>,
-    ) {
+    pub(super) fn on_response(&mut self, id: BackendId, gid: u64, answer: Answer<'_>) {
+        let line = answer.line;
         match self.take_pending(gid) {
             Some(Pending::Front {
                 front,
@@ -1668,14 +1687,17 @@ impl Hub {
                 sent,
                 ..
             }) => {
-                self.audit_answer(audit, at, line);
+                let took = self.now().saturating_duration_since(at);
+                if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
+                    log.finish_sized(*call, took, line, answer.len);
+                }
                 // A result where the reader found one: no error to look for.
-                let code = match env.result {
+                let code = match answer.result {
                     Some(_) => None,
                     None => mcpvisor_jsonrpc::envelope::error_code(line),
                 };
                 if let Some(obs) = self.counted(id) {
-                    obs.stats.latency(at.elapsed());
+                    obs.stats.latency(took);
                     if let Some(code) = code {
                         obs.stats.error(code);
                     }
@@ -1683,7 +1705,6 @@ impl Hub {
                 if code == Some(NOT_STARTED) {
                     self.note_refusal(id, line);
                 }
-                let Some(raw_id) = env.id else { return };
                 let modern = self.backends.by_id.get(&id).is_some_and(Backend::is_modern);
                 // A 2026-07-28 server asks for input in its result; a client
                 // of the handshake era cannot read that.
@@ -1697,34 +1718,45 @@ impl Hub {
                     self.count_error(id, INPUT_NOT_BRIDGED);
                     return self.emit_to(front, refusal, Some(front_id));
                 }
+                // The usual answer goes out as the server wrote it, the
+                // client's id in place: spliced as it is written to a pipe,
+                // copied once for a front that takes whole lines.
+                if wrap == Wrap::AsIs && !tasks {
+                    let msg = Message::Spliced {
+                        line: line.clone(),
+                        start: answer.id.start,
+                        end: answer.id.end,
+                        with: Piece::Bytes(front_id.clone()),
+                    };
+                    return self.answer_to(front, msg, front_id);
+                }
+                let with_id = |line: &Bytes| rewrite::splice_at(line, answer.id.clone(), &front_id);
                 let out = match wrap {
-                    Wrap::AsIs => rewrite::splice(line, raw_id, &front_id),
+                    Wrap::AsIs => with_id(line),
                     // A 2026-07-28 server's own state goes out inside the
                     // gateway's (see `bridge.rs`).
                     Wrap::Modern { cacheable } if modern && asks_for_input(line) => {
-                        match self.wrap_server_state(id, rewrite::splice(line, raw_id, &front_id)) {
+                        match self.wrap_server_state(id, with_id(line)) {
                             Ok(out) => modern_answer(&out, cacheable),
                             Err(refusal) => return self.emit_to(front, refusal, Some(front_id)),
                         }
                     }
                     // The client's id and the members its era requires, in
                     // one copy of the line when the result's place is known.
-                    Wrap::Modern { cacheable } => env
+                    Wrap::Modern { cacheable } => answer
                         .result
                         .clone()
                         .and_then(|result| {
-                            let id = rewrite::span(line, raw_id);
+                            let id = answer.id.clone();
                             modern_answer_at(line, (id, &front_id), result, cacheable)
                         })
-                        .unwrap_or_else(|| {
-                            modern_answer(&rewrite::splice(line, raw_id, &front_id), cacheable)
-                        }),
+                        .unwrap_or_else(|| modern_answer(&with_id(line), cacheable)),
                 };
                 let out = match tasks {
                     true => self.expose_tasks_to(front, id, &out).unwrap_or(out),
                     false => out,
                 };
-                self.answer_to(front, out, front_id);
+                self.answer_to(front, Message::Line(out), front_id);
             }
             Some(Pending::Private {
                 what: Private::Listen,
@@ -2520,12 +2552,160 @@ pub(super) fn required_capabilities(method: &str, line: &[u8]) -> Option<serde_j
     Some(serde_json::json!({ "requiredCapabilities": needed }))
 }
 
+/// A server's answer as the hub reads it: its line, and where the id lies
+/// in it. The line may be the one the session read, the worker's id still
+/// in it ([`Answer::spliced`]): only the id's place matters, as the
+/// client's id goes there.
+pub(super) struct Answer<'a> {
+    pub line: &'a Bytes,
+    pub id: Range<usize>,
+    /// Where the `result` value lies, when the reader found one.
+    pub result: Option<Range<usize>>,
+    /// Its size as the session wrote it, the gateway's id in place.
+    pub len: usize,
+}
+
+impl<'a> Answer<'a> {
+    /// The answer in `line`, read whole as `env`; `None` without an id.
+    pub fn read(line: &'a Bytes, env: &Envelope<'_>) -> Option<Self> {
+        Some(Self {
+            line,
+            id: rewrite::span(line, env.id?),
+            result: env.result.clone(),
+            len: line.len(),
+        })
+    }
+
+    /// A response into which the session spliced the gateway's id, read
+    /// from the line as the session read it (`spans` are that line's): the
+    /// gateway's id, and the answer. `None` for any other message.
+    pub fn spliced(msg: &'a Message, spans: Option<&Spans>) -> Option<(u64, Self)> {
+        let Message::Spliced {
+            line,
+            start,
+            end,
+            with,
+        } = msg
+        else {
+            return None;
+        };
+        let spans = spans.filter(|s| s.kind() == Kind::Response)?;
+        let id = spans.id().filter(|id| *id == (*start..*end))?;
+        let gid = gateway_id(with.as_bytes())?;
+        let answer = Self {
+            line,
+            id,
+            result: spans.result(),
+            len: msg.len(),
+        };
+        Some((gid, answer))
+    }
+}
+
+/// A call's gateway id as the gateway writes it: decimal digits without a
+/// leading zero. `None` for anything else (then the line is read whole).
+fn gateway_id(text: &[u8]) -> Option<u64> {
+    match text {
+        [b'0'] => Some(0),
+        [b'1'..=b'9', ..] => text.iter().try_fold(0u64, |n, &b| {
+            let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+            n.checked_mul(10)?.checked_add(u64::from(digit))
+        }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{asks_for_input, modern_answer, modern_answer_at};
+    use super::{Answer, asks_for_input, gateway_id, modern_answer, modern_answer_at};
     use bytes::Bytes;
-    use mcpvisor_jsonrpc::Envelope;
     use mcpvisor_jsonrpc::rewrite;
+    use mcpvisor_jsonrpc::{Envelope, Spans};
+    use mcpvisor_session::writer::{Digits, Message, Piece};
+
+    /// A worker's line as a session hands it to the hub: the member at
+    /// `at` (`"id"` or `"requestId"`) spliced with `with`, the spans read
+    /// from the line as it came.
+    fn handed(line: &'static str, with: Piece, at_request_id: bool) -> (Message, Option<Spans>) {
+        let line = Bytes::from_static(line.as_bytes());
+        let env = Envelope::peek(&line).expect("a message");
+        let spans = Spans::of(&line, &env);
+        let part = match at_request_id {
+            true => env.request_id.expect("requestId"),
+            false => env.id.expect("id"),
+        };
+        (Message::spliced(&line, part, with), spans)
+    }
+
+    #[test]
+    fn an_answer_spliced_with_the_gateway_id_is_read_from_the_workers_line() {
+        let worker = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[]}}"#;
+        let (msg, spans) = handed(worker, Piece::Bytes(Bytes::from_static(b"1234")), false);
+        let (gid, answer) = Answer::spliced(&msg, spans.as_ref()).expect("read as spliced");
+        assert_eq!(gid, 1234);
+        // The id's place is the worker's, where the client's id goes; the
+        // size is the line's with the gateway's id in it.
+        assert_eq!(&answer.line[answer.id.clone()], b"7");
+        assert_eq!(answer.len, worker.len() + 3);
+        let result = answer.result.clone().expect("a result");
+        assert_eq!(&answer.line[result], br#"{"content":[]}"#);
+        let client = rewrite::splice_at(answer.line, answer.id.clone(), b"\"c-1\"");
+        assert_eq!(
+            &client[..],
+            br#"{"jsonrpc":"2.0","id":"c-1","result":{"content":[]}}"#
+        );
+        // What the hub would have read from the whole line agrees.
+        let whole = msg.to_bytes();
+        let env = Envelope::peek(&whole).expect("a message");
+        let read = Answer::read(&whole, &env).expect("an id");
+        assert_eq!(&whole[read.id.clone()], b"1234");
+        assert_eq!(read.len, answer.len);
+    }
+
+    #[test]
+    fn anything_but_an_answer_spliced_at_its_id_with_a_gateway_id_is_read_whole() {
+        let answer = r#"{"jsonrpc":"2.0","id":7,"result":{}}"#;
+        // An id the gateway never writes.
+        for with in [&b"\"12\""[..], b"012"] {
+            let (msg, spans) = handed(answer, Piece::Bytes(Bytes::from_static(with)), false);
+            assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
+        }
+        // No spans, a line not spliced, a server's cancellation spliced
+        // at its `requestId`, a server's request spliced at its id.
+        let (msg, _) = handed(answer, Piece::Bytes(Bytes::from_static(b"5")), false);
+        assert!(Answer::spliced(&msg, None).is_none());
+        let line = Message::Line(Bytes::from_static(answer.as_bytes()));
+        let env_spans = {
+            let env = Envelope::peek(answer.as_bytes()).expect("a message");
+            Spans::of(answer.as_bytes(), &env)
+        };
+        assert!(Answer::spliced(&line, env_spans.as_ref()).is_none());
+        let cancelled =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#;
+        let (msg, spans) = handed(cancelled, Piece::Number(Digits::new(9)), true);
+        assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
+        let asked = r#"{"jsonrpc":"2.0","id":3,"method":"roots/list"}"#;
+        let (msg, spans) = handed(asked, Piece::Number(Digits::new(9)), false);
+        assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
+    }
+
+    #[test]
+    fn a_gateway_id_is_plain_decimal_digits_within_a_u64() {
+        assert_eq!(gateway_id(b"0"), Some(0));
+        assert_eq!(gateway_id(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"01",
+            b"-1",
+            b"+1",
+            b"1.0",
+            b"\"1\"",
+            b"18446744073709551616",
+            b"1a",
+        ] {
+            assert_eq!(gateway_id(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
 
     #[test]
     fn an_answer_asks_for_input_by_its_result_type_however_it_is_written() {

@@ -653,8 +653,9 @@ impl Hub {
         }
         if let Some(answer) = out.answer {
             // The server answered before the retry came: the retry gets it.
-            if let Ok(env) = Envelope::peek(&answer) {
-                self.on_response(backend, gid, &answer, &env);
+            let env = Envelope::peek(&answer).ok();
+            if let Some(answer) = env.and_then(|env| super::backend::Answer::read(&answer, &env)) {
+                self.on_response(backend, gid, answer);
             }
         } else if more {
             self.bridge_round(gid);

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use mcpvisor_session::writer::Message;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -37,7 +37,7 @@ pub(crate) struct Fronts {
     pub ended: Option<Outcome>,
     /// Lines for the stdio client (the primary front, when it is one),
     /// which the loop hands to its pipe's writer at the end of each turn.
-    pub stdio_queue: VecDeque<Bytes>,
+    pub stdio_queue: VecDeque<Message>,
     /// How many lines the stdio client's writer has not written yet.
     pub stdio_backlog: usize,
     /// Fronts found gone while a message was queued for them, dropped at

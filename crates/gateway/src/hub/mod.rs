@@ -62,6 +62,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
+use mcpvisor_session::writer::Message;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -208,9 +209,9 @@ pub(crate) enum Incoming {
 /// What one backend session reports.
 #[derive(Debug)]
 pub(crate) enum FromSession {
-    /// One line the session wrote, with where its envelope lies when the
-    /// session knows.
-    Line(Bytes, Option<Spans>),
+    /// One message the session wrote, with where its envelope lies in its
+    /// line as read (before its splice) when the session knows.
+    Line(mcpvisor_session::writer::Message, Option<Spans>),
     /// The session ended its output.
     Closed,
     /// The session's lifecycle news.
@@ -402,6 +403,9 @@ pub struct Hub {
     catalog: Catalog,
     /// What this turn asks of the shell.
     effects: Effects,
+    /// When the input being handled came: the clock is read once a turn
+    /// (see [`Hub::now`]), not at each step of it.
+    turn_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -491,6 +495,7 @@ impl Hub {
                 announced: [false; 4],
             },
             effects: Effects::default(),
+            turn_at: None,
         }
     }
 
@@ -510,6 +515,7 @@ impl Hub {
 
     /// Handles one input. Call [`Hub::end_turn`] after it.
     pub(crate) fn handle(&mut self, input: Input) {
+        self.turn_at = Some(Instant::now());
         match input {
             Input::Front(command) => self.on_front_command(command),
             Input::Stdio(input) => self.on_stdio(input),
@@ -539,6 +545,12 @@ impl Hub {
         self.finish_closed_fronts();
         self.finish_leaving();
         self.publish_changes();
+        self.turn_at = None;
+    }
+
+    /// The time of the input being handled; outside a turn, the clock's.
+    pub(crate) fn now(&self) -> Instant {
+        self.turn_at.unwrap_or_else(Instant::now)
     }
 
     /// What the turns so far asked of the shell, in order; `into` (empty)
@@ -728,16 +740,18 @@ impl Hub {
     /// The front is dropped at the end of the turn ([`Hub::finish_leaving`]),
     /// not here: a drop answers other fronts, and so would recurse.
     pub(crate) fn emit_to(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>) {
-        self.emit(front, line, related, false);
+        self.emit(front, Message::Line(line), related, false);
     }
 
     /// Sends `line`, the response to the front's request `id`, to the front
     /// (see [`Hub::emit_to`]), saying it is the response.
-    pub(crate) fn answer_to(&mut self, front: FrontId, line: Bytes, id: Bytes) {
-        self.emit(front, line, Some(id), true);
+    pub(crate) fn answer_to(&mut self, front: FrontId, answer: Message, id: Bytes) {
+        self.emit(front, answer, Some(id), true);
     }
 
-    fn emit(&mut self, front: FrontId, line: Bytes, related: Option<Bytes>, response: bool) {
+    /// A spliced message goes to the stdio client as it is (its pipe's
+    /// writer puts it together) and to any other front in one buffer.
+    fn emit(&mut self, front: FrontId, msg: Message, related: Option<Bytes>, response: bool) {
         let Some(f) = self.fronts.open.get(&front) else {
             return;
         };
@@ -746,14 +760,14 @@ impl Hub {
         }
         let sent = match &f.out {
             FrontOut::Channel(out) => out.try_send(Outbound {
-                line,
+                line: msg.to_bytes(),
                 related,
                 response,
             }),
             FrontOut::Stdio
                 if self.fronts.stdio_queue.len() + self.fronts.stdio_backlog < FRONT_QUEUE =>
             {
-                self.fronts.stdio_queue.push_back(line);
+                self.fronts.stdio_queue.push_back(msg);
                 Ok(())
             }
             FrontOut::Stdio => Err(mpsc::error::TrySendError::Full(Outbound {

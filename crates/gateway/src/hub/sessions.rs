@@ -29,10 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::task::AtomicWaker;
 use mcpvisor_jsonrpc::Spans;
-use mcpvisor_session::writer::{Gone, LineSink};
+use mcpvisor_session::writer::{Gone, LineSink, Message};
 use parking_lot::{Mutex, MutexGuard};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -369,12 +368,12 @@ impl LineSink for ToHub {
         Poll::Pending
     }
 
-    fn send(&mut self, line: Bytes, spans: Option<Spans>) -> Result<(), Gone> {
+    fn send(&mut self, msg: Message, spans: Option<Spans>) -> Result<(), Gone> {
         let state = self.shared.lock();
         if state.closed {
             return Err(Gone);
         }
-        self.push(state, FromSession::Line(line, spans));
+        self.push(state, FromSession::Line(msg, spans));
         Ok(())
     }
 }
@@ -392,6 +391,7 @@ impl Drop for ToHub {
 mod tests {
     use std::sync::atomic::AtomicUsize;
 
+    use bytes::Bytes;
     use mcpvisor_session::writer::LineSink as _;
     use tokio::sync::{mpsc, oneshot};
 
@@ -416,7 +416,7 @@ mod tests {
     fn line(input: Poll<Input>) -> String {
         match input {
             Poll::Ready(Input::Backend(_, Incoming::Session(_, FromSession::Line(line, _)))) => {
-                String::from_utf8(line.to_vec()).expect("text")
+                String::from_utf8(line.to_bytes().to_vec()).expect("text")
             }
             Poll::Ready(Input::Backend(_, Incoming::Session(_, FromSession::Closed))) => {
                 "closed".to_owned()
@@ -441,7 +441,8 @@ mod tests {
                 std::future::poll_fn(|cx| sink.poll_ready(cx))
                     .await
                     .expect("the hub reads");
-                sink.send(Bytes::from(text), None).expect("taken");
+                sink.send(Message::Line(Bytes::from(text)), None)
+                    .expect("taken");
             }
         };
         (tx, session)
@@ -486,7 +487,8 @@ mod tests {
                 std::future::poll_fn(|cx| sink.poll_ready(cx))
                     .await
                     .expect("the hub reads");
-                sink.send(Bytes::from(i.to_string()), None).expect("taken");
+                sink.send(Message::Line(Bytes::from(i.to_string())), None)
+                    .expect("taken");
             }
         };
         sessions.insert(BackendId(1), 1, writer, Duration::from_secs(1));

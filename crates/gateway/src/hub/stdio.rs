@@ -80,9 +80,9 @@ impl Stdio {
 
     /// Takes the lines the hub queued for the client into the outlet;
     /// returns how many wait to be written.
-    pub fn take(&mut self, queued: &mut std::collections::VecDeque<Bytes>) -> usize {
-        for line in queued.drain(..) {
-            self.out.push(Message::Line(line));
+    pub fn take(&mut self, queued: &mut std::collections::VecDeque<Message>) -> usize {
+        for msg in queued.drain(..) {
+            self.out.push(msg);
         }
         self.out.queued()
     }

@@ -157,9 +157,10 @@ impl<S: Spawner> Session<S> {
                 match edited {
                     Some(edited) => self.emit(Message::Line(edited)).await,
                     None => {
-                        // Where the envelope lies once the client's id is
-                        // back, for a client in this process.
-                        let spans = Spans::of(line, env).map(|s| s.with_id_len(c.id.len()));
+                        // Where the envelope lies in the worker's line, for
+                        // a client in this process: the id's place is where
+                        // the client's id goes.
+                        let spans = Spans::of(line, env);
                         let msg = Message::spliced(line, raw_id, Piece::Bytes(c.id));
                         self.emit_peeked(msg, spans);
                     }
