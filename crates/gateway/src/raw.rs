@@ -321,6 +321,31 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
 }
 
 /// JSON text for a string.
+/// A short piece of a line kept past it (a client's id, a progress token)
+/// as bytes of its own in one allocation, which its clones share. (A copy
+/// made as `Bytes::copy_from_slice` makes it takes a second allocation at
+/// its first clone.) A longer piece is copied that way.
+pub(crate) fn kept(piece: &[u8]) -> bytes::Bytes {
+    const ROOM: usize = 30;
+    struct Short {
+        len: u8,
+        buf: [u8; ROOM],
+    }
+    impl AsRef<[u8]> for Short {
+        fn as_ref(&self) -> &[u8] {
+            &self.buf[..usize::from(self.len)]
+        }
+    }
+    match u8::try_from(piece.len()) {
+        Ok(len) if piece.len() <= ROOM => {
+            let mut buf = [0; ROOM];
+            buf[..piece.len()].copy_from_slice(piece);
+            bytes::Bytes::from_owner(Short { len, buf })
+        }
+        _ => bytes::Bytes::copy_from_slice(piece),
+    }
+}
+
 pub(crate) fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
@@ -383,6 +408,19 @@ pub(crate) fn request_spans(id: u64, method: &str) -> Option<mcpvisor_jsonrpc::S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_piece_reads_as_it_was_however_long_and_however_often_cloned() {
+        let long = "9".repeat(200);
+        for piece in ["", "7", "\"a-client-id-of-thirty-bytes\"", &long] {
+            let kept = kept(piece.as_bytes());
+            let clones: Vec<bytes::Bytes> = (0..3).map(|_| kept.clone()).collect();
+            drop(kept);
+            for c in clones {
+                assert_eq!(&c[..], piece.as_bytes());
+            }
+        }
+    }
 
     #[test]
     fn a_spliced_object_reads_as_the_written_one() {

@@ -195,7 +195,7 @@ impl<'a> FrontRequest<'a> {
                 .and_then(|m| RawObject::parse(m.get())),
         };
         Some(Self {
-            id: Bytes::copy_from_slice(raw_id.as_bytes()),
+            id: raw::kept(raw_id.as_bytes()),
             raw_id,
             era: Era::of(meta.as_ref()),
             ask: Ask::of(env.method()),
@@ -557,7 +557,7 @@ impl Hub {
         let token = req
             .env
             .progress_token
-            .map(|t| Bytes::copy_from_slice(t.get().as_bytes()));
+            .map(|t| raw::kept(t.get().as_bytes()));
         let mut spans = None;
         let line = match (params, &req.params, &req.meta) {
             // Only a name changed: the params are written once, into the line.
@@ -672,7 +672,7 @@ impl Hub {
                 token,
                 wrap,
                 tasks,
-                at: Instant::now(),
+                at: self.now(),
                 modern,
                 audit,
                 envelope,
