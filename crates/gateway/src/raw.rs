@@ -362,28 +362,70 @@ pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Byt
 /// another (as [`RawObject::replaced_parts`] gives them): the params are
 /// written once, into the line.
 pub(crate) fn request_parts(id: u64, method: &str, params: Option<&[&str]>) -> bytes::Bytes {
-    use std::fmt::Write as _;
+    let mut out = bytes::BytesMut::with_capacity(request_len(method, params));
+    write_request(&mut out, id, method, params);
+    out.freeze()
+}
+
+/// About the length of the line [`request_parts`] writes (its id at most
+/// 20 digits, a method with escapes longer).
+fn request_len(method: &str, params: Option<&[&str]>) -> usize {
     let params_len = params.map_or(0, |p| p.iter().map(|s| s.len()).sum::<usize>() + 10);
-    let mut out = String::with_capacity(48 + method.len() + params_len);
-    out.push_str("{\"jsonrpc\":\"2.0\",\"id\":");
-    let _ = write!(out, "{id}");
-    out.push_str(",\"method\":");
+    48 + method.len() + params_len
+}
+
+fn write_request(out: &mut bytes::BytesMut, id: u64, method: &str, params: Option<&[&str]>) {
+    use bytes::BufMut as _;
+    out.put_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.put_slice(mcpvisor_session::writer::Digits::new(id).as_bytes());
+    out.put_slice(b",\"method\":");
     // A method name needs no escapes but in odd cases.
     if method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(method);
-        out.push('"');
+        out.put_u8(b'"');
+        out.put_slice(method.as_bytes());
+        out.put_u8(b'"');
     } else {
-        out.push_str(&quote(method));
+        out.put_slice(quote(method).as_bytes());
     }
     if let Some(p) = params {
-        out.push_str(",\"params\":");
+        out.put_slice(b",\"params\":");
         for piece in p {
-            out.push_str(piece);
+            out.put_slice(piece.as_bytes());
         }
     }
-    out.push('}');
-    bytes::Bytes::from(out)
+    out.put_u8(b'}');
+}
+
+/// Room the gateway writes the request lines of its calls into, one after
+/// another, each split off as bytes that share the room: a line takes no
+/// allocation of its own. The room is written again from its start once
+/// every line in it is gone; while some still live (calls in flight, held
+/// by the servers' sessions), new room is taken and the old goes with its
+/// last line. A line longer than a quarter of the room takes its own.
+#[derive(Debug, Default)]
+pub(crate) struct Room(bytes::BytesMut);
+
+/// The size of a [`Room`].
+const ROOM_BYTES: usize = 16 * 1024;
+
+impl Room {
+    /// [`request_parts`], written into the room.
+    pub(crate) fn request_parts(
+        &mut self,
+        id: u64,
+        method: &str,
+        params: Option<&[&str]>,
+    ) -> bytes::Bytes {
+        let len = request_len(method, params);
+        if len > ROOM_BYTES / 4 {
+            return request_parts(id, method, params);
+        }
+        if self.0.capacity() - self.0.len() < len {
+            self.0.reserve(ROOM_BYTES);
+        }
+        write_request(&mut self.0, id, method, params);
+        self.0.split().freeze()
+    }
 }
 
 /// Where the envelope of the line [`request_parts`] writes for `id` and
@@ -408,6 +450,36 @@ pub(crate) fn request_spans(id: u64, method: &str) -> Option<mcpvisor_jsonrpc::S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_written_in_a_room_read_as_written_while_it_is_reused_and_replaced() {
+        let mut room = Room::default();
+        let params = [r#"{"name":"#, r#""echo""#, r#","arguments":{"s":"x"}}"#];
+        let expected = |id: u64| request_parts(id, "tools/call", Some(&params));
+        // Lines that live on while more are written: the room fills, and
+        // new room is taken while these still hold the old.
+        let kept: Vec<_> = (0..400)
+            .map(|id| room.request_parts(id, "tools/call", Some(&params)))
+            .collect();
+        for (id, line) in (0..).zip(&kept) {
+            assert_eq!(line, &expected(id));
+        }
+        drop(kept);
+        // Lines dropped as soon as written: the room is written again.
+        for id in 400..1200 {
+            assert_eq!(
+                room.request_parts(id, "tools/call", Some(&params)),
+                expected(id)
+            );
+        }
+        // A method that needs escapes, and a line too long for the room.
+        let odd = room.request_parts(1, "odd\"method", None);
+        assert_eq!(odd, request_parts(1, "odd\"method", None));
+        let big = "x".repeat(ROOM_BYTES);
+        let long = room.request_parts(2, "tools/call", Some(&[&big]));
+        assert_eq!(long, request_parts(2, "tools/call", Some(&[&big])));
+        mcpvisor_jsonrpc::Envelope::peek(&odd).expect("valid JSON");
+    }
 
     #[test]
     fn a_kept_piece_reads_as_it_was_however_long_and_however_often_cloned() {

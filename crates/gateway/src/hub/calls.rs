@@ -65,6 +65,8 @@ pub(crate) struct Calls {
     /// Their input requests to fronts: the id the front sees → its entry
     /// in `asking`.
     pub asking_reqs: HashMap<u64, u64>,
+    /// Where the calls' request lines are written (see [`crate::raw::Room`]).
+    pub room: crate::raw::Room,
 }
 
 impl Calls {

@@ -567,7 +567,7 @@ impl Hub {
                 if req.env.request_id.is_none() {
                     spans = raw::request_spans(gid, method);
                 }
-                raw::request_parts(gid, method, Some(&parts))
+                self.calls.room.request_parts(gid, method, Some(&parts))
             }
             // A renamed 2026-07-28 request: written once from the members
             // read, with the new name, the envelope off its `_meta` and the
