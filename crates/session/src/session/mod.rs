@@ -411,8 +411,11 @@ impl<S: Spawner> Session<S> {
                 }
             }
         }
-        for (generation, e) in failed {
-            self.on_stdin_written(generation, Err(e)).await;
+        // Nearly always none: the loop is not entered at all.
+        if !failed.is_empty() {
+            for (generation, e) in failed {
+                self.on_stdin_written(generation, Err(e)).await;
+            }
         }
         if !self.client_out.is_idle() && !self.client_out.is_blocked() {
             if let Some(written) = self.client_out.write_now().await {
