@@ -2,9 +2,10 @@
 //! traffic (the session's pipes, the gateway's stdio client), or one writer
 //! task per pipe fed over a channel ([`write_lines`], for the pipes a
 //! remote server's generation reads). An [`Outlet`] can also hand its
-//! messages, whole, to a reader in the same process ([`LineSink`]): a
-//! session run on the runner's `Link` (a gateway backend's, the runner's
-//! own connection) writes to its owner that way.
+//! messages, one at a time, to a reader in the same process
+//! ([`LineSink`]), a spliced one still in its pieces: a session run on the
+//! runner's `Link` (a gateway backend's, the runner's own connection)
+//! writes to its owner that way.
 //!
 //! A writer task's owner sends whole messages (without their newline)
 //! into a bounded channel. The writer takes everything already queued, writes
@@ -305,11 +306,12 @@ async fn put<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// An in-process reader of an [`Outlet`]: it takes whole messages, without
-/// their newline, one at a time, as a bounded channel does. A session whose
+/// An in-process reader of an [`Outlet`]: it takes messages, without their
+/// newline, one at a time, as a bounded channel does. A session whose
 /// client is another task of the same process (the gateway's backends)
-/// hands its lines over this way instead of through a pipe: no framing on
-/// either side, no copy into a pipe buffer and out again.
+/// hands its messages over this way instead of through a pipe: no framing
+/// on either side, no copy into a pipe buffer and out again, and a spliced
+/// message not put together until its reader needs it whole.
 pub trait LineSink: Send {
     /// Ready when one more line can be taken; `Err` once the reader is gone.
     fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> Poll<Result<(), Gone>>;
