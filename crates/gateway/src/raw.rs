@@ -320,7 +320,6 @@ impl<'de> serde::Deserialize<'de> for Key<'de> {
     }
 }
 
-/// JSON text for a string.
 /// A short piece of a line kept past it (a client's id, a progress token)
 /// as bytes of its own in one allocation, which its clones share. (A copy
 /// made as `Bytes::copy_from_slice` makes it takes a second allocation at
@@ -346,6 +345,7 @@ pub(crate) fn kept(piece: &[u8]) -> bytes::Bytes {
     }
 }
 
+/// JSON text for a string.
 pub(crate) fn quote(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
@@ -367,8 +367,9 @@ pub(crate) fn request_parts(id: u64, method: &str, params: Option<&[&str]>) -> b
     out.freeze()
 }
 
-/// About the length of the line [`request_parts`] writes (its id at most
-/// 20 digits, a method with escapes longer).
+/// About the length of the line [`request_parts`] writes: exact for an id
+/// of up to 13 digits and a method without escapes. A longer line grows
+/// its buffer as it is written.
 fn request_len(method: &str, params: Option<&[&str]>) -> usize {
     let params_len = params.map_or(0, |p| p.iter().map(|s| s.len()).sum::<usize>() + 10);
     48 + method.len() + params_len

@@ -11,7 +11,7 @@ use mcpvisor_config::{EraChoice, ServerDef};
 use mcpvisor_jsonrpc::{Envelope, Kind, NOT_STARTED, Spans, build, rewrite};
 use mcpvisor_process::stderr::Passthrough;
 use mcpvisor_runner::{Inlet, Link, ServerSpawner};
-use mcpvisor_session::writer::{Message, Piece};
+use mcpvisor_session::writer::{Digits, Message, Piece};
 use mcpvisor_session::{SpawnFailure, Spawner, WorkerIo, WorkerReporter};
 use memchr::memmem;
 use rustc_hash::FxHashMap as HashMap;
@@ -1763,10 +1763,16 @@ impl Hub {
                 ..
             }) => self.upstream_answered(id, gid, line),
             Some(Pending::Private { what, .. }) => self.on_private_answer(id, what, line),
-            None => {
-                // A call waiting for its client's retry keeps the answer.
-                self.bridge_answered(gid, line);
+            // A call waiting for its client's retry keeps the answer, as a
+            // copy of its own with the gateway's id in it (not a slice of
+            // the session's read buffer with the worker's id).
+            None if self.calls.bridges.calls.contains_key(&gid) => {
+                let whole =
+                    rewrite::splice_at(line, answer.id.clone(), Digits::new(gid).as_bytes());
+                self.bridge_answered(gid, &whole);
             }
+            // An answer to a call that is over.
+            None => {}
         }
     }
 
@@ -2591,11 +2597,17 @@ impl<'a> Answer<'a> {
         };
         let spans = spans.filter(|s| s.kind() == Kind::Response)?;
         let id = spans.id().filter(|id| *id == (*start..*end))?;
+        // Spans of another line (a bug in their maker) are not trusted:
+        // the line is read whole instead.
+        let result = spans.result();
+        if id.end > line.len() || result.as_ref().is_some_and(|r| r.end > line.len()) {
+            return None;
+        }
         let gid = gateway_id(with.as_bytes())?;
         let answer = Self {
             line,
             id,
-            result: spans.result(),
+            result,
             len: msg.len(),
         };
         Some((gid, answer))
@@ -2686,6 +2698,11 @@ mod tests {
         assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
         let asked = r#"{"jsonrpc":"2.0","id":3,"method":"roots/list"}"#;
         let (msg, spans) = handed(asked, Piece::Number(Digits::new(9)), false);
+        assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
+        // Spans of a longer line, its id at the same place: not trusted.
+        let longer = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text"}]}}"#;
+        let (_, spans) = handed(longer, Piece::Bytes(Bytes::from_static(b"5")), false);
+        let (msg, _) = handed(answer, Piece::Bytes(Bytes::from_static(b"5")), false);
         assert!(Answer::spliced(&msg, spans.as_ref()).is_none());
     }
 
