@@ -233,20 +233,10 @@ impl Audit {
 
     /// Finishes a record with its answer, as it came from the server's
     /// session, and keeps, publishes and queues it for the file.
-    pub(crate) fn finish(&self, call: Call, took: Duration, answer: &[u8]) {
-        self.finish_sized(call, took, answer, answer.len());
-    }
-
-    /// [`Audit::finish`], with the answer's size as the server's session
-    /// wrote it: `answer` may be its line as the session read it, before
-    /// the gateway's id went in.
-    pub(crate) fn finish_sized(
-        &self,
-        call: Call,
-        took: Duration,
-        answer: &[u8],
-        answer_bytes: usize,
-    ) {
+    /// `answer_bytes`: the answer's size as the server's session wrote it
+    /// (`answer` may be its line as the session read it, before the
+    /// gateway's id went in).
+    pub(crate) fn finish(&self, call: Call, took: Duration, answer: &[u8], answer_bytes: usize) {
         let error_code = mcpvisor_jsonrpc::envelope::error_code(answer);
         let outcome = match error_code {
             Some(_) => Outcome::Error,
@@ -510,6 +500,10 @@ fn is_error(answer: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn finish(audit: &Audit, call: Call, took: Duration, answer: &[u8]) {
+        audit.finish(call, took, answer, answer.len());
+    }
+
     fn call(method: &'static str, name: &str) -> Call {
         Call {
             at_ms: 1,
@@ -526,22 +520,26 @@ mod tests {
     fn outcomes_are_read_from_the_answer() {
         let audit = Audit::new();
         let took = Duration::from_millis(3);
-        audit.finish(
+        finish(
+            &audit,
             call("tools/call", "read"),
             took,
             br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":false}}"#,
         );
-        audit.finish(
+        finish(
+            &audit,
             call("tools/call", "read"),
             took,
             br#"{"jsonrpc":"2.0","id":2,"result":{"content":[],"isError":true}}"#,
         );
-        audit.finish(
+        finish(
+            &audit,
             call("tools/call", "read"),
             took,
             br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32010,"message":"lost"}}"#,
         );
-        audit.finish(
+        finish(
+            &audit,
             call("prompts/get", "p"),
             took,
             br#"{"jsonrpc":"2.0","id":4,"result":{"isError":true}}"#,
@@ -574,9 +572,14 @@ mod tests {
         let audit = Audit::new();
         let ok = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
         for i in 0..TOOLS_KEPT + 10 {
-            audit.finish(call("tools/call", &format!("t{i}")), Duration::ZERO, ok);
+            finish(
+                &audit,
+                call("tools/call", &format!("t{i}")),
+                Duration::ZERO,
+                ok,
+            );
         }
-        audit.finish(call("tools/call", "t0"), Duration::ZERO, ok);
+        finish(&audit, call("tools/call", "t0"), Duration::ZERO, ok);
         let tools = audit.tools();
         assert_eq!(tools.len(), TOOLS_KEPT + 1);
         let other = tools
@@ -627,7 +630,8 @@ mod tests {
         };
         let ok = br#"{"jsonrpc":"2.0","id":1,"result":{}}"#;
         for i in 0..40 {
-            audit.finish(
+            finish(
+                &audit,
                 call("tools/call", &format!("tool{i:02}")),
                 Duration::ZERO,
                 ok,

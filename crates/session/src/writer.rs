@@ -155,23 +155,6 @@ impl Message {
         self.len() == 0
     }
 
-    /// Where the replaced bytes of a spliced message lie in its line;
-    /// `None` for a line written as it is.
-    pub fn splice_range(&self) -> Option<std::ops::Range<usize>> {
-        match self {
-            Message::Line(_) => None,
-            Message::Spliced { start, end, .. } => Some(*start..*end),
-        }
-    }
-
-    /// What replaces those bytes.
-    pub fn replacement(&self) -> Option<&[u8]> {
-        match self {
-            Message::Line(_) => None,
-            Message::Spliced { with, .. } => Some(with.as_bytes()),
-        }
-    }
-
     /// Its bytes in one buffer (a copy when spliced).
     pub fn to_bytes(&self) -> Bytes {
         match self {

@@ -1629,8 +1629,20 @@ impl Hub {
         at: Instant,
         answer: &[u8],
     ) {
+        self.audit_sized(audit, at, answer, answer.len());
+    }
+
+    /// [`Hub::audit_answer`], with the answer's size as the session wrote
+    /// it: `answer` may be its line before the gateway's id went in.
+    fn audit_sized(
+        &self,
+        audit: Option<Box<crate::audit::Call>>,
+        at: Instant,
+        answer: &[u8],
+        len: usize,
+    ) {
         if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
-            log.finish(*call, at.elapsed(), answer);
+            log.finish(*call, self.now().saturating_duration_since(at), answer, len);
         }
     }
 
@@ -1642,12 +1654,17 @@ impl Hub {
         }
         let (line, spans) = match msg {
             Message::Line(line) => (line, spans),
-            spliced @ Message::Spliced { .. } => {
+            Message::Spliced {
+                start,
+                end,
+                ref with,
+                ..
+            } => {
                 // The spans move with the id; another member spliced
                 // (a server's cancellation naming its request) is peeked.
-                let at_id = spans.filter(|s| s.id() == spliced.splice_range());
-                let len = spliced.replacement().map_or(0, <[u8]>::len);
-                (spliced.to_bytes(), at_id.map(|s| s.with_id_len(len)))
+                let at_id = spans.filter(|s| s.id() == Some(start..end));
+                let spans = at_id.map(|s| s.with_id_len(with.as_bytes().len()));
+                (msg.to_bytes(), spans)
             }
         };
         let known = spans.and_then(|spans| spans.envelope(&line));
@@ -1660,7 +1677,7 @@ impl Hub {
         };
         match env.kind {
             Kind::Response => {
-                let gid = env.id.and_then(|i| i.get().parse::<u64>().ok());
+                let gid = env.id.and_then(|i| gateway_id(i.get().as_bytes()));
                 let Some(gid) = gid else { return };
                 let Some(answer) = Answer::read(&line, &env) else {
                     return;
@@ -1687,10 +1704,8 @@ impl Hub {
                 sent,
                 ..
             }) => {
+                self.audit_sized(audit, at, line, answer.len);
                 let took = self.now().saturating_duration_since(at);
-                if let (Some(call), Some(log)) = (audit, &self.settings.audit) {
-                    log.finish_sized(*call, took, line, answer.len);
-                }
                 // A result where the reader found one: no error to look for.
                 let code = match answer.result {
                     Some(_) => None,

@@ -643,7 +643,7 @@ impl Hub {
             *f = front;
             *id = req.id.clone();
             if let Some(t) = req.env.progress_token {
-                *token = Some(Bytes::copy_from_slice(t.get().as_bytes()));
+                *token = Some(crate::raw::kept(t.get().as_bytes()));
             }
         }
         self.calls.pending.insert(gid, pending);

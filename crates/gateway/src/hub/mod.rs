@@ -211,7 +211,7 @@ pub(crate) enum Incoming {
 pub(crate) enum FromSession {
     /// One message the session wrote, with where its envelope lies in its
     /// line as read (before its splice) when the session knows.
-    Line(mcpvisor_session::writer::Message, Option<Spans>),
+    Line(Message, Option<Spans>),
     /// The session ended its output.
     Closed,
     /// The session's lifecycle news.
