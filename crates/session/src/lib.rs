@@ -50,6 +50,7 @@ pub use config::{CancelAckPolicy, Config, GarbagePolicy};
 pub use events::{EventSink, SessionEvent};
 pub use mcpvisor_config::RestartMode;
 pub use mcpvisor_config::report::{ErrorData, StderrTail};
+pub use session::gate::Gate;
 pub use session::{Control, Outcome, Session};
 pub use spawner::{
     EnvSource, Preflight, ProcessSpawner, SpawnFailure, Spawner, StderrObserver, UnreadProbe,

@@ -4,8 +4,8 @@
 //! cache's writes and the env file reads, and carries out what each turn
 //! of the core asks for (see the module docs of `hub`).
 
-use futures_util::StreamExt;
 use mcpvisor_runner::ServerSpec;
+use mcpvisor_session::Gate;
 use mcpvisor_session::writer::{Streaks, Won};
 use rustc_hash::FxHashMap as HashMap;
 use tokio::sync::mpsc;
@@ -56,6 +56,11 @@ struct Shell {
     /// Results of jobs the pin task could not take (its queue was full),
     /// handed to the core before anything else.
     pins_refused: std::collections::VecDeque<PinsRead>,
+    /// `events_rx` and `timers` are polled only when they may have
+    /// something (see [`Gate`]): the loop's `select!` goes through every
+    /// branch each time the task waits, twice a call.
+    events_gate: Gate,
+    timers_gate: Gate,
 }
 
 /// Room in the pin task's queue of jobs.
@@ -87,6 +92,8 @@ pub(super) async fn serve(
         effects: Vec::new(),
         pin_jobs: None,
         pins_refused: Default::default(),
+        events_gate: Gate::default(),
+        timers_gate: Gate::default(),
     };
     let mut hub = Hub::new(settings, primary);
     if let Some(store) = pin_store {
@@ -108,6 +115,7 @@ pub(super) async fn serve(
     let mut fronts_open = true;
     let mut slices = mcpvisor_session::writer::Slices::default();
     let mut streaks = Streaks::default();
+    let mut fronts_gate = Gate::default();
     let outcome = loop {
         if let Some(outcome) = hub.ended(fronts_open) {
             break outcome;
@@ -138,18 +146,18 @@ pub(super) async fn serve(
                         (None, _) => None,
                     }
                 }
-                command = fronts.recv(), if fronts_open => match command {
+                command = std::future::poll_fn(|cx| fronts_gate.poll(cx, |cx| fronts.poll_recv(cx))), if fronts_open => match command {
                     Some(command) => Some(Input::Front(command)),
                     None => {
                         fronts_open = false;
                         None
                     }
                 },
-                Some(event) = shell.events_rx.recv() => match event {
+                Some(event) = std::future::poll_fn(|cx| shell.events_gate.poll(cx, |cx| shell.events_rx.poll_recv(cx))) => match event {
                     Input::Control(Control::Shutdown) => break Outcome::Shutdown,
                     event => Some(event),
                 },
-                Some(expired) = shell.timers.next(), if !shell.timers.is_empty() => {
+                Some(expired) = std::future::poll_fn(|cx| shell.timers_gate.poll(cx, |cx| shell.timers.poll_expired(cx))), if !shell.timers.is_empty() => {
                     let (key, timer) = expired.into_inner();
                     shell.armed.remove(&key);
                     Some(Input::Timer(timer))
@@ -226,10 +234,12 @@ impl Shell {
                 Effect::Arm { key, timer, at } => {
                     let place = self.timers.insert_at((key, timer), at);
                     self.armed.insert(key, place);
+                    self.timers_gate.open();
                 }
                 Effect::Disarm(key) => {
                     if let Some(place) = self.armed.remove(&key) {
                         self.timers.try_remove(&place);
+                        self.timers_gate.open();
                     }
                 }
                 Effect::Publish(event) => {

@@ -1,5 +1,5 @@
-//! Polling a source of the session's `select!` only when it may have
-//! something.
+//! Polling a source of a `select!` only when it may have something (the
+//! session's loop, and the gateway hub's).
 //!
 //! `select!` polls every enabled branch on each turn of the loop, and the
 //! task wakes for any one of them. At one request in flight that is about
@@ -17,7 +17,7 @@ use futures_util::task::AtomicWaker;
 
 /// See the module docs.
 #[derive(Debug)]
-pub(crate) struct Gate {
+pub struct Gate {
     signal: Arc<Signal>,
     /// The waker the source is polled with: `signal`'s, made once.
     waker: Waker,

@@ -1,7 +1,7 @@
 //! The owning task and the lifecycle of worker generations.
 
 mod client;
-mod gate;
+pub mod gate;
 mod lifecycle;
 mod lists;
 mod restart;
