@@ -214,6 +214,11 @@ impl<'a, const KEEP: bool> Scan<'a, KEEP> {
     /// form feed).
     #[inline(always)]
     fn ws(&mut self) {
+        // Compact JSON has none: one comparison says so (every whitespace
+        // byte is at most a space).
+        if self.peek().is_none_or(|b| b > b' ') {
+            return;
+        }
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.pos += 1;
         }
