@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use mcpvisor_jsonrpc::METHOD_NOT_FOUND;
 use mcpvisor_session::SessionEvent;
-use mcpvisor_session::input::Line;
+use mcpvisor_session::queue::{LineSender, Permit};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -54,7 +54,7 @@ pub(crate) struct Driver {
     /// request it is (if it is one).
     outbox: VecDeque<(Bytes, Option<u64>)>,
     /// The session's input queue; `None` once it is closed.
-    out: Option<mpsc::Sender<Line>>,
+    out: Option<LineSender>,
     notes: mpsc::Sender<Notification>,
     /// Offered to the server when it asks for roots.
     roots: Option<PathBuf>,
@@ -75,7 +75,7 @@ pub(crate) struct Outputs {
 }
 
 impl Driver {
-    pub(crate) fn new(out: mpsc::Sender<Line>, outputs: Outputs, roots: Option<PathBuf>) -> Self {
+    pub(crate) fn new(out: LineSender, outputs: Outputs, roots: Option<PathBuf>) -> Self {
         Self {
             waiting: HashMap::new(),
             outbox: VecDeque::new(),
@@ -169,7 +169,7 @@ impl Driver {
 
     /// Writes the first queued line, or, when the session's input is closed
     /// (`permit` is `None`), fails every queued request: none will be sent.
-    pub(crate) fn write(&mut self, permit: Option<mpsc::OwnedPermit<Line>>) {
+    pub(crate) fn write(&mut self, permit: Option<Permit>) {
         match permit {
             Some(permit) => {
                 if let Some((msg, _)) = self.outbox.pop_front() {
@@ -256,8 +256,8 @@ impl Driver {
 
 /// Room for one line on the way to the session's input; `None` once it is
 /// closed.
-async fn reserve(out: Option<mpsc::Sender<Line>>) -> Option<mpsc::OwnedPermit<Line>> {
-    out?.reserve_owned().await.ok()
+async fn reserve(out: Option<LineSender>) -> Option<Permit> {
+    out?.reserve().await.ok()
 }
 
 fn answer_server(method: &str, id: &Value, roots: Option<&Path>) -> Value {

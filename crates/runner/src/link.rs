@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mcpvisor_jsonrpc::Spans;
-use mcpvisor_session::input::{Line, Lines};
+use mcpvisor_session::input::Lines;
+use mcpvisor_session::queue::{self, LineReceiver, LineSender};
 use mcpvisor_session::writer::{ChannelSlot, Gone, LineSink, Message, Outlet};
 use mcpvisor_session::{Config, Control, EventSink, Outcome, Session, Spawner};
 use tokio::sync::mpsc;
@@ -37,7 +38,7 @@ pub struct Link {
 /// starts later in the same turn.
 #[derive(Debug)]
 pub struct Inlet {
-    lines: mpsc::Sender<Line>,
+    lines: LineSender,
     control: mpsc::Sender<Control>,
 }
 
@@ -45,7 +46,7 @@ pub struct Inlet {
 /// ends of its [`Inlet`]. What its inlet queued waits for it.
 #[derive(Debug)]
 pub struct Unstarted {
-    lines: mpsc::Receiver<Line>,
+    lines: LineReceiver,
     control: mpsc::Receiver<Control>,
     cfg: Config,
 }
@@ -75,7 +76,7 @@ impl Link {
     /// A session's two halves before it runs: the [`Inlet`] its owner
     /// keeps, and the [`Unstarted`] session that [`Unstarted::start`] runs.
     pub fn prepare(cfg: Config) -> (Inlet, Unstarted) {
-        let (lines, lines_rx) = mpsc::channel(QUEUE);
+        let (lines, lines_rx) = queue::channel(QUEUE);
         let (control, control_rx) = mpsc::channel(4);
         (
             Inlet { lines, control },
@@ -112,7 +113,7 @@ impl Link {
     pub(crate) fn into_parts(
         self,
     ) -> (
-        mpsc::Sender<Line>,
+        LineSender,
         mpsc::Sender<Control>,
         JoinHandle<Outcome>,
         Duration,

@@ -3,11 +3,11 @@
 
 use std::task::{Context, Poll};
 
+use crate::queue::LineReceiver;
 use bytes::Bytes;
 use mcpvisor_jsonrpc::frame::{FrameError, OVERSIZE_HEAD};
 use mcpvisor_jsonrpc::{Frame, LineCodec, Spans};
 use tokio::io::AsyncRead;
-use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
 /// One message read from a client (see [`ClientInput::poll_frame`]).
@@ -46,13 +46,13 @@ pub type Line = (Bytes, Option<Spans>);
 /// with its head.
 #[derive(Debug)]
 pub struct Lines {
-    rx: mpsc::Receiver<Line>,
+    rx: LineReceiver,
     max_bytes: usize,
 }
 
 impl Lines {
     /// Reads `rx`, with lines longer than `max_bytes` taken as oversize.
-    pub fn new(rx: mpsc::Receiver<Line>, max_bytes: usize) -> Self {
+    pub fn new(rx: LineReceiver, max_bytes: usize) -> Self {
         Self { rx, max_bytes }
     }
 }
@@ -89,13 +89,13 @@ mod tests {
 
     #[tokio::test]
     async fn a_line_past_the_bound_is_oversize_with_its_head() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = crate::queue::channel(4);
         let mut lines = Lines::new(rx, 8);
         let short = Bytes::from_static(b"12345678");
-        tx.send((short.clone(), None)).await.expect("send");
+        tx.try_send((short.clone(), None)).expect("send");
         let long = Bytes::from(vec![b'x'; OVERSIZE_HEAD + 10]);
         let spans = Spans::plain(mcpvisor_jsonrpc::Kind::Request, 0..1, None);
-        tx.send((long, Some(spans))).await.expect("send");
+        tx.try_send((long, Some(spans))).expect("send");
         assert!(lines.has_frame());
         assert_eq!(next(&mut lines).await, Some((Frame::Line(short), None)));
         match next(&mut lines).await {
@@ -113,12 +113,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_line_keeps_the_spans_it_came_with() {
-        let (tx, rx) = mpsc::channel(4);
+        let (tx, rx) = crate::queue::channel(4);
         let mut lines = Lines::new(rx, 1024);
         let line = Bytes::from_static(br#"{"id":1,"method":"ping"}"#);
         let spans = Spans::plain(mcpvisor_jsonrpc::Kind::Request, 6..7, Some(18..22));
-        tx.send((line.clone(), Some(spans.clone())))
-            .await
+        tx.try_send((line.clone(), Some(spans.clone())))
             .expect("send");
         assert_eq!(
             next(&mut lines).await,

@@ -40,6 +40,7 @@
 mod config;
 mod events;
 pub mod input;
+pub mod queue;
 mod reply;
 mod session;
 mod spawner;

@@ -1,12 +1,13 @@
 use std::time::Duration;
 
 use super::*;
+use mcpvisor_session::queue::{self, LineReceiver};
 
 /// Bound on every wait: paused time, so it costs nothing unless broken.
 const WAIT: Duration = Duration::from_secs(60);
 
-fn driver() -> (Driver, mpsc::Receiver<Line>) {
-    let (out, out_rx) = mpsc::channel(8);
+fn driver() -> (Driver, LineReceiver) {
+    let (out, out_rx) = queue::channel(8);
     let (notes, _) = mpsc::channel(8);
     let (auth, _) = watch::channel(None);
     let (observer, _) = mpsc::channel(8);
@@ -31,7 +32,7 @@ async fn answer(rx: oneshot::Receiver<Result<Value, CallError>>) -> Result<Value
         .expect("answered, not dropped")
 }
 
-async fn next_line(out: &mut mpsc::Receiver<Line>) -> Value {
+async fn next_line(out: &mut LineReceiver) -> Value {
     let (line, _) = tokio::time::timeout(WAIT, out.recv())
         .await
         .expect("a line in time")
@@ -44,7 +45,7 @@ async fn next_line(out: &mut mpsc::Receiver<Line>) -> Value {
 struct Running {
     session_out: mpsc::Sender<Bytes>,
     commands: mpsc::Sender<Command>,
-    written: mpsc::Receiver<Line>,
+    written: LineReceiver,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -174,7 +175,7 @@ async fn a_cancelled_request_is_forgotten_and_the_server_told() {
 
 #[tokio::test(start_paused = true)]
 async fn an_auth_prompt_is_current_until_its_generation_is_authorized_or_gone() {
-    let (out, _written) = mpsc::channel(8);
+    let (out, _written) = queue::channel(8);
     let (notes, _) = mpsc::channel(8);
     let (auth, mut current) = watch::channel(None);
     let (observer, mut observed) = mpsc::channel(8);
