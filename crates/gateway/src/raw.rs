@@ -352,6 +352,17 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// Builds a request line from raw parts.
 pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Bytes {
+    request_spanned(id, method, params).0
+}
+
+/// [`request`], and where the envelope of the line lies when its params
+/// carry no routing member (`params.requestId`, a progress token): `None`
+/// for a method written with escapes.
+pub(crate) fn request_spanned(
+    id: u64,
+    method: &str,
+    params: Option<&str>,
+) -> (bytes::Bytes, Option<mcpvisor_jsonrpc::Spans>) {
     match params {
         Some(p) => request_parts(id, method, Some(&[p])),
         None => request_parts(id, method, None),
@@ -360,11 +371,15 @@ pub(crate) fn request(id: u64, method: &str, params: Option<&str>) -> bytes::Byt
 
 /// Builds a request line whose params are `params`' pieces, one after
 /// another (as [`RawObject::replaced_parts`] gives them): the params are
-/// written once, into the line.
-pub(crate) fn request_parts(id: u64, method: &str, params: Option<&[&str]>) -> bytes::Bytes {
+/// written once, into the line. With the spans [`request_spanned`] gives.
+fn request_parts(
+    id: u64,
+    method: &str,
+    params: Option<&[&str]>,
+) -> (bytes::Bytes, Option<mcpvisor_jsonrpc::Spans>) {
     let mut out = bytes::BytesMut::with_capacity(request_len(method, params));
-    write_request(&mut out, id, method, params);
-    out.freeze()
+    let spans = write_request(&mut out, id, method, params);
+    (out.freeze(), spans)
 }
 
 /// About the length of the line [`request_parts`] writes: exact for an id
@@ -375,19 +390,36 @@ fn request_len(method: &str, params: Option<&[&str]>) -> usize {
     48 + method.len() + params_len
 }
 
-fn write_request(out: &mut bytes::BytesMut, id: u64, method: &str, params: Option<&[&str]>) {
+/// Writes the line at the end of `out`, and says where its envelope lies
+/// in it (see [`request_spanned`]).
+fn write_request(
+    out: &mut bytes::BytesMut,
+    id: u64,
+    method: &str,
+    params: Option<&[&str]>,
+) -> Option<mcpvisor_jsonrpc::Spans> {
     use bytes::BufMut as _;
+    let start = out.len();
     out.put_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    let id_start = out.len() - start;
     out.put_slice(mcpvisor_session::writer::Digits::new(id).as_bytes());
+    let id_end = out.len() - start;
     out.put_slice(b",\"method\":");
     // A method name needs no escapes but in odd cases.
-    if method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+    let spans = if method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
         out.put_u8(b'"');
+        let method_start = out.len() - start;
         out.put_slice(method.as_bytes());
         out.put_u8(b'"');
+        Some(mcpvisor_jsonrpc::Spans::plain(
+            mcpvisor_jsonrpc::Kind::Request,
+            id_start..id_end,
+            Some(method_start..method_start + method.len()),
+        ))
     } else {
         out.put_slice(quote(method).as_bytes());
-    }
+        None
+    };
     if let Some(p) = params {
         out.put_slice(b",\"params\":");
         for piece in p {
@@ -395,6 +427,7 @@ fn write_request(out: &mut bytes::BytesMut, id: u64, method: &str, params: Optio
         }
     }
     out.put_u8(b'}');
+    spans
 }
 
 /// Room the gateway writes the request lines of its calls into, one after
@@ -410,13 +443,14 @@ pub(crate) struct Room(bytes::BytesMut);
 const ROOM_BYTES: usize = 16 * 1024;
 
 impl Room {
-    /// [`request_parts`], written into the room.
+    /// [`request_parts`], written into the room, with the spans
+    /// [`request_spanned`] gives.
     pub(crate) fn request_parts(
         &mut self,
         id: u64,
         method: &str,
         params: Option<&[&str]>,
-    ) -> bytes::Bytes {
+    ) -> (bytes::Bytes, Option<mcpvisor_jsonrpc::Spans>) {
         let len = request_len(method, params);
         if len > ROOM_BYTES / 4 {
             return request_parts(id, method, params);
@@ -424,28 +458,9 @@ impl Room {
         if self.0.capacity() - self.0.len() < len {
             self.0.reserve(ROOM_BYTES);
         }
-        write_request(&mut self.0, id, method, params);
-        self.0.split().freeze()
+        let spans = write_request(&mut self.0, id, method, params);
+        (self.0.split().freeze(), spans)
     }
-}
-
-/// Where the envelope of the line [`request_parts`] writes for `id` and
-/// `method` lies, when its params carry no routing member
-/// (`params.requestId`, a progress token): `None` for a method written
-/// with escapes.
-pub(crate) fn request_spans(id: u64, method: &str) -> Option<mcpvisor_jsonrpc::Spans> {
-    const BEFORE_ID: usize = "{\"jsonrpc\":\"2.0\",\"id\":".len();
-    const BEFORE_METHOD: usize = ",\"method\":\"".len();
-    if !method.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        return None;
-    }
-    let id_end = BEFORE_ID + mcpvisor_session::writer::Digits::new(id).as_bytes().len();
-    let method_start = id_end + BEFORE_METHOD;
-    Some(mcpvisor_jsonrpc::Spans::plain(
-        mcpvisor_jsonrpc::Kind::Request,
-        BEFORE_ID..id_end,
-        Some(method_start..method_start + method.len()),
-    ))
 }
 
 #[cfg(test)]
@@ -456,11 +471,11 @@ mod tests {
     fn lines_written_in_a_room_read_as_written_while_it_is_reused_and_replaced() {
         let mut room = Room::default();
         let params = [r#"{"name":"#, r#""echo""#, r#","arguments":{"s":"x"}}"#];
-        let expected = |id: u64| request_parts(id, "tools/call", Some(&params));
+        let expected = |id: u64| request_parts(id, "tools/call", Some(&params)).0;
         // Lines that live on while more are written: the room fills, and
         // new room is taken while these still hold the old.
         let kept: Vec<_> = (0..400)
-            .map(|id| room.request_parts(id, "tools/call", Some(&params)))
+            .map(|id| room.request_parts(id, "tools/call", Some(&params)).0)
             .collect();
         for (id, line) in (0..).zip(&kept) {
             assert_eq!(line, &expected(id));
@@ -469,16 +484,16 @@ mod tests {
         // Lines dropped as soon as written: the room is written again.
         for id in 400..1200 {
             assert_eq!(
-                room.request_parts(id, "tools/call", Some(&params)),
+                room.request_parts(id, "tools/call", Some(&params)).0,
                 expected(id)
             );
         }
         // A method that needs escapes, and a line too long for the room.
-        let odd = room.request_parts(1, "odd\"method", None);
-        assert_eq!(odd, request_parts(1, "odd\"method", None));
+        let odd = room.request_parts(1, "odd\"method", None).0;
+        assert_eq!(odd, request_parts(1, "odd\"method", None).0);
         let big = "x".repeat(ROOM_BYTES);
-        let long = room.request_parts(2, "tools/call", Some(&[&big]));
-        assert_eq!(long, request_parts(2, "tools/call", Some(&[&big])));
+        let long = room.request_parts(2, "tools/call", Some(&[&big])).0;
+        assert_eq!(long, request_parts(2, "tools/call", Some(&[&big])).0);
         mcpvisor_jsonrpc::Envelope::peek(&odd).expect("valid JSON");
     }
 
@@ -546,8 +561,12 @@ mod tests {
             (7, "tools/call"),
             (18_446_744_073_709_551_615, "prompts/get"),
         ] {
-            let line = request_parts(id, method, Some(&params));
-            let spans = request_spans(id, method).expect("plain method");
+            let mut room = Room::default();
+            let (line, spans) = room.request_parts(id, method, Some(&params));
+            let spans = spans.expect("plain method");
+            assert_eq!(line, request_parts(id, method, Some(&params)).0);
+            let (alone, alone_spans) = request_spanned(id, method, Some(&params.concat()));
+            assert_eq!((&alone, alone_spans.as_ref()), (&line, Some(&spans)));
             let from_spans = spans.envelope(&line).expect("fits");
             let peeked = mcpvisor_jsonrpc::Envelope::peek(&line).expect("valid");
             assert_eq!(from_spans.kind, peeked.kind);
@@ -555,7 +574,7 @@ mod tests {
             assert_eq!(from_spans.method, peeked.method);
             assert!(peeked.progress_token.is_none() && peeked.request_id.is_none());
         }
-        assert!(request_spans(1, "odd\"method").is_none());
+        assert!(request_spanned(1, "odd\"method", None).1.is_none());
     }
 
     #[test]

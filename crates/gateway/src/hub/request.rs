@@ -564,10 +564,11 @@ impl Hub {
             (Params::Parts(parts), _, _) if token.is_none() && req.era == Era::Handshake => {
                 // The params came as they were read, so they hold no
                 // routing member when the front's line had none.
+                let (line, written) = self.calls.room.request_parts(gid, method, Some(&parts));
                 if req.env.request_id.is_none() {
-                    spans = raw::request_spans(gid, method);
+                    spans = written;
                 }
-                self.calls.room.request_parts(gid, method, Some(&parts))
+                line
             }
             // A renamed 2026-07-28 request: written once from the members
             // read, with the new name, the envelope off its `_meta` and the
@@ -580,10 +581,11 @@ impl Hub {
                     .text
                     .and_then(|text| obj.spliced(text, &edits))
                     .unwrap_or_else(|| obj.write(&edits));
+                let (line, written) = raw::request_spanned(gid, method, Some(&params));
                 if token.is_none() && req.env.request_id.is_none() {
-                    spans = raw::request_spans(gid, method);
+                    spans = written;
                 }
-                raw::request(gid, method, Some(&params))
+                line
             }
             (params, _, _) => {
                 let params = params.into_text();
