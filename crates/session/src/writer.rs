@@ -346,8 +346,8 @@ pub struct Outlet {
     /// The batch being written: small messages copied in, each with its
     /// newline.
     buf: Vec<u8>,
-    /// A large message written after `buf` from its own buffers, then its
-    /// newline.
+    /// A large message (or one alone) written after `buf` from its own
+    /// buffers, then its newline.
     large: Option<Message>,
     /// Bytes of the batch (`buf`, then `large` and its newline) written.
     done: usize,
@@ -612,7 +612,9 @@ impl Outlet {
     fn fill(&mut self) -> bool {
         while let Some((msg, _)) = self.queue.pop_front() {
             self.starts.push(self.buf.len());
-            if msg.len() >= BATCH_BYTES {
+            // A large message, or one alone (the usual case, one call in
+            // flight), is written from its own buffers, not copied.
+            if msg.len() >= BATCH_BYTES || (self.buf.is_empty() && self.queue.is_empty()) {
                 self.large = Some(msg);
                 return true;
             }
