@@ -559,12 +559,14 @@ impl<S: Spawner> Session<S> {
             let _ = self.timers.try_remove(key);
         }
         if let Some(c) = req.client() {
-            if self.by_client_id.get(&c.id) == Some(&wid) {
-                self.by_client_id.remove(&c.id);
+            // One lookup where the entry is this request's, as it nearly
+            // always is; another request's goes back.
+            if let Some(other) = self.by_client_id.remove(&c.id).filter(|&w| w != wid) {
+                self.by_client_id.insert(c.id.clone(), other);
             }
             if let Some(t) = &c.progress_token {
-                if self.by_token.get(t) == Some(&wid) {
-                    self.by_token.remove(t);
+                if let Some(other) = self.by_token.remove(t).filter(|&w| w != wid) {
+                    self.by_token.insert(t.clone(), other);
                 }
             }
         }
