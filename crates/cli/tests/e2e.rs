@@ -76,7 +76,21 @@ fn the_log_level_and_subscriptions_the_server_accepted_are_restored_to_the_next_
     let dir = temp_dir("restore");
     let log = dir.join("received.log");
     let log_arg = log.display().to_string();
-    let mut p = Proc::fake(&[], &["--all-capabilities", "--log-file", &log_arg]);
+    // Each worker answers initialize late, so that the client's call after
+    // the crash reaches the session while the second worker is still in
+    // its handshake however the machine schedules the processes: the order
+    // asserted below is then the session's doing, not a race between the
+    // client and the worker's start.
+    let mut p = Proc::fake(
+        &[],
+        &[
+            "--all-capabilities",
+            "--initialize-delay",
+            "300",
+            "--log-file",
+            &log_arg,
+        ],
+    );
     p.initialize();
     let ok = |r: Value| assert!(r.get("result").is_some(), "{r}");
     ok(p.request(json!(1), "logging/setLevel", json!({"level": "info"})));
