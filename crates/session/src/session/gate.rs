@@ -8,12 +8,19 @@
 //! A [`Gate`] gives its source a waker of its own. Once the source has said
 //! `Pending` it is not polled again until that waker has fired, or until
 //! [`Gate::open`] says the source changed by other means.
+//!
+//! The session reads its two quiet channels (controls, worker events)
+//! through a [`Quiet`] instead, which asks the channel itself whether it
+//! holds anything. Each is where it measured cheaper: the gateway hub's
+//! loop reads its channels through gates, and reading them through
+//! `Quiet`s cost it about 90 instructions a call more.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
 use futures_util::task::AtomicWaker;
+use tokio::sync::mpsc;
 
 /// See the module docs.
 #[derive(Debug)]
@@ -84,6 +91,56 @@ impl Gate {
     pub fn open(&mut self) {
         self.open = true;
     }
+}
+
+/// A channel that a loop's `select!` asks on every turn but that rarely
+/// has anything (controls, status events). Once a poll has found it
+/// empty, the task's waker stays registered with it until a send or the
+/// last sender's drop wakes the task; until then, while it is still empty
+/// and open, it is not polled again. (Cheaper than a [`Gate`] for a
+/// channel: the channel itself says whether it holds anything.)
+#[derive(Debug)]
+pub(crate) struct Quiet<T> {
+    rx: mpsc::Receiver<T>,
+    registered: bool,
+}
+
+impl<T> Quiet<T> {
+    pub(crate) fn new(rx: mpsc::Receiver<T>) -> Self {
+        Self {
+            rx,
+            registered: false,
+        }
+    }
+
+    /// The next message, as `mpsc::Receiver::poll_recv` gives it, when the
+    /// channel may have one; `Pending` otherwise.
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
+            return Poll::Pending;
+        }
+        poll_registering(&mut self.registered, self.rx.recv(), cx)
+    }
+
+    /// [`Quiet::poll_recv`] as a future.
+    pub(crate) async fn recv(&mut self) -> Option<T> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+}
+
+/// Polls `fut` once outside tokio's cooperative budget, so that `Pending`
+/// always means its waker is registered, and notes in `registered` whether
+/// it is: a caller that sees it set (and nothing changed) need not poll
+/// again until woken.
+pub(crate) fn poll_registering<F: std::future::Future>(
+    registered: &mut bool,
+    fut: F,
+    cx: &mut Context<'_>,
+) -> Poll<F::Output> {
+    let fut = std::pin::pin!(tokio::task::unconstrained(fut));
+    let polled = std::future::Future::poll(fut, cx);
+    *registered = polled.is_pending();
+    polled
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ use crate::input::ClientInput;
 use crate::spawner::Spawner;
 use crate::table::{Req, ServerReq, Timer};
 use crate::writer::{self, Message};
+use gate::Quiet;
 
 /// Asks a running session to do something.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -641,52 +642,6 @@ impl<S: Spawner> Session<S> {
             }
         }
     }
-}
-
-/// A channel that the loop's `select!` asks on every turn but that rarely
-/// has anything (worker events other than frames, controls). Once a poll
-/// has found it empty, the task's waker stays registered with it until a
-/// send or the last sender's drop wakes the task; until then, while it is
-/// still empty and open, it is not polled again. Its polls ignore tokio's
-/// cooperative budget, so that a `Pending` always means the waker is
-/// registered (a poll refused for lack of budget registers nothing).
-struct Quiet<T> {
-    rx: mpsc::Receiver<T>,
-    registered: bool,
-}
-
-impl<T> Quiet<T> {
-    fn new(rx: mpsc::Receiver<T>) -> Self {
-        Self {
-            rx,
-            registered: false,
-        }
-    }
-
-    async fn recv(&mut self) -> Option<T> {
-        std::future::poll_fn(|cx| {
-            if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
-                return std::task::Poll::Pending;
-            }
-            poll_registering(&mut self.registered, self.rx.recv(), cx)
-        })
-        .await
-    }
-}
-
-/// Polls `fut` once outside tokio's cooperative budget, so that `Pending`
-/// always means its waker is registered, and notes in `registered` whether
-/// it is: a caller that sees it set (and nothing changed) need not poll
-/// again until woken.
-pub(crate) fn poll_registering<F: std::future::Future>(
-    registered: &mut bool,
-    fut: F,
-    cx: &mut std::task::Context<'_>,
-) -> std::task::Poll<F::Output> {
-    let fut = std::pin::pin!(tokio::task::unconstrained(fut));
-    let polled = std::future::Future::poll(fut, cx);
-    *registered = polled.is_pending();
-    polled
 }
 
 /// The first generation whose full stdin has taken everything queued, or

@@ -68,7 +68,7 @@ impl Sweep {
             if self.waiting && !self.sleep.is_elapsed() {
                 return std::task::Poll::Pending;
             }
-            super::poll_registering(&mut self.waiting, self.sleep.as_mut(), cx)
+            super::gate::poll_registering(&mut self.waiting, self.sleep.as_mut(), cx)
         })
         .await
     }
