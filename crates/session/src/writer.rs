@@ -503,11 +503,19 @@ impl Outlet {
     /// Writes what is queued as far as the pipe takes it now, without
     /// waiting; `None` when the pipe is full (then [`Outlet::is_blocked`]).
     pub async fn write_now(&mut self) -> Option<Result<(), WriteError>> {
-        std::future::poll_fn(|cx| match self.poll_flush(cx) {
-            Poll::Pending => Poll::Ready(None),
-            Poll::Ready(r) => Poll::Ready(Some(r)),
-        })
-        .await
+        std::future::poll_fn(|cx| Poll::Ready(self.write_now_in(cx))).await
+    }
+
+    /// [`Outlet::write_now`] from inside a poll: a pipe that is full wakes
+    /// `cx`'s task once it has room.
+    pub fn write_now_in(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> Option<Result<(), WriteError>> {
+        match self.poll_flush(cx) {
+            Poll::Pending => None,
+            Poll::Ready(r) => Some(r),
+        }
     }
 
     /// Resolves once everything queued is written and flushed (or the pipe

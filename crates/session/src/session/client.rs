@@ -17,7 +17,7 @@ use mcpvisor_config::report::ErrorData;
 impl<S: Spawner> Session<S> {
     /// A message from the client; `spans`, when the client (in this
     /// process) says where its envelope lies, spare the scan.
-    pub(crate) async fn on_client_frame(&mut self, frame: Frame, spans: Option<Spans>) {
+    pub(crate) fn on_client_frame(&mut self, frame: Frame, spans: Option<Spans>) {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::Oversize { len, head } => {
@@ -30,7 +30,7 @@ impl<S: Spawner> Session<S> {
                     "the message is {len} bytes, over the limit of {} bytes (--max-message-bytes); it was not forwarded",
                     self.cfg.max_message_bytes
                 );
-                self.emit(reply::invalid(&id, &detail)).await;
+                self.emit(reply::invalid(&id, &detail));
                 return;
             }
         };
@@ -39,44 +39,43 @@ impl<S: Spawner> Session<S> {
             Ok(env) => env,
             Err(EnvelopeError::Json(e)) => {
                 tracing::debug!(bytes = line.len(), "client sent a line that is not JSON");
-                self.emit(reply::parse_error(&e.to_string())).await;
+                self.emit(reply::parse_error(&e.to_string()));
                 return;
             }
             Err(e @ EnvelopeError::Batch) => {
                 self.emit(reply::invalid(
                     "null",
                     &format!("{e}; send each message on its own line"),
-                ))
-                .await;
+                ));
                 return;
             }
             Err(EnvelopeError::Invalid(why)) => {
                 let id = scan_id(&line).unwrap_or("null").to_owned();
-                self.emit(reply::invalid(&id, why)).await;
+                self.emit(reply::invalid(&id, why));
                 return;
             }
         };
         match env.kind {
-            Kind::Request => self.on_client_request(&line, &env).await,
-            Kind::Notification => self.on_client_notification(&line, &env).await,
-            Kind::Response => self.on_client_response(&line, &env).await,
+            Kind::Request => self.on_client_request(&line, &env),
+            Kind::Notification => self.on_client_notification(&line, &env),
+            Kind::Response => self.on_client_response(&line, &env),
         }
     }
 
-    async fn on_client_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    fn on_client_request(&mut self, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let id = line.slice_ref(raw_id.get().as_bytes());
         if let Some(refusal) = self.refusal(&id, line, env) {
-            self.emit(refusal).await;
+            self.emit(refusal);
             return;
         }
         let wid = self.record_request(id, raw_id, env, line);
-        match self.route().await {
+        match self.route() {
             Route::Send(generation) => {
-                self.dispatch(wid, generation).await;
+                self.dispatch(wid, generation);
             }
             Route::Wait => self.waiting.push_back(Waiting::Request(wid)),
-            Route::Refuse(reason, data) => self.refuse_request(wid, &reason, data).await,
+            Route::Refuse(reason, data) => self.refuse_request(wid, &reason, data),
         }
     }
 
@@ -161,23 +160,22 @@ impl<S: Spawner> Session<S> {
         wid
     }
 
-    async fn refuse_request(&mut self, wid: u64, reason: &str, data: ErrorData) {
+    fn refuse_request(&mut self, wid: u64, reason: &str, data: ErrorData) {
         if let Some(c) = self.remove_req(wid).and_then(|r| match r.owner {
             Owner::Client(c) => Some(c),
             _ => None,
         }) {
-            self.emit(reply::not_started(&c.id, reason, Some(data)))
-                .await;
+            self.emit(reply::not_started(&c.id, reason, Some(data)));
         }
     }
 
-    async fn on_client_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    fn on_client_notification(&mut self, line: &Bytes, env: &Envelope<'_>) {
         match env.method() {
             "notifications/cancelled" => {
                 let Some(target) = env.request_id else { return };
                 let key = Bytes::copy_from_slice(target.get().as_bytes());
                 if let Some(&wid) = self.by_client_id.get(&key) {
-                    self.cancel(wid, "cancelled by the client").await;
+                    self.cancel(wid, "cancelled by the client");
                 }
                 return;
             }
@@ -185,11 +183,11 @@ impl<S: Spawner> Session<S> {
             _ => {}
         }
         let initialized = env.method() == "notifications/initialized";
-        match self.route().await {
+        match self.route() {
             Route::Send(generation) => {
-                self.send_to(generation, line.clone()).await;
+                self.send_to(generation, line.clone());
                 if initialized {
-                    self.fetch_baseline(generation).await;
+                    self.fetch_baseline(generation);
                 }
             }
             Route::Wait => self.waiting.push_back(Waiting::Notification(line.clone())),
@@ -202,7 +200,7 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    async fn on_client_response(&mut self, line: &Bytes, env: &Envelope<'_>) {
+    fn on_client_response(&mut self, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let Some(server_req) = raw_id
             .get()
@@ -225,7 +223,7 @@ impl<S: Spawner> Session<S> {
             return;
         }
         let msg = Message::spliced(line, raw_id, Piece::Bytes(server_req.worker_id));
-        self.send_to(server_req.generation, msg).await;
+        self.send_to(server_req.generation, msg);
     }
 }
 

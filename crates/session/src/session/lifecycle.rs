@@ -43,13 +43,13 @@ pub(crate) enum Route {
 impl<S: Spawner> Session<S> {
     /// Decides where new traffic goes, starting a generation when none is
     /// running and nothing else is about to start one.
-    pub(crate) async fn route(&mut self) -> Route {
+    pub(crate) fn route(&mut self) -> Route {
         let startable = matches!(
             self.worker,
             WorkerState::Idle | WorkerState::Starting { .. }
         );
         if startable {
-            if let Err(reason) = self.start_generation().await {
+            if let Err(reason) = self.start_generation() {
                 return refuse_spawn(&reason);
             }
         }
@@ -79,7 +79,7 @@ impl<S: Spawner> Session<S> {
     /// Starts a generation (from `Idle` or `Starting`). A spawn failure is
     /// answered to everything waiting and returned for the request that
     /// asked, if any.
-    pub(crate) async fn start_generation(&mut self) -> Result<(), String> {
+    pub(crate) fn start_generation(&mut self) -> Result<(), String> {
         let reload = match self.worker {
             WorkerState::Starting { reload } => reload,
             _ => None,
@@ -100,9 +100,9 @@ impl<S: Spawner> Session<S> {
                 };
                 self.report(exited);
                 if self.quick_exits >= self.cfg.crash_loop_exits {
-                    self.enter_failed(data).await;
+                    self.enter_failed(data);
                 } else {
-                    self.fail_waiting(data).await;
+                    self.fail_waiting(data);
                 }
                 return Err(e.0);
             }
@@ -135,9 +135,9 @@ impl<S: Spawner> Session<S> {
                 if let Some(g) = self.gens.get_mut(&id) {
                     g.phase = Phase::Handshake;
                 }
-                self.send_to(id, msg).await;
+                self.send_to(id, msg);
             }
-            None => self.become_ready(id).await,
+            None => self.become_ready(id),
         }
         Ok(())
     }
@@ -186,7 +186,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// The generation has its handshake (or needs none): release what waits.
-    pub(crate) async fn become_ready(&mut self, id: u64) {
+    pub(crate) fn become_ready(&mut self, id: u64) {
         let Some(g) = self.gens.get_mut(&id) else {
             return;
         };
@@ -195,10 +195,10 @@ impl<S: Spawner> Session<S> {
         while let Some(item) = self.waiting.pop_front() {
             match item {
                 Waiting::Notification(msg) => {
-                    self.send_to(id, msg).await;
+                    self.send_to(id, msg);
                 }
                 Waiting::Request(wid) => {
-                    if !self.dispatch(wid, id).await {
+                    if !self.dispatch(wid, id) {
                         // It waits again, and so does the rest.
                         return;
                     }
@@ -211,12 +211,12 @@ impl<S: Spawner> Session<S> {
         }
         self.report_ready(id);
         if self.handshake.initialized {
-            self.fetch_lists(id).await;
+            self.fetch_lists(id);
         }
     }
 
     /// Answers everything waiting for a worker with -32011 and `data`.
-    pub(crate) async fn fail_waiting(&mut self, data: ErrorData) {
+    pub(crate) fn fail_waiting(&mut self, data: ErrorData) {
         let reason = data.reason.clone();
         let items: Vec<_> = self.waiting.drain(..).collect();
         for item in items {
@@ -225,8 +225,7 @@ impl<S: Spawner> Session<S> {
                     .remove_req(wid)
                     .and_then(|r| r.client().map(|c| c.id.clone()))
                 {
-                    self.emit(reply::not_started(&id, &reason, Some(data.clone())))
-                        .await;
+                    self.emit(reply::not_started(&id, &reason, Some(data.clone())));
                 }
             }
         }
@@ -235,15 +234,15 @@ impl<S: Spawner> Session<S> {
     /// Fences generation `id`, stops its process, fails what it held and,
     /// when it ended on its own, decides what takes new traffic next. A
     /// reload decides that itself before it retires the old generation.
-    pub(crate) async fn retire(&mut self, id: u64, cause: String, exit: Option<Exit>, why: Why) {
+    pub(crate) fn retire(&mut self, id: u64, cause: String, exit: Option<Exit>, why: Why) {
         let Some(loss) = self.fence(id, cause, exit, why) else {
             return;
         };
         self.take_back(id);
-        self.fail_held(id, &loss).await;
-        self.withdraw_server_requests(id).await;
+        self.fail_held(id, &loss);
+        self.withdraw_server_requests(id);
         if why == Why::Crash {
-            self.after_loss(id, &loss).await;
+            self.after_loss(id, &loss);
         }
     }
 
@@ -366,7 +365,7 @@ impl<S: Spawner> Session<S> {
 
     /// Fails each request generation `id` held exactly once: -32010 to the
     /// client's, nothing for cancelled or private ones.
-    async fn fail_held(&mut self, id: u64, loss: &ErrorData) {
+    fn fail_held(&mut self, id: u64, loss: &ErrorData) {
         let held: Vec<u64> = self
             .reqs
             .iter()
@@ -379,7 +378,7 @@ impl<S: Spawner> Session<S> {
             };
             if let Owner::Client(c) = req.owner {
                 if !c.cancelled {
-                    self.emit(reply::lost(&c.id, loss)).await;
+                    self.emit(reply::lost(&c.id, loss));
                 }
             }
         }
@@ -389,7 +388,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// Cancels, towards the client, the requests generation `id` asked it.
-    async fn withdraw_server_requests(&mut self, id: u64) {
+    fn withdraw_server_requests(&mut self, id: u64) {
         let asked: Vec<u64> = self
             .server_reqs
             .iter()
@@ -399,12 +398,12 @@ impl<S: Spawner> Session<S> {
         for cid in asked {
             self.server_reqs.remove(&cid);
             let note = build::cancelled(&cid.to_string(), "the MCP server that asked has stopped");
-            self.emit(note).await;
+            self.emit(note);
         }
     }
 
     /// Generation `id` ended on its own: what takes new traffic now.
-    async fn after_loss(&mut self, id: u64, loss: &ErrorData) {
+    fn after_loss(&mut self, id: u64, loss: &ErrorData) {
         match self.worker {
             WorkerState::Running(g) if g == id => {
                 self.worker = WorkerState::Idle;
@@ -414,7 +413,7 @@ impl<S: Spawner> Session<S> {
                     .get(&id)
                     .and_then(|g| g.ready_at)
                     .map(|at| at.elapsed());
-                self.after_crash(loss, uptime, served).await;
+                self.after_crash(loss, uptime, served);
             }
             WorkerState::Draining {
                 generation, since, ..
@@ -441,7 +440,7 @@ impl<S: Spawner> Session<S> {
 
     /// Runs after every event: finishes a drained reload and starts a
     /// generation that was decided on while handling the event.
-    pub(crate) async fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         if let WorkerState::Draining {
             generation, since, ..
         } = self.worker
@@ -451,7 +450,7 @@ impl<S: Spawner> Session<S> {
                     reload: Some(since),
                 });
                 let cause = "reloading (its requests are done)".into();
-                self.retire(generation, cause, None, Why::Reload).await;
+                self.retire(generation, cause, None, Why::Reload);
             }
         }
         if let WorkerState::Starting { .. } = self.worker {
@@ -460,14 +459,14 @@ impl<S: Spawner> Session<S> {
                 self.worker = WorkerState::Idle;
             } else {
                 // A failure was answered to everything waiting.
-                let _ = self.start_generation().await;
+                let _ = self.start_generation();
             }
         }
     }
 
     /// Records one half of a generation's end; retires it when both halves
     /// are in or the other is overdue.
-    pub(crate) async fn on_end(&mut self, id: u64, exit: Option<Exit>) {
+    pub(crate) fn on_end(&mut self, id: u64, exit: Option<Exit>) {
         let Some(g) = self.gens.get_mut(&id) else {
             return;
         };
@@ -494,7 +493,7 @@ impl<S: Spawner> Session<S> {
                     _ => format!("it exited with {}", display_status(e)),
                 })
                 .unwrap_or_else(|| "it exited".into());
-            self.retire(id, cause, exit, Why::Crash).await;
+            self.retire(id, cause, exit, Why::Crash);
             self.gens.remove(&id);
         } else if g.exit_wait.is_none() {
             g.exit_wait = Some(self.timers.insert(Timer::ExitWait(id), super::EXIT_WAIT));

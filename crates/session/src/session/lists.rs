@@ -77,7 +77,7 @@ pub(crate) struct Fetch {
 
 impl<S: Spawner> Session<S> {
     /// Reads every list generation `id` declares.
-    pub(crate) async fn fetch_lists(&mut self, id: u64) {
+    pub(crate) fn fetch_lists(&mut self, id: u64) {
         let Some(caps) = self.gen_capabilities(id) else {
             tracing::debug!(generation = id, "no initialize result: lists not read");
             return;
@@ -102,11 +102,11 @@ impl<S: Spawner> Session<S> {
         }
         self.fetch = Some(fetch);
         if kinds.is_empty() {
-            self.finish_fetch().await;
+            self.finish_fetch();
             return;
         }
         for kind in kinds {
-            self.request_page(id, kind, None).await;
+            self.request_page(id, kind, None);
         }
     }
 
@@ -114,13 +114,13 @@ impl<S: Spawner> Session<S> {
     /// both halves of the client's handshake are through (they may arrive in
     /// either order: a client need not wait for the answer to `initialize`
     /// before it sends `notifications/initialized`).
-    pub(crate) async fn fetch_baseline(&mut self, generation: u64) {
+    pub(crate) fn fetch_baseline(&mut self, generation: u64) {
         if self.handshake.initialized
             && self.init_result.is_some()
             && self.snapshot.is_none()
             && self.fetch.is_none()
         {
-            self.fetch_lists(generation).await;
+            self.fetch_lists(generation);
         }
     }
 
@@ -135,7 +135,7 @@ impl<S: Spawner> Session<S> {
         Some(result.get("capabilities").cloned().unwrap_or(Value::Null))
     }
 
-    async fn request_page(&mut self, generation: u64, kind: ListKind, cursor: Option<&Value>) {
+    fn request_page(&mut self, generation: u64, kind: ListKind, cursor: Option<&Value>) {
         let wid = self.next_worker_id();
         let params = cursor.map(|c| serde_json::json!({ "cursor": c }).to_string());
         let raw = params.and_then(|p| serde_json::value::RawValue::from_string(p).ok());
@@ -151,11 +151,11 @@ impl<S: Spawner> Session<S> {
                 timer: Some(key),
             },
         );
-        self.send_to(generation, msg).await;
+        self.send_to(generation, msg);
     }
 
     /// One page of a list arrived (or an error).
-    pub(crate) async fn on_list_page(&mut self, generation: u64, kind: ListKind, line: &Bytes) {
+    pub(crate) fn on_list_page(&mut self, generation: u64, kind: ListKind, line: &Bytes) {
         let Some(fetch) = self.fetch.as_mut().filter(|f| f.generation == generation) else {
             return;
         };
@@ -188,12 +188,12 @@ impl<S: Spawner> Session<S> {
         let next = result.get("nextCursor").filter(|c| !c.is_null()).cloned();
         match next {
             Some(cursor) if fetch.pages < MAX_PAGES => {
-                self.request_page(generation, kind, Some(&cursor)).await;
+                self.request_page(generation, kind, Some(&cursor));
             }
             _ => {
                 fetch.pending -= 1;
                 if fetch.pending == 0 {
-                    self.finish_fetch().await;
+                    self.finish_fetch();
                 }
             }
         }
@@ -216,7 +216,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// Compares with the previous generation and tells the client.
-    async fn finish_fetch(&mut self) {
+    fn finish_fetch(&mut self) {
         let Some(fetch) = self.fetch.take() else {
             return;
         };
@@ -248,7 +248,7 @@ impl<S: Spawner> Session<S> {
                 let _ = write!(summary, " ~{name}");
             }
             let note = format!("notifications/{}/list_changed", kind.capability());
-            self.emit(build::notification(&note, None)).await;
+            self.emit(build::notification(&note, None));
         }
         let took = self
             .gens

@@ -335,12 +335,12 @@ impl<S: Spawner> Session<S> {
                 biased;
                 (generation, event) = s.stdouts.next(), if !far_behind && !s.stdouts.is_empty() && streaks.first_open() => {
                     won = writer::Won::First;
-                    s.on_worker_event(generation, event).await;
+                    s.on_worker_event(generation, event);
                 }
                 frame = std::future::poll_fn(|cx| input_gate.poll(cx, |cx| input.poll_frame(cx))), if s.client == ClientState::Open && caught_up && streaks.second_open() => {
                     won = writer::Won::Second;
                     match frame {
-                        Some(Ok((frame, spans))) => s.on_client_frame(frame, spans).await,
+                        Some(Ok((frame, spans))) => s.on_client_frame(frame, spans),
                         Some(Err(e)) => {
                             tracing::debug!(error = %e, "client stdin failed");
                             s.start_drain();
@@ -349,21 +349,21 @@ impl<S: Spawner> Session<S> {
                     }
                 }
                 Some((generation, event)) = s.events_rx.recv(), if !far_behind => {
-                    s.on_worker_event(generation, event).await;
+                    s.on_worker_event(generation, event);
                 }
                 flushed = s.client_out.flushed(), if blocked && s.client != ClientState::Gone => {
                     s.on_client_written(flushed);
                 }
                 (generation, written) = stdin_flushed(&mut s.gens), if stdin_blocked => {
-                    s.on_stdin_written(generation, written).await;
+                    s.on_stdin_written(generation, written);
                 }
-                () = s.sweep.fired(), if s.sweep.is_armed() => s.on_sweep().await,
+                () = s.sweep.fired(), if s.sweep.is_armed() => s.on_sweep(),
                 Some(expired) = s.timers.next(), if !s.timers.is_empty() => {
-                    s.on_timer(expired.into_inner()).await;
+                    s.on_timer(expired.into_inner());
                 }
                 Some(control) = control.recv() => match control {
                     Control::Shutdown => break Outcome::Shutdown,
-                    Control::Reload(reason) => s.reload(reason).await,
+                    Control::Reload(reason) => s.reload(reason),
                 },
                 // Only when a streak held a branch back and nothing else
                 // was ready: the streaks start again.
@@ -371,7 +371,7 @@ impl<S: Spawner> Session<S> {
                 else => break Outcome::ClientClosed,
             }
             streaks.took(won);
-            s.settle().await;
+            s.settle();
             // What is queued is written once no more of what was read
             // waits to be handled, so that a burst of messages goes out in
             // one write per pipe. (A line whose branch is disabled does not
@@ -385,7 +385,11 @@ impl<S: Spawner> Session<S> {
             // its first answers, while the session reads the rest.
             let slice_done = slices.turn(more);
             if !more || slice_done {
-                s.write_out().await;
+                std::future::poll_fn(|cx| {
+                    s.write_out(cx);
+                    std::task::Poll::Ready(())
+                })
+                .await;
             }
             if slice_done {
                 tokio::task::yield_now().await;
@@ -403,11 +407,11 @@ impl<S: Spawner> Session<S> {
     /// Writes what is queued for each generation's stdin and for the
     /// client, as far as each pipe takes it now. A full pipe is waited on
     /// in the loop's `select!`.
-    async fn write_out(&mut self) {
+    fn write_out(&mut self, cx: &mut std::task::Context<'_>) {
         let mut failed = Vec::new();
         for (&generation, g) in self.gens.iter_mut() {
             if !g.stdin.is_idle() && !g.stdin.is_blocked() {
-                if let Some(Err(e)) = g.stdin.write_now().await {
+                if let Some(Err(e)) = g.stdin.write_now_in(cx) {
                     failed.push((generation, e));
                 }
             }
@@ -415,11 +419,11 @@ impl<S: Spawner> Session<S> {
         // Nearly always none: the loop is not entered at all.
         if !failed.is_empty() {
             for (generation, e) in failed {
-                self.on_stdin_written(generation, Err(e)).await;
+                self.on_stdin_written(generation, Err(e));
             }
         }
         if !self.client_out.is_idle() && !self.client_out.is_blocked() {
-            if let Some(written) = self.client_out.write_now().await {
+            if let Some(written) = self.client_out.write_now_in(cx) {
                 self.on_client_written(written);
             }
         }
@@ -427,13 +431,13 @@ impl<S: Spawner> Session<S> {
 
     /// A write to a generation's stdin that waited for room finished,
     /// failed or stalled.
-    async fn on_stdin_written(&mut self, generation: u64, written: Result<(), writer::WriteError>) {
+    fn on_stdin_written(&mut self, generation: u64, written: Result<(), writer::WriteError>) {
         if let Err(e) = written {
             let event = WorkerEvent::WriteFailed {
                 closed: e.is_closed_pipe(),
                 error: e.to_string(),
             };
-            self.on_worker_event(generation, event).await;
+            self.on_worker_event(generation, event);
         }
     }
 
@@ -458,7 +462,7 @@ impl<S: Spawner> Session<S> {
     /// loop's turn. Never waits: a client that does not read must not stop
     /// the session's timers. A client that stays stuck is gone once a write
     /// to it has made no progress for `client_write_timeout`.
-    async fn emit(&mut self, msg: impl Into<Message>) {
+    fn emit(&mut self, msg: impl Into<Message>) {
         if self.client == ClientState::Gone {
             return;
         }
@@ -474,11 +478,11 @@ impl<S: Spawner> Session<S> {
 
     /// Queues a message for a generation's stdin. A worker that has fallen
     /// a whole queue behind is stuck and is stopped.
-    async fn send_to(&mut self, generation: u64, msg: impl Into<Message>) -> bool {
+    fn send_to(&mut self, generation: u64, msg: impl Into<Message>) -> bool {
         match self.enqueue(generation, msg.into()) {
             Ok(_) => true,
             Err(Unqueued::Full) => {
-                self.retire_stuck(generation).await;
+                self.retire_stuck(generation);
                 false
             }
             Err(Unqueued::Closed) => false,
@@ -488,7 +492,7 @@ impl<S: Spawner> Session<S> {
     /// Sends client request `wid` to a generation. One that its stdin queue
     /// does not take was never sent: it waits at the head of the queue for
     /// the next generation. Returns whether it was sent.
-    async fn dispatch(&mut self, wid: u64, generation: u64) -> bool {
+    fn dispatch(&mut self, wid: u64, generation: u64) -> bool {
         let Some(line) = self
             .reqs
             .get(&wid)
@@ -510,7 +514,7 @@ impl<S: Spawner> Session<S> {
             Err(unqueued) => {
                 self.waiting.push_front(Waiting::Request(wid));
                 if unqueued == Unqueued::Full {
-                    self.retire_stuck(generation).await;
+                    self.retire_stuck(generation);
                 }
                 false
             }
@@ -533,10 +537,9 @@ impl<S: Spawner> Session<S> {
     }
 
     /// A worker that has fallen a whole stdin queue behind is stuck.
-    async fn retire_stuck(&mut self, generation: u64) {
+    fn retire_stuck(&mut self, generation: u64) {
         let cause = "the server stopped reading its stdin".into();
-        self.retire(generation, cause, None, lifecycle::Why::Crash)
-            .await;
+        self.retire(generation, cause, None, lifecycle::Why::Crash);
     }
 
     // === requests ===

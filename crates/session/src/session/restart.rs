@@ -27,7 +27,7 @@ impl<S: Spawner> Session<S> {
     /// then: one that was killed while it served (the OOM killer, a
     /// person) is restarted at once however often that happens; one that
     /// dies before it is ready, or as soon as it is, is crash-looping.
-    pub(crate) async fn after_crash(
+    pub(crate) fn after_crash(
         &mut self,
         loss: &ErrorData,
         uptime: Duration,
@@ -49,7 +49,7 @@ impl<S: Spawner> Session<S> {
                 "the MCP server stopped ({}) and --restart is never",
                 loss.reason
             );
-            self.enter_failed(data).await;
+            self.enter_failed(data);
             return;
         }
         if self.quick_exits >= self.cfg.crash_loop_exits {
@@ -57,7 +57,7 @@ impl<S: Spawner> Session<S> {
                 "the MCP server is crash-looping: {} exits within {:?} of starting, the last because {}",
                 self.quick_exits, self.cfg.crash_loop_window, loss.reason
             );
-            self.enter_failed(data).await;
+            self.enter_failed(data);
             return;
         }
         if self.cfg.restart == RestartMode::Always || !self.waiting.is_empty() {
@@ -86,7 +86,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// Refuses traffic until a reload, SIGHUP, or the cooldown.
-    pub(crate) async fn enter_failed(&mut self, data: ErrorData) {
+    pub(crate) fn enter_failed(&mut self, data: ErrorData) {
         let until = if self.cfg.restart == RestartMode::Never {
             "a file changes or SIGHUP".to_owned()
         } else {
@@ -105,7 +105,7 @@ impl<S: Spawner> Session<S> {
             timer,
         });
         self.report(SessionEvent::Failed { data: data.clone() });
-        self.fail_waiting(data).await;
+        self.fail_waiting(data);
     }
 
     /// The cooldown is over: one more quick crash re-enters the failed state.
@@ -124,7 +124,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// A reload was asked for (file change or SIGHUP).
-    pub(crate) async fn reload(&mut self, reason: &str) {
+    pub(crate) fn reload(&mut self, reason: &str) {
         tracing::info!(reason, "reload requested");
         let asked = Instant::now();
         if matches!(self.worker, WorkerState::Failed { .. }) {
@@ -134,7 +134,7 @@ impl<S: Spawner> Session<S> {
         match &mut self.worker {
             WorkerState::Running(id) => {
                 let id = *id;
-                self.reload_running(id, asked).await;
+                self.reload_running(id, asked);
             }
             // A reload already waits for it; the successor answers this one too.
             WorkerState::Draining { since, .. } => *since = asked,
@@ -151,7 +151,7 @@ impl<S: Spawner> Session<S> {
 
     /// Replaces the running generation: at once when it holds nothing (or
     /// is still in its handshake), or once what it holds is done.
-    async fn reload_running(&mut self, id: u64, asked: Instant) {
+    fn reload_running(&mut self, id: u64, asked: Instant) {
         let in_flight = self.held_by(id);
         let ready = matches!(self.gens.get(&id).map(|g| &g.phase), Some(Phase::Ready));
         if ready && in_flight > 0 {
@@ -172,7 +172,7 @@ impl<S: Spawner> Session<S> {
             self.worker = WorkerState::Starting {
                 reload: Some(asked),
             };
-            self.retire(id, "reloading".into(), None, Why::Reload).await;
+            self.retire(id, "reloading".into(), None, Why::Reload);
         }
     }
 }

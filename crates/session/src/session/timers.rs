@@ -75,13 +75,13 @@ impl Sweep {
 }
 
 impl<S: Spawner> Session<S> {
-    pub(crate) async fn on_timer(&mut self, timer: Timer) {
+    pub(crate) fn on_timer(&mut self, timer: Timer) {
         match timer {
-            Timer::Request(wid) => self.on_request_timer(wid).await,
-            Timer::CancelGrace(wid) => self.on_cancel_grace(wid).await,
-            Timer::Handshake(generation) => self.on_handshake_timeout(generation).await,
-            Timer::ExitWait(generation) => self.on_exit_wait(generation).await,
-            Timer::ReloadDrain(generation) => self.on_drain_timeout(generation).await,
+            Timer::Request(wid) => self.on_request_timer(wid),
+            Timer::CancelGrace(wid) => self.on_cancel_grace(wid),
+            Timer::Handshake(generation) => self.on_handshake_timeout(generation),
+            Timer::ExitWait(generation) => self.on_exit_wait(generation),
+            Timer::ReloadDrain(generation) => self.on_drain_timeout(generation),
             Timer::Restart => self.on_restart_timer(),
             Timer::Cooldown => self.leave_failed(),
             Timer::Closing => self.on_closing_timeout(),
@@ -90,7 +90,7 @@ impl<S: Spawner> Session<S> {
 
     /// A replayed `initialize` went unanswered: retire the generation,
     /// unless it waits on an authorization link and may wait longer.
-    async fn on_handshake_timeout(&mut self, generation: u64) {
+    fn on_handshake_timeout(&mut self, generation: u64) {
         // The fired key must not be removed again: it may be reused.
         let mut replay = None;
         for (wid, req) in self.reqs.iter_mut() {
@@ -118,11 +118,11 @@ impl<S: Spawner> Session<S> {
             "it did not answer the replayed initialize within {:?}",
             self.cfg.init_timeout
         );
-        self.retire(generation, cause, None, Why::Crash).await;
+        self.retire(generation, cause, None, Why::Crash);
     }
 
     /// One half of a generation's end came and the other did not follow.
-    async fn on_exit_wait(&mut self, generation: u64) {
+    fn on_exit_wait(&mut self, generation: u64) {
         let Some(g) = self.gens.get_mut(&generation) else {
             return;
         };
@@ -133,12 +133,12 @@ impl<S: Spawner> Session<S> {
             None if g.stdout_closed => "it closed its stdout".into(),
             None => "it closed its stdin".into(),
         };
-        self.retire(generation, cause, exit, Why::Crash).await;
+        self.retire(generation, cause, exit, Why::Crash);
     }
 
     /// A draining generation's time is up: its leftovers fail, its
     /// successor starts.
-    async fn on_drain_timeout(&mut self, generation: u64) {
+    fn on_drain_timeout(&mut self, generation: u64) {
         let since = match self.worker {
             WorkerState::Draining {
                 generation: g,
@@ -155,7 +155,7 @@ impl<S: Spawner> Session<S> {
             "reloading: its requests did not finish within --reload-drain-timeout ({:?})",
             self.cfg.reload_drain_timeout
         );
-        self.retire(generation, cause, None, Why::Reload).await;
+        self.retire(generation, cause, None, Why::Reload);
     }
 
     fn on_restart_timer(&mut self) {
@@ -178,7 +178,7 @@ impl<S: Spawner> Session<S> {
     }
 
     /// A private request's timer (a list read) ran out.
-    async fn on_request_timer(&mut self, wid: u64) {
+    fn on_request_timer(&mut self, wid: u64) {
         let Some(req) = self.reqs.get_mut(&wid) else {
             return;
         };
@@ -196,7 +196,7 @@ impl<S: Spawner> Session<S> {
     /// The periodic sweep of client requests' deadlines. One coarse timer
     /// for all of them instead of a timer each: arming a timer per request
     /// costs a wake-up of the time driver per request.
-    pub(crate) async fn on_sweep(&mut self) {
+    pub(crate) fn on_sweep(&mut self) {
         let now = Instant::now();
         let due: Vec<u64> = self
             .reqs
@@ -208,7 +208,7 @@ impl<S: Spawner> Session<S> {
             })
             .collect();
         for wid in due {
-            self.on_request_deadline(wid, now).await;
+            self.on_request_deadline(wid, now);
         }
         if self.reqs.is_empty() {
             self.sweep.disarm();
@@ -224,7 +224,7 @@ impl<S: Spawner> Session<S> {
         }
     }
 
-    async fn on_request_deadline(&mut self, wid: u64, now: Instant) {
+    fn on_request_deadline(&mut self, wid: u64, now: Instant) {
         let Some(req) = self.reqs.get_mut(&wid) else {
             return;
         };
@@ -246,7 +246,7 @@ impl<S: Spawner> Session<S> {
                     .retain(|w| !matches!(w, Waiting::Request(x) if *x == wid));
                 self.remove_req(wid);
                 let reason = format!("no MCP server became ready within {after:?}");
-                self.emit(reply::not_started(&id, &reason, None)).await;
+                self.emit(reply::not_started(&id, &reason, None));
             }
             Some(generation) if initialize && self.auth_extends(generation, ceiling_at) => {
                 let until = ceiling_at - self.cfg.request_ceiling + self.cfg.auth_timeout;
@@ -256,16 +256,16 @@ impl<S: Spawner> Session<S> {
             }
             Some(generation) if initialize => {
                 // initialize is never cancelled; a stuck one costs the generation.
-                self.emit(reply::timed_out(&id, after, ceiling)).await;
+                self.emit(reply::timed_out(&id, after, ceiling));
                 if let Some(c) = self.reqs.get_mut(&wid).and_then(Req::client_mut) {
                     c.cancelled = true;
                 }
                 let cause = format!("it did not answer initialize within {after:?}");
-                self.retire(generation, cause, None, Why::Crash).await;
+                self.retire(generation, cause, None, Why::Crash);
             }
             Some(_) => {
-                self.emit(reply::timed_out(&id, after, ceiling)).await;
-                self.cancel(wid, "request timed out").await;
+                self.emit(reply::timed_out(&id, after, ceiling));
+                self.cancel(wid, "request timed out");
             }
         }
     }
@@ -280,7 +280,7 @@ impl<S: Spawner> Session<S> {
             && Instant::now() < started + self.cfg.auth_timeout
     }
 
-    async fn on_cancel_grace(&mut self, wid: u64) {
+    fn on_cancel_grace(&mut self, wid: u64) {
         let Some(req) = self.reqs.get_mut(&wid) else {
             return;
         };
@@ -301,7 +301,7 @@ impl<S: Spawner> Session<S> {
                 "it did not finish a cancelled request within {:?}",
                 self.cfg.cancel_grace
             );
-            self.retire(generation, cause, None, Why::Crash).await;
+            self.retire(generation, cause, None, Why::Crash);
         } else {
             tracing::debug!(generation, "cancel grace over; slot released");
         }
@@ -309,7 +309,7 @@ impl<S: Spawner> Session<S> {
 
     /// Marks a client request cancelled, tells its worker, and starts its
     /// grace. The client will get no response for it.
-    pub(crate) async fn cancel(&mut self, wid: u64, reason: &str) {
+    pub(crate) fn cancel(&mut self, wid: u64, reason: &str) {
         let Some(req) = self.reqs.get_mut(&wid) else {
             return;
         };
@@ -333,7 +333,7 @@ impl<S: Spawner> Session<S> {
             Some(generation) if standing => {
                 self.remove_req(wid);
                 let note = build::cancelled(&wid.to_string(), reason);
-                self.send_to(generation, note).await;
+                self.send_to(generation, note);
             }
             Some(generation) => {
                 req.timer = Some(
@@ -341,7 +341,7 @@ impl<S: Spawner> Session<S> {
                         .insert(Timer::CancelGrace(wid), self.cfg.cancel_grace),
                 );
                 let note = build::cancelled(&wid.to_string(), reason);
-                self.send_to(generation, note).await;
+                self.send_to(generation, note);
             }
         }
     }

@@ -14,7 +14,7 @@ use crate::writer::{Digits, Message, Piece};
 use serde_json::Value;
 
 impl<S: Spawner> Session<S> {
-    pub(crate) async fn on_worker_event(&mut self, generation: u64, event: WorkerEvent) {
+    pub(crate) fn on_worker_event(&mut self, generation: u64, event: WorkerEvent) {
         match event {
             WorkerEvent::Frame(frame) => {
                 let live = self
@@ -22,15 +22,15 @@ impl<S: Spawner> Session<S> {
                     .get(&generation)
                     .is_some_and(|g| !matches!(g.phase, Phase::Dead));
                 if live {
-                    self.on_worker_frame(generation, frame).await;
+                    self.on_worker_frame(generation, frame);
                 }
             }
-            WorkerEvent::StdoutClosed => self.on_end(generation, None).await,
+            WorkerEvent::StdoutClosed => self.on_end(generation, None),
             WorkerEvent::AuthPrompt(url, reason) => {
                 self.on_auth_prompt(generation, url, reason);
             }
             WorkerEvent::Undelivered(wid) => self.on_undelivered(generation, wid),
-            WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)).await,
+            WorkerEvent::Exited(exit) => self.on_end(generation, Some(exit)),
             WorkerEvent::WriteFailed { closed: true, .. } => {
                 self.take_back(generation);
                 // The worker is ending: stop sending, and let its exit status
@@ -51,16 +51,16 @@ impl<S: Spawner> Session<S> {
             } => {
                 self.take_back(generation);
                 let cause = format!("writing to its stdin failed: {error}");
-                self.retire(generation, cause, None, Why::Crash).await;
+                self.retire(generation, cause, None, Why::Crash);
             }
         }
     }
 
-    async fn on_worker_frame(&mut self, generation: u64, frame: Frame) {
+    fn on_worker_frame(&mut self, generation: u64, frame: Frame) {
         let line = match frame {
             Frame::Line(line) => line,
             Frame::Oversize { len, head } => {
-                return self.on_worker_oversize(generation, len, &head).await;
+                return self.on_worker_oversize(generation, len, &head);
             }
         };
         let env = match Envelope::peek(&line) {
@@ -77,19 +77,19 @@ impl<S: Spawner> Session<S> {
                 }
                 if self.cfg.on_garbage == GarbagePolicy::Restart {
                     let cause = "it wrote a stdout line that is not JSON-RPC".into();
-                    self.retire(generation, cause, None, Why::Crash).await;
+                    self.retire(generation, cause, None, Why::Crash);
                 }
                 return;
             }
         };
         match env.kind {
-            Kind::Response => self.on_worker_response(generation, &line, &env).await,
-            Kind::Notification => self.on_worker_notification(generation, &line, &env).await,
-            Kind::Request => self.on_worker_request(generation, &line, &env).await,
+            Kind::Response => self.on_worker_response(generation, &line, &env),
+            Kind::Notification => self.on_worker_notification(generation, &line, &env),
+            Kind::Request => self.on_worker_request(generation, &line, &env),
         }
     }
 
-    async fn on_worker_response(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+    fn on_worker_response(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         let Some(wid) = raw_id.get().parse::<u64>().ok() else {
             tracing::debug!(
@@ -128,8 +128,8 @@ impl<S: Spawner> Session<S> {
             self.on_initialize_answered(generation, replay, accepted);
         }
         match req.owner {
-            Owner::Replay => self.on_replayed_initialize(generation, line).await,
-            Owner::List(kind) => self.on_list_page(generation, kind, line).await,
+            Owner::Replay => self.on_replayed_initialize(generation, line),
+            Owner::List(kind) => self.on_list_page(generation, kind, line),
             Owner::Restore(what) => {
                 if result_of(line).is_none() {
                     tracing::warn!(
@@ -155,7 +155,7 @@ impl<S: Spawner> Session<S> {
                     edited = self.filtered_tool_list(line, &c.id);
                 }
                 match edited {
-                    Some(edited) => self.emit(Message::Line(edited)).await,
+                    Some(edited) => self.emit(Message::Line(edited)),
                     None => {
                         // Where the envelope lies in the worker's line, for
                         // a client in this process: the id's place is where
@@ -166,17 +166,17 @@ impl<S: Spawner> Session<S> {
                     }
                 }
                 if self.init_result.is_some() {
-                    self.fetch_baseline(generation).await;
+                    self.fetch_baseline(generation);
                 }
             }
         }
     }
 
     /// The answer to mcpvisor's replay of `initialize` to a new generation.
-    async fn on_replayed_initialize(&mut self, generation: u64, line: &Bytes) {
+    fn on_replayed_initialize(&mut self, generation: u64, line: &Bytes) {
         let Some(result) = result_of(line) else {
             let cause = "it rejected the replayed initialize".into();
-            self.retire(generation, cause, None, Why::Crash).await;
+            self.retire(generation, cause, None, Why::Crash);
             return;
         };
         if let Some(seen) = &self.init_result {
@@ -192,11 +192,11 @@ impl<S: Spawner> Session<S> {
         }
         if self.handshake.initialized {
             let note = build::notification("notifications/initialized", None);
-            self.send_to(generation, note).await;
-            self.restore_state(generation).await;
+            self.send_to(generation, note);
+            self.restore_state(generation);
         }
         tracing::debug!(generation, "replayed the client's handshake");
-        self.become_ready(generation).await;
+        self.become_ready(generation);
     }
 
     /// A change of the session's state that the server accepted: kept for
@@ -217,7 +217,7 @@ impl<S: Spawner> Session<S> {
     /// earlier ones, right after the replayed handshake and before anything
     /// that waits for it: its log level and its resource subscriptions.
     /// The answers are mcpvisor's own; a refusal is logged.
-    async fn restore_state(&mut self, generation: u64) {
+    fn restore_state(&mut self, generation: u64) {
         let level = self
             .handshake
             .log_level
@@ -240,7 +240,7 @@ impl<S: Spawner> Session<S> {
                     timer: None,
                 },
             );
-            self.send_to(generation, msg).await;
+            self.send_to(generation, msg);
         }
     }
 
@@ -275,7 +275,7 @@ impl<S: Spawner> Session<S> {
         Some(build::result(std::str::from_utf8(client_id).ok()?, &body))
     }
 
-    async fn on_worker_notification(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+    fn on_worker_notification(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
         let method = env.method();
         if method == self.cfg.cancel_ack_method {
             if let Some(g) = self.gens.get_mut(&generation) {
@@ -314,7 +314,7 @@ impl<S: Spawner> Session<S> {
                     tracing::debug!(generation, "progress for no live request; dropped");
                     return;
                 }
-                self.emit(line.clone()).await;
+                self.emit(line.clone());
             }
             "notifications/cancelled" => {
                 // The server withdrew one of its own requests to the client.
@@ -329,14 +329,14 @@ impl<S: Spawner> Session<S> {
                 if let Some(cid) = found {
                     self.server_reqs.remove(&cid);
                     let msg = Message::spliced(line, target, Piece::Number(Digits::new(cid)));
-                    self.emit(msg).await;
+                    self.emit(msg);
                 }
             }
-            _ => self.emit(line.clone()).await,
+            _ => self.emit(line.clone()),
         }
     }
 
-    async fn on_worker_request(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
+    fn on_worker_request(&mut self, generation: u64, line: &Bytes, env: &Envelope<'_>) {
         let Some(raw_id) = env.id else { return };
         if self.client == ClientState::Closing {
             // The client closed stdin: it cannot answer. Say so at once
@@ -347,7 +347,7 @@ impl<S: Spawner> Session<S> {
                 "The client has disconnected; it cannot answer.",
                 None,
             );
-            self.send_to(generation, msg).await;
+            self.send_to(generation, msg);
             return;
         }
         if self.server_reqs.len() >= super::MAX_SERVER_REQUESTS {
@@ -357,7 +357,7 @@ impl<S: Spawner> Session<S> {
                 "Too many requests to the client are unanswered; not forwarded. Retry later.",
                 None,
             );
-            self.send_to(generation, msg).await;
+            self.send_to(generation, msg);
             return;
         }
         let cid = self.next_server_id();
@@ -369,10 +369,10 @@ impl<S: Spawner> Session<S> {
             },
         );
         let msg = Message::spliced(line, raw_id, Piece::Number(Digits::new(cid)));
-        self.emit(msg).await;
+        self.emit(msg);
     }
 
-    async fn on_worker_oversize(&mut self, generation: u64, len: usize, head: &[u8]) {
+    fn on_worker_oversize(&mut self, generation: u64, len: usize, head: &[u8]) {
         tracing::warn!(
             generation,
             bytes = len,
@@ -397,8 +397,7 @@ impl<S: Spawner> Session<S> {
                 self.cfg.max_message_bytes
             );
             let id = std::str::from_utf8(&c.id).unwrap_or("null");
-            self.emit(build::error(id, INTERNAL_ERROR, &message, None))
-                .await;
+            self.emit(build::error(id, INTERNAL_ERROR, &message, None));
         }
     }
 }
