@@ -109,7 +109,7 @@ impl<S: Spawner> Session<S> {
             );
             return;
         }
-        let Some(req) = self.remove_req(wid) else {
+        let Some(mut req) = self.remove_req(wid) else {
             return;
         };
         let handshake = matches!(&req.owner, Owner::Replay)
@@ -139,8 +139,10 @@ impl<S: Spawner> Session<S> {
                     );
                 }
             }
-            Owner::Client(c) => {
-                if let Some(change) = c.state {
+            // Its fields are taken in place: moving the record out would
+            // copy all of it.
+            Owner::Client(ref mut c) => {
+                if let Some(change) = c.state.take() {
                     if result_of(line).is_some() {
                         self.keep_state(*change);
                     }
@@ -149,7 +151,7 @@ impl<S: Spawner> Session<S> {
                     return;
                 }
                 let mut edited = None;
-                if let Some(params) = c.initialize {
+                if let Some(params) = c.initialize.take() {
                     edited = self.on_client_initialized(line, &c.id, params);
                 } else if c.filter_tools {
                     edited = self.filtered_tool_list(line, &c.id);
@@ -161,7 +163,8 @@ impl<S: Spawner> Session<S> {
                         // a client in this process: the id's place is where
                         // the client's id goes.
                         let spans = Spans::of(line, env);
-                        let msg = Message::spliced(line, raw_id, Piece::Bytes(c.id));
+                        let msg =
+                            Message::spliced(line, raw_id, Piece::Bytes(std::mem::take(&mut c.id)));
                         self.emit_peeked(msg, spans);
                     }
                 }
