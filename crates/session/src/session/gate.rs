@@ -113,18 +113,16 @@ impl<T> Quiet<T> {
         }
     }
 
-    /// The next message, as `mpsc::Receiver::poll_recv` gives it, when the
-    /// channel may have one; `Pending` otherwise.
-    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
-            return Poll::Pending;
-        }
-        poll_registering(&mut self.registered, self.rx.recv(), cx)
-    }
-
-    /// [`Quiet::poll_recv`] as a future.
+    /// The next message, as `mpsc::Receiver::recv` gives it; while the
+    /// channel is known to be empty, it waits without polling it.
     pub(crate) async fn recv(&mut self) -> Option<T> {
-        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+        std::future::poll_fn(|cx| {
+            if self.registered && self.rx.is_empty() && !self.rx.is_closed() {
+                return Poll::Pending;
+            }
+            poll_registering(&mut self.registered, self.rx.recv(), cx)
+        })
+        .await
     }
 }
 

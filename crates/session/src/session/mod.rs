@@ -614,8 +614,7 @@ impl<S: Spawner> Session<S> {
         for id in live {
             if let Some(g) = self.gens.get_mut(&id) {
                 // What is queued goes out if the pipe takes it now.
-                let _ =
-                    std::future::poll_fn(|cx| std::task::Poll::Ready(g.stdin.poll_flush(cx))).await;
+                let _ = g.stdin.write_now().await;
                 g.close_stdin();
                 (g.stop)();
                 g.phase = Phase::Dead;
