@@ -558,10 +558,7 @@ impl<S: Spawner> Session<S> {
 
     /// Removes a request and every index and timer that points at it.
     fn remove_req(&mut self, wid: u64) -> Option<Req> {
-        // The record is handed back as the map gave it, never unwrapped and
-        // wrapped again: each would copy its couple of hundred bytes.
-        let removed = self.reqs.remove(&wid);
-        let req = removed.as_ref()?;
+        let req = self.reqs.remove(&wid)?;
         if let Some(key) = &req.timer {
             let _ = self.timers.try_remove(key);
         }
@@ -577,7 +574,7 @@ impl<S: Spawner> Session<S> {
                 }
             }
         }
-        removed
+        Some(req)
     }
 
     // === shutdown ===
