@@ -9,6 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::backend::BackendId;
+use super::pinning::HeldDef;
 use super::{Hub, Private};
 use crate::naming::NameTable;
 use crate::raw::{self, RawObject};
@@ -230,6 +231,86 @@ pub(crate) struct Merged {
     pub held_prompts: HashMap<String, (BackendId, String, crate::monitor::Change)>,
 }
 
+/// Tools or prompts merged: the items as the front sees them, and the
+/// routes of those listed and of those held back.
+struct Named {
+    items: Vec<String>,
+    routes: HashMap<String, (BackendId, std::sync::Arc<str>)>,
+    held: HashMap<String, (BackendId, String, crate::monitor::Change)>,
+}
+
+/// One list merged, before it is kept.
+enum Merge {
+    Named(Named),
+    Resources((Vec<String>, HashMap<String, BackendId>)),
+    /// Each template's URI, backend and text, in config order.
+    Templates(Vec<(String, BackendId, String)>),
+}
+
+impl Merged {
+    /// Keeps a merge's routes and hands back its items.
+    fn keep(&mut self, kind: Kind, merge: Merge) -> Vec<String> {
+        match merge {
+            Merge::Named(named) if kind == Kind::Tools => {
+                self.search = Some(search_index(&named.items));
+                self.tools = named.routes;
+                self.held_tools = named.held;
+                named.items
+            }
+            Merge::Named(named) => {
+                self.prompts = named.routes;
+                self.held_prompts = named.held;
+                named.items
+            }
+            Merge::Resources((items, uris)) => {
+                self.uris = uris;
+                items
+            }
+            Merge::Templates(templates) => {
+                let (routes, items) = templates
+                    .into_iter()
+                    .map(|(uri, id, text)| ((uri, id), text))
+                    .unzip();
+                self.templates = routes;
+                items
+            }
+        }
+    }
+}
+
+/// The index tool search reads: each merged tool's name and description.
+fn search_index(tools: &[String]) -> crate::search::Index {
+    let described: Vec<(String, String)> = tools
+        .iter()
+        .map(|t| {
+            let v: Value = serde_json::from_str(t).unwrap_or(Value::Null);
+            (
+                v["name"].as_str().unwrap_or_default().to_owned(),
+                v["description"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    crate::search::Index::new(&described)
+}
+
+/// Resources merged by URI: the first backend in config order that lists
+/// one serves it.
+fn merge_resources(entries: &[(BackendId, &Item)]) -> (Vec<String>, HashMap<String, BackendId>) {
+    let mut uris: HashMap<String, BackendId> = HashMap::default();
+    let mut items = Vec::with_capacity(entries.len());
+    for (id, item) in entries {
+        if let Some(first) = uris.get(&item.name) {
+            if first != id {
+                tracing::info!(uri = %item.name, "two servers offer the same resource URI; the first in config order serves it");
+            }
+            continue;
+        }
+        uris.insert(item.name.clone(), *id);
+        items.push(item.raw.get().to_owned());
+    }
+    (items, uris)
+}
+
 impl Hub {
     pub(crate) fn on_list_page(
         &mut self,
@@ -340,8 +421,28 @@ impl Hub {
     /// not listed.
     pub(crate) fn remerge(&mut self, kind: Kind) {
         self.pin_first_sight(kind);
-        let mut entries: Vec<(BackendId, &Item)> = Vec::new();
-        let mut held: Vec<(BackendId, super::pinning::HeldDef)> = Vec::new();
+        let (entries, held) = self.gather(kind);
+        let merge = match kind {
+            Kind::Tools | Kind::Prompts => Merge::Named(self.merge_named(kind, &entries, &held)),
+            Kind::Resources => Merge::Resources(merge_resources(&entries)),
+            Kind::Templates => Merge::Templates(
+                entries
+                    .iter()
+                    .map(|(id, item)| (item.name.clone(), *id, item.raw.get().to_owned()))
+                    .collect(),
+            ),
+        };
+        let items = self.catalog.merged.keep(kind, merge);
+        self.hold(kind, held);
+        self.announce(kind, items);
+    }
+
+    /// Every listing backend's items of one kind in config order: those
+    /// listed, and those held back.
+    #[allow(clippy::type_complexity)]
+    fn gather(&self, kind: Kind) -> (Vec<(BackendId, &Item)>, Vec<(BackendId, HeldDef)>) {
+        let mut entries = Vec::new();
+        let mut held = Vec::new();
         for id in &self.backends.order {
             let Some(b) = self.backends.by_id.get(id) else {
                 continue;
@@ -349,17 +450,25 @@ impl Hub {
             if !b.serves_lists() {
                 continue;
             }
-            if let Some(list) = &b.lists[kind.index()] {
-                for item in list {
-                    match self.classify(*id, kind, item) {
-                        None => entries.push((*id, item)),
-                        Some(h) => held.push((*id, h)),
-                    }
+            for item in b.lists[kind.index()].iter().flatten() {
+                match self.classify(*id, kind, item) {
+                    None => entries.push((*id, item)),
+                    Some(h) => held.push((*id, h)),
                 }
             }
         }
-        // Held tools and prompts keep their place in the name table: a
-        // call to one is refused under the name it will have.
+        (entries, held)
+    }
+
+    /// Tools or prompts under the names the front sees. Held ones keep
+    /// their place in the name table: a call to one is refused under the
+    /// name it will have.
+    fn merge_named(
+        &self,
+        kind: Kind,
+        entries: &[(BackendId, &Item)],
+        held: &[(BackendId, HeldDef)],
+    ) -> Named {
         let held_items: Vec<(BackendId, &Item)> = held
             .iter()
             .filter_map(|(id, h)| {
@@ -367,119 +476,79 @@ impl Hub {
                 Some((*id, list.iter().find(|i| i.name == h.name)?))
             })
             .collect();
-        let mut held_routes: HashMap<String, (BackendId, String, crate::monitor::Change)> =
-            HashMap::default();
-        let items: Vec<String> = match kind {
-            Kind::Tools | Kind::Prompts => {
-                let mut builder = NameTable::builder(self.settings.separator.clone());
-                let mut index_of: HashMap<BackendId, usize> = HashMap::default();
-                for id in &self.backends.order {
-                    let names: Vec<String> = entries
-                        .iter()
-                        .chain(held_items.iter())
-                        .filter(|(b, _)| b == id)
-                        .map(|(_, item)| item.name.clone())
-                        .collect();
-                    if names.is_empty() {
-                        continue;
-                    }
-                    let server = builder.server(self.backends.by_id[id].plan.name.clone(), names);
-                    index_of.insert(*id, server);
-                }
-                let (table, collisions) = builder.build();
-                for c in collisions {
-                    tracing::warn!(
-                        "name collision: {} is kept by {:?}; renamed: {:?}",
-                        c.exposed,
-                        c.kept.name,
-                        c.renamed
-                            .iter()
-                            .map(|(o, n)| format!("{} -> {n}", o.name))
-                            .collect::<Vec<_>>()
-                    );
-                }
-                let mut routes = HashMap::default();
-                let mut out = Vec::with_capacity(entries.len());
-                for (id, item) in &entries {
-                    // One server served as itself keeps its own names.
-                    let exposed = if self.settings.transparent {
-                        item.name.clone()
-                    } else {
-                        let Some(exposed) = table.exposed(index_of[id], &item.name) else {
-                            continue;
-                        };
-                        exposed.to_owned()
-                    };
-                    if routes.contains_key(&exposed) {
-                        continue;
-                    }
-                    let text = if self.settings.transparent {
-                        item.raw.get().to_owned()
-                    } else {
-                        RawObject::parse(item.raw.get())
-                            .map(|o| o.with("name", &raw::quote(&exposed)))
-                            .unwrap_or_else(|| item.raw.get().to_owned())
-                    };
-                    routes.insert(exposed, (*id, raw::quote(&item.name).into()));
-                    out.push(text);
-                }
-                for (id, h) in &held {
-                    if let Some(exposed) = index_of
-                        .get(id)
-                        .and_then(|i| table.exposed(*i, &h.name))
-                        .filter(|e| !routes.contains_key(*e))
-                    {
-                        held_routes.insert(exposed.to_owned(), (*id, h.name.clone(), h.change));
-                    }
-                }
-                if kind == Kind::Tools {
-                    self.catalog.merged.search = Some(crate::search::Index::new(
-                        &out.iter()
-                            .map(|t| {
-                                let v: Value = serde_json::from_str(t).unwrap_or(Value::Null);
-                                (
-                                    v["name"].as_str().unwrap_or_default().to_owned(),
-                                    v["description"].as_str().unwrap_or_default().to_owned(),
-                                )
-                            })
-                            .collect::<Vec<_>>(),
-                    ));
-                    self.catalog.merged.tools = routes;
-                    self.catalog.merged.held_tools = std::mem::take(&mut held_routes);
-                } else {
-                    self.catalog.merged.prompts = routes;
-                    self.catalog.merged.held_prompts = std::mem::take(&mut held_routes);
-                }
-                out
+        let mut builder = NameTable::builder(self.settings.separator.clone());
+        let mut index_of: HashMap<BackendId, usize> = HashMap::default();
+        for id in &self.backends.order {
+            let names: Vec<String> = entries
+                .iter()
+                .chain(held_items.iter())
+                .filter(|(b, _)| b == id)
+                .map(|(_, item)| item.name.clone())
+                .collect();
+            if names.is_empty() {
+                continue;
             }
-            Kind::Resources => {
-                let mut uris = HashMap::default();
-                let mut out = Vec::with_capacity(entries.len());
-                for (id, item) in &entries {
-                    if let Some(first) = uris.get(&item.name) {
-                        if first != id {
-                            tracing::info!(uri = %item.name, "two servers offer the same resource URI; the first in config order serves it");
-                        }
-                        continue;
-                    }
-                    uris.insert(item.name.clone(), *id);
-                    out.push(item.raw.get().to_owned());
-                }
-                self.catalog.merged.uris = uris;
-                out
-            }
-            Kind::Templates => {
-                self.catalog.merged.templates = entries
+            let server = builder.server(self.backends.by_id[id].plan.name.clone(), names);
+            index_of.insert(*id, server);
+        }
+        let (table, collisions) = builder.build();
+        for c in collisions {
+            tracing::warn!(
+                "name collision: {} is kept by {:?}; renamed: {:?}",
+                c.exposed,
+                c.kept.name,
+                c.renamed
                     .iter()
-                    .map(|(id, item)| (item.name.clone(), *id))
-                    .collect();
-                entries
-                    .iter()
-                    .map(|(_, i)| i.raw.get().to_owned())
-                    .collect()
+                    .map(|(o, n)| format!("{} -> {n}", o.name))
+                    .collect::<Vec<_>>()
+            );
+        }
+        let transparent = self.settings.transparent;
+        let mut routes = HashMap::default();
+        let mut items = Vec::with_capacity(entries.len());
+        for (id, item) in entries {
+            // One server served as itself keeps its own names.
+            let exposed = if transparent {
+                item.name.clone()
+            } else {
+                let Some(exposed) = table.exposed(index_of[id], &item.name) else {
+                    continue;
+                };
+                exposed.to_owned()
+            };
+            if routes.contains_key(&exposed) {
+                continue;
             }
-        };
-        self.hold(kind, held);
+            let text = if transparent {
+                item.raw.get().to_owned()
+            } else {
+                RawObject::parse(item.raw.get())
+                    .map(|o| o.with("name", &raw::quote(&exposed)))
+                    .unwrap_or_else(|| item.raw.get().to_owned())
+            };
+            routes.insert(exposed, (*id, raw::quote(&item.name).into()));
+            items.push(text);
+        }
+        let mut held_routes = HashMap::default();
+        for (id, h) in held {
+            if let Some(exposed) = index_of
+                .get(id)
+                .and_then(|i| table.exposed(*i, &h.name))
+                .filter(|e| !routes.contains_key(*e))
+            {
+                held_routes.insert(exposed.to_owned(), (*id, h.name.clone(), h.change));
+            }
+        }
+        Named {
+            items,
+            routes,
+            held: held_routes,
+        }
+    }
+
+    /// Keeps a recomputed list, and tells the fronts if it changed (or a
+    /// change is owed to them).
+    fn announce(&mut self, kind: Kind, items: Vec<String>) {
         let announced = std::mem::take(&mut self.catalog.announced[kind.index()]);
         let slot = &mut self.catalog.merged.items[kind.index()];
         if *slot == items && !announced {
