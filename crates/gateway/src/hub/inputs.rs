@@ -33,6 +33,35 @@ const MAX_ASKS: usize = 16;
 /// The most requests waiting for their clients' input at once.
 const MAX_ASKING: usize = 1024;
 
+/// One input request of a server's: its key (as JSON), method and params.
+type Ask = (String, String, Option<String>);
+
+/// The `requestState` and the input requests of an `input_required`
+/// answer; `None` if the line holds no result object.
+fn input_requests(line: &Bytes) -> Option<(Option<String>, Vec<Ask>)> {
+    let text = std::str::from_utf8(line).unwrap_or_default();
+    let result = RawObject::parse(text)?.get("result")?;
+    let result = RawObject::parse(result.get())?;
+    let state = result.get("requestState").map(|s| s.get().to_owned());
+    let requests = result
+        .get("inputRequests")
+        .and_then(|r| RawObject::parse(r.get()));
+    let mut asks = Vec::new();
+    for key in requests.iter().flat_map(RawObject::keys) {
+        let ask = requests
+            .as_ref()
+            .and_then(|r| r.get(key))
+            .and_then(|v| RawObject::parse(v.get()));
+        let method = ask.as_ref().and_then(|a| a.str("method"));
+        let params = ask
+            .as_ref()
+            .and_then(|a| a.get("params"))
+            .map(|p| p.get().to_owned());
+        asks.push((raw::quote(key), method.unwrap_or_default(), params));
+    }
+    Some((state, asks))
+}
+
 /// One front request whose server asked for input, waiting for the
 /// front's answers.
 #[derive(Debug)]
@@ -100,36 +129,38 @@ impl Hub {
         at: Instant,
     ) {
         let id_text = String::from_utf8_lossy(&front_id).into_owned();
-        let text = std::str::from_utf8(line).unwrap_or_default();
-        let result = RawObject::parse(text)
-            .and_then(|o| o.get("result"))
-            .and_then(|r| RawObject::parse(r.get()));
-        let Some(result) = result else { return };
-        let state = result.get("requestState").map(|s| s.get().to_owned());
-        let requests = result
-            .get("inputRequests")
-            .and_then(|r| RawObject::parse(r.get()));
-        let mut asks = Vec::new();
-        for key in requests.iter().flat_map(RawObject::keys) {
-            let ask = requests
-                .as_ref()
-                .and_then(|r| r.get(key))
-                .and_then(|v| RawObject::parse(v.get()));
-            let method = ask.as_ref().and_then(|a| a.str("method"));
-            let params = ask
-                .as_ref()
-                .and_then(|a| a.get("params"))
-                .map(|p| p.get().to_owned());
-            asks.push((raw::quote(key), method.unwrap_or_default(), params));
-        }
+        let Some((state, asks)) = input_requests(line) else {
+            return;
+        };
         let Some(info) = self.fronts.open.get(&front).map(|f| &f.info) else {
             return;
         };
+        let Some(refusal) = self.refusal_of(info, backend, &id_text, &asks) else {
+            return self.put_to_front(
+                front, front_id, backend, token, envelope, sent, state, asks, at,
+            );
+        };
+        self.count_error(
+            backend,
+            mcpvisor_jsonrpc::envelope::error_code(&refusal).unwrap_or(0),
+        );
+        self.emit_to(front, refusal, Some(front_id));
+    }
+
+    /// Why the front cannot be asked what a server asks (a capability it
+    /// did not declare, a method the bridge does not carry, nothing asked,
+    /// or too many asks), as the error line to answer with; `None` when it
+    /// can. Every ask is checked before any is put: a client is asked
+    /// nothing for a request it cannot finish.
+    fn refusal_of(
+        &self,
+        info: &super::front_table::FrontInfo,
+        backend: BackendId,
+        id_text: &str,
+        asks: &[Ask],
+    ) -> Option<Bytes> {
         let server = self.backend_name(backend);
-        // Every one is checked before any is asked: a client is asked
-        // nothing for a request it cannot finish.
-        let mut refusal = None;
-        for (_, method, params) in &asks {
+        for (_, method, params) in asks {
             match needs(info, method, params.as_deref()) {
                 Some((_, true)) => {}
                 Some((cap, false)) => {
@@ -142,41 +173,51 @@ impl Hub {
                     };
                     let data =
                         serde_json::json!({"requiredCapabilities": needed, "server": server});
-                    refusal = Some(build::error(
-                        &id_text,
+                    return Some(build::error(
+                        id_text,
                         MISSING_CAPABILITY,
                         &message,
                         Some(&data),
                     ));
-                    break;
                 }
-                None => {
-                    let refusal_line = self.input_required_refusal(backend, &id_text, method);
-                    refusal = Some(refusal_line);
-                    break;
-                }
+                None => return Some(self.input_required_refusal(backend, id_text, method)),
             }
         }
-        if asks.is_empty() && refusal.is_none() {
-            refusal = Some(self.input_required_refusal(backend, &id_text, "nothing"));
+        if asks.is_empty() {
+            return Some(self.input_required_refusal(backend, id_text, "nothing"));
         }
         // Bounded: what one request asks, and how many requests wait for
         // their clients at once.
-        if refusal.is_none() && (asks.len() > MAX_ASKS || self.calls.asking.len() >= MAX_ASKING) {
+        if asks.len() > MAX_ASKS || self.calls.asking.len() >= MAX_ASKING {
             let what = format!(
                 "{} input requests, with {} requests already waiting for their clients (at most {MAX_ASKS} and {MAX_ASKING})",
                 asks.len(),
                 self.calls.asking.len()
             );
-            refusal = Some(self.input_required_refusal(backend, &id_text, &what));
+            return Some(self.input_required_refusal(backend, id_text, &what));
         }
-        if let Some(refusal) = refusal {
-            self.count_error(
-                backend,
-                mcpvisor_jsonrpc::envelope::error_code(&refusal).unwrap_or(0),
-            );
-            return self.emit_to(front, refusal, Some(front_id));
-        }
+        None
+    }
+
+    /// Puts a server's input requests to the front, each under an id of
+    /// the gateway's, and keeps what the answers will need.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts of the pending request the bridge takes over"
+    )]
+    fn put_to_front(
+        &mut self,
+        front: FrontId,
+        front_id: Bytes,
+        backend: BackendId,
+        token: Option<Bytes>,
+        envelope: Arc<str>,
+        sent: Bytes,
+        state: Option<String>,
+        asks: Vec<Ask>,
+        at: Instant,
+    ) {
+        let server = self.backend_name(backend);
         let bid = self.calls.next_server_req();
         let bound = self
             .backends
