@@ -77,33 +77,7 @@ pub(super) async fn serve(
     primary: Option<super::FrontId>,
     stdio: Option<stdio::Stdio>,
 ) -> Outcome {
-    let (events_tx, events_rx) = mpsc::channel(EVENTS);
-    // Controls are few: a task hands them to the one channel.
-    tokio::spawn(relay_controls(control, events_tx.clone()));
-    let pin_store = settings.pins.clone();
-    let mut shell = Shell {
-        events_tx,
-        events_rx,
-        timers: DelayQueue::new(),
-        armed: HashMap::default(),
-        sessions: Sessions::default(),
-        monitor: settings.monitor.clone(),
-        spawners: settings.spawners.clone(),
-        effects: Vec::new(),
-        pin_jobs: None,
-        pins_refused: Default::default(),
-        events_gate: Gate::default(),
-        timers_gate: Gate::default(),
-    };
-    let mut hub = Hub::new(settings, primary);
-    if let Some(store) = pin_store {
-        // Read before the first merge: the lists cached for lazy servers
-        // are merged at once, and must be held back as the store says.
-        hub.load_pins(store.load());
-        let (jobs_tx, jobs_rx) = mpsc::channel(PIN_JOBS);
-        tokio::spawn(pin_task(store, jobs_rx, shell.events_tx.clone()));
-        shell.pin_jobs = Some(jobs_tx);
-    }
+    let (mut shell, mut hub) = Shell::open(settings, control, primary);
     // The stdio client's pipes are the loop's own, not the core's: they
     // are neither `Sync` nor needed anywhere else.
     let mut stdio = stdio;
@@ -217,6 +191,43 @@ pub(super) async fn serve(
 // === impl Shell ===
 
 impl Shell {
+    /// The shell and its core before any server is added: the controls'
+    /// relay, and the pin store read and its task started.
+    fn open(
+        settings: Settings,
+        control: mpsc::Receiver<Control>,
+        primary: Option<super::FrontId>,
+    ) -> (Shell, Hub) {
+        let (events_tx, events_rx) = mpsc::channel(EVENTS);
+        // Controls are few: a task hands them to the one channel.
+        tokio::spawn(relay_controls(control, events_tx.clone()));
+        let pin_store = settings.pins.clone();
+        let mut shell = Shell {
+            events_tx,
+            events_rx,
+            timers: DelayQueue::new(),
+            armed: HashMap::default(),
+            sessions: Sessions::default(),
+            monitor: settings.monitor.clone(),
+            spawners: settings.spawners.clone(),
+            effects: Vec::new(),
+            pin_jobs: None,
+            pins_refused: Default::default(),
+            events_gate: Gate::default(),
+            timers_gate: Gate::default(),
+        };
+        let mut hub = Hub::new(settings, primary);
+        if let Some(store) = pin_store {
+            // Read before the first merge: the lists cached for lazy servers
+            // are merged at once, and must be held back as the store says.
+            hub.load_pins(store.load());
+            let (jobs_tx, jobs_rx) = mpsc::channel(PIN_JOBS);
+            tokio::spawn(pin_task(store, jobs_rx, shell.events_tx.clone()));
+            shell.pin_jobs = Some(jobs_tx);
+        }
+        (shell, hub)
+    }
+
     /// Carries out what the core asked for since the last call, in order.
     fn carry_out(&mut self, hub: &mut Hub) {
         if !hub.take_effects(&mut self.effects) {
