@@ -212,6 +212,32 @@ impl<'a> FrontRequest<'a> {
     fn method(&self) -> &str {
         self.env.method()
     }
+
+    /// What a 2026-07-28 request's answer is bridged with: the caps its
+    /// client declared, for the methods whose answers may need it.
+    fn bridged_caps(&self) -> Option<super::bridge::Caps> {
+        let method = match self.ask {
+            Ask::Named(named) => named.method(),
+            Ask::Resource(ResourceOp::Read) => "resources/read",
+            Ask::Complete => "completion/complete",
+            _ => return None,
+        };
+        match self.era {
+            Era::Stateless => Some(super::bridge::Caps::of(method, self.meta.as_ref())),
+            Era::Handshake => None,
+        }
+    }
+
+    /// Whether its answer may hand out or describe a task: the task ids in
+    /// it are namespaced on the way back.
+    fn may_hand_out_tasks(&self) -> bool {
+        matches!(self.ask, Ask::Task(_))
+            || self
+                .params
+                .as_ref()
+                .is_some_and(|p| p.get("task").is_some())
+            || (self.era == Era::Stateless && self.ask == Ask::Named(Named::Tool))
+    }
 }
 
 impl Hub {
@@ -553,61 +579,55 @@ impl Hub {
         }
         let backend = self.serving(backend, front);
         let gid = self.calls.next_id();
-        let method = req.method();
         let token = req
             .env
             .progress_token
             .map(|t| raw::kept(t.get().as_bytes()));
-        let mut spans = None;
-        let line = match (params, &req.params, &req.meta) {
-            // Only a name changed: the params are written once, into the line.
-            (Params::Parts(parts), _, _) if token.is_none() && req.era == Era::Handshake => {
-                // The params came as they were read, so they hold no
-                // routing member when the front's line had none.
-                let (line, written) = self.calls.room.request_parts(gid, method, Some(&parts));
-                if req.env.request_id.is_none() {
-                    spans = written;
-                }
-                line
-            }
-            // A renamed 2026-07-28 request: written once from the members
-            // read, with the new name, the envelope off its `_meta` and the
-            // progress token (if any) set to the gateway's id.
-            (Params::Parts(parts), Some(obj), Some(meta)) if req.era == Era::Stateless => {
-                let gid_text = gid.to_string();
-                let meta = without_envelope_of(meta, token.as_ref().map(|_| gid_text.as_str()));
-                let edits = [("name", Some(parts[1])), ("_meta", meta.as_deref())];
-                let params = req
-                    .text
-                    .and_then(|text| obj.spliced(text, &edits))
-                    .unwrap_or_else(|| obj.write(&edits));
-                let (line, written) = raw::request_spanned(gid, method, Some(&params));
-                if token.is_none() && req.env.request_id.is_none() {
-                    spans = written;
-                }
-                line
-            }
-            (params, _, _) => {
-                let params = params.into_text();
-                let params = match &token {
-                    Some(_) => with_progress_token(&params, gid),
-                    None => params,
-                };
-                // The envelope comes off here: a backend of the handshake
-                // era does not read it (some refuse a request carrying it),
-                // and one of 2026-07-28 gets it back as it is sent (see
-                // `Hub::route`).
-                let params = match req.era {
-                    Era::Stateless => without_envelope(&params),
-                    Era::Handshake => params,
-                };
-                raw::request(gid, method, Some(&params))
-            }
+        let (line, spans) = request_line(&mut self.calls.room, gid, req, params, token.is_some());
+        let envelope = self.envelope_for(front, backend, req);
+        let wrap = match req.era {
+            Era::Stateless => Wrap::Modern {
+                cacheable: req.ask == Ask::Resource(ResourceOp::Read),
+            },
+            Era::Handshake => Wrap::AsIs,
         };
-        // What it carries to a 2026-07-28 server: a 2026-07-28 client's own
-        // envelope, as it came; a client's of the handshake era made from
-        // its `initialize`.
-        let envelope = match (req.era, &req.meta) {
+        self.calls.by_front_id.insert((front, req.id.clone()), gid);
+        let audit = match self.settings.audit {
+            Some(_) => self.audit_start(front, backend, req),
+            None => None,
+        };
+        if let Some(f) = self.fronts.open.get_mut(&front) {
+            f.awaiting += 1;
+        }
+        self.calls.pending.insert(
+            gid,
+            Pending::Front {
+                front,
+                backend,
+                id: req.id.clone(),
+                token,
+                wrap,
+                tasks: req.may_hand_out_tasks(),
+                at: self.now(),
+                modern: req.bridged_caps(),
+                audit,
+                envelope,
+                sent: None,
+            },
+        );
+        self.route(front, backend, gid, line, spans, req.id.clone());
+    }
+
+    /// The envelope a call carries to a 2026-07-28 server: a 2026-07-28
+    /// client's own, as it came; a client's of the handshake era made
+    /// from its `initialize`.
+    fn envelope_for(
+        &self,
+        front: FrontId,
+        backend: BackendId,
+        req: &FrontRequest<'_>,
+    ) -> std::sync::Arc<str> {
+        match (req.era, &req.meta) {
             // A ready server of the handshake era never reads it: the line
             // goes to it as it is, and a call is never sent again.
             (Era::Stateless, Some(_))
@@ -623,65 +643,31 @@ impl Hub {
             _ => None,
         }
         .or_else(|| self.fronts.open.get(&front)?.info.envelope.clone())
-        .unwrap_or_else(|| super::backend::GATEWAY_ENVELOPE.clone());
-        let wrap = match req.era {
-            Era::Stateless => Wrap::Modern {
-                cacheable: req.ask == Ask::Resource(ResourceOp::Read),
-            },
-            Era::Handshake => Wrap::AsIs,
-        };
-        self.calls.by_front_id.insert((front, req.id.clone()), gid);
-        let mut audit = None;
-        if let Some(f) = self.fronts.open.get_mut(&front) {
-            f.awaiting += 1;
-            if self.settings.audit.is_some() {
-                let server = self
-                    .backends
-                    .by_id
-                    .get(&backend)
-                    .map(|b| b.plan.name.as_str());
-                audit = crate::audit::Audit::start(
-                    method,
-                    req.params.as_ref(),
-                    front.0,
-                    f.info.client.as_deref(),
-                    server.unwrap_or_default(),
-                    req.line.len(),
-                );
-            }
-        }
-        // Answers that may hand out or describe a task: their task ids are
-        // namespaced on the way back.
-        let bridged = match req.ask {
-            Ask::Named(named) => Some(named.method()),
-            Ask::Resource(ResourceOp::Read) => Some("resources/read"),
-            Ask::Complete => Some("completion/complete"),
-            _ => None,
-        };
-        let modern = match req.era {
-            Era::Stateless => bridged.map(|m| super::bridge::Caps::of(m, req.meta.as_ref())),
-            Era::Handshake => None,
-        };
-        let tasks = matches!(req.ask, Ask::Task(_))
-            || req.params.as_ref().is_some_and(|p| p.get("task").is_some())
-            || (req.era == Era::Stateless && req.ask == Ask::Named(Named::Tool));
-        self.calls.pending.insert(
-            gid,
-            Pending::Front {
-                front,
-                backend,
-                id: req.id.clone(),
-                token,
-                wrap,
-                tasks,
-                at: self.now(),
-                modern,
-                audit,
-                envelope,
-                sent: None,
-            },
-        );
-        self.route(front, backend, gid, line, spans, req.id.clone());
+        .unwrap_or_else(|| super::backend::GATEWAY_ENVELOPE.clone())
+    }
+
+    /// The audit record a call to `backend` starts, if it is one that is
+    /// audited and its front is open.
+    fn audit_start(
+        &self,
+        front: FrontId,
+        backend: BackendId,
+        req: &FrontRequest<'_>,
+    ) -> Option<Box<crate::audit::Call>> {
+        let f = self.fronts.open.get(&front)?;
+        let server = self
+            .backends
+            .by_id
+            .get(&backend)
+            .map(|b| b.plan.name.as_str());
+        crate::audit::Audit::start(
+            req.method(),
+            req.params.as_ref(),
+            front.0,
+            f.info.client.as_deref(),
+            server.unwrap_or_default(),
+            req.line.len(),
+        )
     }
 
     /// Holds a request until the servers that are starting have settled, at
@@ -738,5 +724,60 @@ impl Hub {
     ) {
         let error = build::error(req.raw_id, code, message, None);
         self.emit_to(front, error, Some(req.id.clone()));
+    }
+}
+
+/// A front request's line to a backend under the gateway's id `gid`, and
+/// where its envelope lies when the line was written from the params as
+/// read (see [`raw::request_spanned`]). `token`: the request carries a
+/// progress token, which becomes `gid`.
+fn request_line(
+    room: &mut raw::Room,
+    gid: u64,
+    req: &FrontRequest<'_>,
+    params: Params<'_>,
+    token: bool,
+) -> (Bytes, Option<mcpvisor_jsonrpc::Spans>) {
+    let method = req.method();
+    match (params, &req.params, &req.meta) {
+        // Only a name changed: the params are written once, into the line.
+        // They came as they were read, so they hold no routing member when
+        // the front's line had none.
+        (Params::Parts(parts), _, _) if !token && req.era == Era::Handshake => {
+            let (line, spans) = room.request_parts(gid, method, Some(&parts));
+            (line, spans.filter(|_| req.env.request_id.is_none()))
+        }
+        // A renamed 2026-07-28 request: written once from the members read,
+        // with the new name, the envelope off its `_meta` and the progress
+        // token (if any) set to the gateway's id.
+        (Params::Parts(parts), Some(obj), Some(meta)) if req.era == Era::Stateless => {
+            let gid_text = gid.to_string();
+            let meta = without_envelope_of(meta, token.then_some(gid_text.as_str()));
+            let edits = [("name", Some(parts[1])), ("_meta", meta.as_deref())];
+            let params = req
+                .text
+                .and_then(|text| obj.spliced(text, &edits))
+                .unwrap_or_else(|| obj.write(&edits));
+            let (line, spans) = raw::request_spanned(gid, method, Some(&params));
+            (
+                line,
+                spans.filter(|_| !token && req.env.request_id.is_none()),
+            )
+        }
+        (params, _, _) => {
+            let params = params.into_text();
+            let params = match token {
+                true => with_progress_token(&params, gid),
+                false => params,
+            };
+            // The envelope comes off here: a backend of the handshake era
+            // does not read it (some refuse a request carrying it), and one
+            // of 2026-07-28 gets it back as it is sent (see `Hub::route`).
+            let params = match req.era {
+                Era::Stateless => without_envelope(&params),
+                Era::Handshake => params,
+            };
+            (raw::request(gid, method, Some(&params)), None)
+        }
     }
 }
