@@ -1725,8 +1725,16 @@ impl Hub {
                 // of the handshake era cannot read that.
                 if wrap == Wrap::AsIs && modern && asks_for_input(line) {
                     if let Some(sent) = sent {
-                        return self
-                            .ask_for_input(front, front_id, id, token, envelope, sent, line, at);
+                        let call = super::inputs::Handed {
+                            front,
+                            front_id,
+                            backend: id,
+                            token,
+                            envelope,
+                            sent,
+                            at,
+                        };
+                        return self.ask_for_input(call, line);
                     }
                     let text = String::from_utf8_lossy(&front_id).into_owned();
                     let refusal = self.input_required_refusal(id, &text, "input");

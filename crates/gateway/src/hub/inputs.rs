@@ -33,6 +33,23 @@ const MAX_ASKS: usize = 16;
 /// The most requests waiting for their clients' input at once.
 const MAX_ASKING: usize = 1024;
 
+/// The parts of a pending front request the bridge takes over when its
+/// server asks for input.
+#[derive(Debug)]
+pub(crate) struct Handed {
+    pub front: FrontId,
+    /// The front's id of the request, as written.
+    pub front_id: Bytes,
+    pub backend: BackendId,
+    /// The front's progress token, if it asked for progress.
+    pub token: Option<Bytes>,
+    pub envelope: Arc<str>,
+    /// The request as the server got it, to be sent again.
+    pub sent: Bytes,
+    /// When the front's request was first sent on, for its latency.
+    pub at: Instant,
+}
+
 /// One input request of a server's: its key (as JSON), method and params.
 type Ask = (String, String, Option<String>);
 
@@ -66,15 +83,8 @@ fn input_requests(line: &Bytes) -> Option<(Option<String>, Vec<Ask>)> {
 /// front's answers.
 #[derive(Debug)]
 pub(crate) struct Asking {
-    pub front: FrontId,
-    /// The front's id of the request, as written.
-    pub front_id: Bytes,
-    pub backend: BackendId,
-    /// The front's progress token, if it asked for progress.
-    pub token: Option<Bytes>,
-    pub envelope: Arc<str>,
-    /// The request as the server got it, to be sent again.
-    pub sent: Bytes,
+    /// The request, as the bridge took it over.
+    pub call: Handed,
     /// The server's `requestState` (raw JSON), if it gave one.
     pub state: Option<String>,
     /// The input requests not answered yet: (front-side id, key as JSON,
@@ -83,8 +93,6 @@ pub(crate) struct Asking {
     /// The answers so far: (key as JSON, result as JSON).
     pub answers: Vec<(String, String)>,
     pub timer: TimerKey,
-    /// When the front's request was first sent on, for its latency.
-    pub at: Instant,
 }
 
 /// What a request the gateway asks for a server's input needs of the
@@ -113,38 +121,22 @@ impl Hub {
     /// A 2026-07-28 server (`backend`) answered the front's request with
     /// `line`, an `input_required` result: its input requests go to the
     /// front, or the front gets an error saying why they cannot.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the parts of the pending request the bridge takes over"
-    )]
-    pub(crate) fn ask_for_input(
-        &mut self,
-        front: FrontId,
-        front_id: Bytes,
-        backend: BackendId,
-        token: Option<Bytes>,
-        envelope: Arc<str>,
-        sent: Bytes,
-        line: &Bytes,
-        at: Instant,
-    ) {
-        let id_text = String::from_utf8_lossy(&front_id).into_owned();
+    pub(crate) fn ask_for_input(&mut self, call: Handed, line: &Bytes) {
+        let id_text = String::from_utf8_lossy(&call.front_id).into_owned();
         let Some((state, asks)) = input_requests(line) else {
             return;
         };
-        let Some(info) = self.fronts.open.get(&front).map(|f| &f.info) else {
+        let Some(info) = self.fronts.open.get(&call.front).map(|f| &f.info) else {
             return;
         };
-        let Some(refusal) = self.refusal_of(info, backend, &id_text, &asks) else {
-            return self.put_to_front(
-                front, front_id, backend, token, envelope, sent, state, asks, at,
-            );
+        let Some(refusal) = self.refusal_of(info, call.backend, &id_text, &asks) else {
+            return self.put_to_front(call, state, asks);
         };
         self.count_error(
-            backend,
+            call.backend,
             mcpvisor_jsonrpc::envelope::error_code(&refusal).unwrap_or(0),
         );
-        self.emit_to(front, refusal, Some(front_id));
+        self.emit_to(call.front, refusal, Some(call.front_id));
     }
 
     /// Why the front cannot be asked what a server asks (a capability it
@@ -201,22 +193,8 @@ impl Hub {
 
     /// Puts a server's input requests to the front, each under an id of
     /// the gateway's, and keeps what the answers will need.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the parts of the pending request the bridge takes over"
-    )]
-    fn put_to_front(
-        &mut self,
-        front: FrontId,
-        front_id: Bytes,
-        backend: BackendId,
-        token: Option<Bytes>,
-        envelope: Arc<str>,
-        sent: Bytes,
-        state: Option<String>,
-        asks: Vec<Ask>,
-        at: Instant,
-    ) {
+    fn put_to_front(&mut self, call: Handed, state: Option<String>, asks: Vec<Ask>) {
+        let (front, front_id, backend) = (call.front, call.front_id.clone(), call.backend);
         let server = self.backend_name(backend);
         let bid = self.calls.next_server_req();
         let bound = self
@@ -245,17 +223,11 @@ impl Hub {
         self.calls.asking.insert(
             bid,
             Asking {
-                front,
-                front_id: front_id.clone(),
-                backend,
-                token,
-                envelope,
-                sent,
+                call,
                 state,
                 waiting,
                 answers: Vec::new(),
                 timer,
-                at,
             },
         );
         for line in out {
@@ -273,7 +245,12 @@ impl Hub {
         let Some(&bid) = self.calls.asking_reqs.get(&fid) else {
             return;
         };
-        let Some(bridge) = self.calls.asking.get_mut(&bid).filter(|b| b.front == front) else {
+        let Some(bridge) = self
+            .calls
+            .asking
+            .get_mut(&bid)
+            .filter(|b| b.call.front == front)
+        else {
             return;
         };
         self.calls.asking_reqs.remove(&fid);
@@ -318,12 +295,12 @@ impl Hub {
         };
         self.effects.list.push(Effect::Disarm(bridge.timer));
         let gid = self.calls.next_id();
-        let text = std::str::from_utf8(&bridge.sent).unwrap_or_default();
+        let text = std::str::from_utf8(&bridge.call.sent).unwrap_or_default();
         let Some(obj) = RawObject::parse(text) else {
             return;
         };
         let params = obj.get("params").map_or("{}", |p| p.get());
-        let params = match &bridge.token {
+        let params = match &bridge.call.token {
             Some(_) => super::front::with_progress_token(params, gid),
             None => params.to_owned(),
         };
@@ -343,7 +320,7 @@ impl Hub {
             .unwrap_or(params.clone());
         let line =
             Bytes::from(obj.write(&[("id", Some(&gid.to_string())), ("params", Some(&params))]));
-        let Asking {
+        let Handed {
             front,
             front_id,
             backend,
@@ -351,7 +328,7 @@ impl Hub {
             envelope,
             at,
             ..
-        } = bridge;
+        } = bridge.call;
         if !self.fronts.open.contains_key(&front) {
             return;
         }
@@ -399,12 +376,18 @@ impl Hub {
                 &format!("\"mcpvisor-{fid}\""),
                 "the request it served ended",
             );
-            self.emit_to(bridge.front, note, None);
+            self.emit_to(bridge.call.front, note, None);
         }
-        self.count_error(bridge.backend, code);
-        let id = String::from_utf8_lossy(&bridge.front_id).into_owned();
-        let data = serde_json::json!({"server": self.backend_name(bridge.backend)});
+        let Handed {
+            front,
+            front_id,
+            backend,
+            ..
+        } = bridge.call;
+        self.count_error(backend, code);
+        let id = String::from_utf8_lossy(&front_id).into_owned();
+        let data = serde_json::json!({"server": self.backend_name(backend)});
         let error = build::error(&id, code, message, Some(&data));
-        self.emit_to(bridge.front, error, Some(bridge.front_id));
+        self.emit_to(front, error, Some(front_id));
     }
 }
