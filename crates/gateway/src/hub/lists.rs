@@ -239,10 +239,17 @@ struct Named {
     held: HashMap<String, (BackendId, String, crate::monitor::Change)>,
 }
 
+/// The items listed (not held back) of one kind, each with its backend, in
+/// config order.
+type Listed<'a> = Vec<(BackendId, &'a Item)>;
+
 /// One list merged, before it is kept.
 enum Merge {
     Named(Named),
-    Resources((Vec<String>, HashMap<String, BackendId>)),
+    Resources {
+        items: Vec<String>,
+        uris: HashMap<String, BackendId>,
+    },
     /// Each template's URI, backend and text, in config order.
     Templates(Vec<(String, BackendId, String)>),
 }
@@ -262,7 +269,7 @@ impl Merged {
                 self.held_prompts = named.held;
                 named.items
             }
-            Merge::Resources((items, uris)) => {
+            Merge::Resources { items, uris } => {
                 self.uris = uris;
                 items
             }
@@ -295,7 +302,7 @@ fn search_index(tools: &[String]) -> crate::search::Index {
 
 /// Resources merged by URI: the first backend in config order that lists
 /// one serves it.
-fn merge_resources(entries: &[(BackendId, &Item)]) -> (Vec<String>, HashMap<String, BackendId>) {
+fn merge_resources(entries: &[(BackendId, &Item)]) -> Merge {
     let mut uris: HashMap<String, BackendId> = HashMap::default();
     let mut items = Vec::with_capacity(entries.len());
     for (id, item) in entries {
@@ -308,7 +315,7 @@ fn merge_resources(entries: &[(BackendId, &Item)]) -> (Vec<String>, HashMap<Stri
         uris.insert(item.name.clone(), *id);
         items.push(item.raw.get().to_owned());
     }
-    (items, uris)
+    Merge::Resources { items, uris }
 }
 
 impl Hub {
@@ -424,7 +431,7 @@ impl Hub {
         let (entries, held) = self.gather(kind);
         let merge = match kind {
             Kind::Tools | Kind::Prompts => Merge::Named(self.merge_named(kind, &entries, &held)),
-            Kind::Resources => Merge::Resources(merge_resources(&entries)),
+            Kind::Resources => merge_resources(&entries),
             Kind::Templates => Merge::Templates(
                 entries
                     .iter()
@@ -439,8 +446,7 @@ impl Hub {
 
     /// Every listing backend's items of one kind in config order: those
     /// listed, and those held back.
-    #[allow(clippy::type_complexity)]
-    fn gather(&self, kind: Kind) -> (Vec<(BackendId, &Item)>, Vec<(BackendId, HeldDef)>) {
+    fn gather(&self, kind: Kind) -> (Listed<'_>, Vec<(BackendId, HeldDef)>) {
         let mut entries = Vec::new();
         let mut held = Vec::new();
         for id in &self.backends.order {

@@ -592,6 +592,8 @@ impl Hub {
             Era::Handshake => Wrap::AsIs,
         };
         self.calls.by_front_id.insert((front, req.id.clone()), gid);
+        // Checked here, on the path of every call: the call to
+        // `audit_start` is made only with an audit trail to keep.
         let audit = match self.settings.audit {
             Some(_) => self.audit_start(front, backend, req),
             None => None,
@@ -729,21 +731,21 @@ impl Hub {
 
 /// A front request's line to a backend under the gateway's id `gid`, and
 /// where its envelope lies when the line was written from the params as
-/// read (see [`raw::request_spanned`]). `token`: the request carries a
-/// progress token, which becomes `gid`.
+/// read (see [`raw::request_spanned`]). `has_token`: the request carries
+/// a progress token, which becomes `gid`.
 fn request_line(
     room: &mut raw::Room,
     gid: u64,
     req: &FrontRequest<'_>,
     params: Params<'_>,
-    token: bool,
+    has_token: bool,
 ) -> (Bytes, Option<mcpvisor_jsonrpc::Spans>) {
     let method = req.method();
     match (params, &req.params, &req.meta) {
         // Only a name changed: the params are written once, into the line.
         // They came as they were read, so they hold no routing member when
         // the front's line had none.
-        (Params::Parts(parts), _, _) if !token && req.era == Era::Handshake => {
+        (Params::Parts(parts), _, _) if !has_token && req.era == Era::Handshake => {
             let (line, spans) = room.request_parts(gid, method, Some(&parts));
             (line, spans.filter(|_| req.env.request_id.is_none()))
         }
@@ -752,7 +754,7 @@ fn request_line(
         // token (if any) set to the gateway's id.
         (Params::Parts(parts), Some(obj), Some(meta)) if req.era == Era::Stateless => {
             let gid_text = gid.to_string();
-            let meta = without_envelope_of(meta, token.then_some(gid_text.as_str()));
+            let meta = without_envelope_of(meta, has_token.then_some(gid_text.as_str()));
             let edits = [("name", Some(parts[1])), ("_meta", meta.as_deref())];
             let params = req
                 .text
@@ -761,12 +763,12 @@ fn request_line(
             let (line, spans) = raw::request_spanned(gid, method, Some(&params));
             (
                 line,
-                spans.filter(|_| !token && req.env.request_id.is_none()),
+                spans.filter(|_| !has_token && req.env.request_id.is_none()),
             )
         }
         (params, _, _) => {
             let params = params.into_text();
-            let params = match token {
+            let params = match has_token {
                 true => with_progress_token(&params, gid),
                 false => params,
             };
